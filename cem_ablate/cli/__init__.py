@@ -1,0 +1,1 @@
+"""The `cem-ablate` command line. Each subcommand lives in its own module."""

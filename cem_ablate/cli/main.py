@@ -1,0 +1,61 @@
+"""Entry point of `cem-ablate`.
+
+Subcommands are modules of this package, each with `HELP`, `configure(parser)` and
+`run(args) -> int`. They are imported only when chosen, so `--help` stays fast
+(lightning and mlflow take seconds to import).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> one-line help; the module is cem_ablate.cli.<name>_command
+SUBCOMMANDS = {
+    "components": "List every registered component kind, name and option with defaults.",
+    "train": "Train one model config (offline default corpus unless told otherwise).",
+    "study": "Run (or --dry-run) an ablation study file: variants x learning rates.",
+    "report": "Print and write the report of a study (tables, Akima fits, plots).",
+    "ui": "Serve the MLflow UI on 127.0.0.1 over the local store.",
+    "bench": "Benchmark training-step throughput, MFU and peak memory of variants.",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cem-ablate",
+        description="Ablation studies of Transformer layer parameterizations (CEM paper).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, description=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] not in SUBCOMMANDS:
+        args = parser.parse_args(argv)  # prints help or a usage error
+        parser.print_help()
+        return 0 if not argv else 2
+    name, rest = argv[0], argv[1:]
+    module = importlib.import_module(f"cem_ablate.cli.{name}_command")
+    sub_parser = argparse.ArgumentParser(prog=f"cem-ablate {name}", description=SUBCOMMANDS[name])
+    module.configure(sub_parser)
+    args = sub_parser.parse_args(rest)
+    from cem_ablate.config.errors import ConfigError
+
+    try:
+        return int(module.run(args) or 0)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
