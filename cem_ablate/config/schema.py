@@ -64,6 +64,8 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
+        if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
+            value = {"name": value}  # shorthand: `preconditioner: diag`
         return parse(tp, value, path)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):

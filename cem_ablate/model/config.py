@@ -1,0 +1,215 @@
+"""The `model:` section: size presets, sublayer choices, validated once (SPEC §10).
+
+A sublayer mapping holds three generic keys, `name`, `steps` and `depth_mode`, and
+the options of the chosen component (its registered options dataclass):
+
+    attention: {name: cem, steps: 2, depth_mode: recursion,
+                preconditioner: {name: diag_lowrank, rank: 4}, kq_diag: shared}
+
+`depth_mode: recursion` runs T steps inside the component (context, keys/values and
+gamma fixed; SPEC §2-§3); `depth_mode: reuse` applies the whole sublayer T times with
+the same weights (SPEC §5). Every problem raises `ConfigError` naming the key path
+before any module is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cem_ablate import registry
+from cem_ablate.config.dims import ModelDims
+from cem_ablate.config.errors import ConfigError, unknown
+from cem_ablate.config.schema import join, parse, require, to_dict
+
+# name -> (d_model, n_layers, n_heads, d_mlp). The paper's sizes are SPEC Table 1;
+# the small ones are CPU scales for smoke runs and tests.
+SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "86M": (672, 8, 8, 1792),
+    "108M": (672, 12, 12, 1792),
+    "134M": (768, 12, 12, 2048),
+    "162M": (864, 12, 12, 2304),
+    "tiny": (64, 2, 4, 176),
+    "mini": (128, 4, 4, 344),
+    "small": (256, 6, 8, 688),
+}
+DEFAULT_VOCAB_SIZE = 32000
+GENERIC_SUBLAYER_KEYS = ("name", "steps", "depth_mode")
+
+
+@dataclass(frozen=True)
+class SublayerConfig:
+    kind: str  # "attention" or "mlp"
+    name: str
+    steps: int = 1
+    depth_mode: Literal["recursion", "reuse"] = "recursion"
+    options: Any = None  # the component's options dataclass instance
+
+    @property
+    def spec(self) -> registry.ComponentSpec:
+        return registry.get(self.kind, self.name)
+
+    @property
+    def recursion_steps(self) -> int:
+        """Steps taken inside the component (1 under plain reuse)."""
+        return self.steps if self.depth_mode == "recursion" else 1
+
+    @property
+    def repeats(self) -> int:
+        """How often the block applies the sublayer (T under plain reuse)."""
+        return self.steps if self.depth_mode == "reuse" else 1
+
+    def to_mapping(self) -> dict[str, Any]:
+        out = {"name": self.name, "steps": self.steps, "depth_mode": self.depth_mode}
+        out.update(to_dict(self.options) if self.options is not None else {})
+        return out
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    size: str | None = None
+    d_model: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    d_mlp: int | None = None
+    vocab_size: int | None = None  # None: 32000, or the tokenizer's size when training
+    max_seq_len: int = 2048
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    attention: SublayerConfig = field(default_factory=lambda: SublayerConfig("attention", "llama"))
+    mlp: SublayerConfig = field(default_factory=lambda: SublayerConfig("mlp", "llama"))
+
+    @property
+    def dims(self) -> ModelDims:
+        preset = SIZE_PRESETS[self.size] if self.size else (None, None, None, None)
+        d_model, n_layers, n_heads, d_mlp = (
+            explicit if explicit is not None else default
+            for explicit, default in zip(
+                (self.d_model, self.n_layers, self.n_heads, self.d_mlp), preset
+            )
+        )
+        return ModelDims(
+            d_model=d_model,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            d_mlp=d_mlp,
+            vocab_size=self.vocab_size or DEFAULT_VOCAB_SIZE,
+            max_seq_len=self.max_seq_len,
+            norm_eps=self.norm_eps,
+            init_std=self.init_std,
+        )
+
+    def to_mapping(self) -> dict[str, Any]:
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("attention", "mlp") and getattr(self, f.name) is not None
+        }
+        out["attention"] = self.attention.to_mapping()
+        out["mlp"] = self.mlp.to_mapping()
+        return out
+
+
+@dataclass(frozen=True)
+class _ModelFields:
+    """The scalar keys of `model:`; sublayers are parsed through the registry."""
+
+    size: str | None = None
+    d_model: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    d_mlp: int | None = None
+    vocab_size: int | None = None
+    max_seq_len: int = 2048
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    attention: Any = None
+    mlp: Any = None
+
+
+def parse_sublayer(kind: str, value: Any, path: str) -> SublayerConfig:
+    if value is None:
+        value = {"name": "llama"}
+    if isinstance(value, str):  # shorthand: `attention: cem`
+        value = {"name": value}
+    if isinstance(value, SublayerConfig):
+        value = value.to_mapping()
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, f"expected a component name or a mapping with 'name', got {value!r}.")
+    name = value.get("name", "llama")
+    if not isinstance(name, str):
+        raise ConfigError(join(path, "name"), f"expected a component name, got {name!r}.")
+    spec = registry.get(kind, name, join(path, "name"))
+    option_fields = [f.name for f in dataclasses.fields(spec.options)] if spec.options else []
+    for key in value:
+        if key not in GENERIC_SUBLAYER_KEYS and key not in option_fields:
+            raise unknown(join(path, key), key, [*GENERIC_SUBLAYER_KEYS, *option_fields],
+                          what=f"key for {kind} {name!r}")
+    steps = value.get("steps", 1)
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise ConfigError(join(path, "steps"), f"expected an integer >= 1, got {steps!r}.")
+    require(steps >= 1, join(path, "steps"), f"must be >= 1 (T recursion steps), got {steps}.")
+    depth_mode = value.get("depth_mode", "recursion")
+    if depth_mode not in ("recursion", "reuse"):
+        raise unknown(join(path, "depth_mode"), depth_mode, ("recursion", "reuse"), what="value")
+    if depth_mode == "recursion" and steps > 1 and not getattr(spec.factory, "supports_recursion", False):
+        raise ConfigError(
+            join(path, "steps"),
+            f"{kind} {name!r} has no within-layer recursion; use depth_mode: reuse for steps > 1.",
+        )
+    opts = {k: v for k, v in value.items() if k not in GENERIC_SUBLAYER_KEYS}
+    options = parse(spec.options, opts, path) if spec.options else None
+    return SublayerConfig(kind, name, steps, depth_mode, options)
+
+
+def parse_model_config(mapping: Any, path: str = "model") -> ModelConfig:
+    """Validate a `model:` mapping (or pass a ModelConfig through)."""
+    if isinstance(mapping, ModelConfig):
+        return mapping
+    fields = parse(_ModelFields, mapping, path)
+    if fields.size is not None and fields.size not in SIZE_PRESETS:
+        raise unknown(join(path, "size"), fields.size, SIZE_PRESETS, what="size preset")
+    if fields.size is None:
+        for key in ("d_model", "n_layers", "n_heads", "d_mlp"):
+            if getattr(fields, key) is None:
+                raise ConfigError(join(path, key), f"is required when no size preset is given "
+                                  f"(presets: {', '.join(SIZE_PRESETS)}).")
+    cfg = ModelConfig(
+        **{f.name: getattr(fields, f.name) for f in dataclasses.fields(_ModelFields)
+           if f.name not in ("attention", "mlp")},
+        attention=parse_sublayer("attention", fields.attention, join(path, "attention")),
+        mlp=parse_sublayer("mlp", fields.mlp, join(path, "mlp")),
+    )
+    _check_dims(cfg, path)
+    return cfg
+
+
+def _check_dims(cfg: ModelConfig, path: str) -> None:
+    dims = cfg.dims
+    for key in ("d_model", "n_layers", "n_heads", "d_mlp", "vocab_size", "max_seq_len"):
+        value = getattr(dims, key)
+        require(value > 0, join(path, key), f"must be a positive integer, got {value}.")
+    require(cfg.norm_eps > 0, join(path, "norm_eps"), f"must be > 0, got {cfg.norm_eps}.")
+    require(cfg.init_std > 0, join(path, "init_std"), f"must be > 0, got {cfg.init_std}.")
+    require(
+        dims.d_model % dims.n_heads == 0,
+        join(path, "d_model"),
+        f"d_model={dims.d_model} is not divisible by n_heads={dims.n_heads}.",
+    )
+    for sub in (cfg.attention, cfg.mlp):
+        check = getattr(sub.options, "check_dims", None)
+        if callable(check):
+            check(dims, join(path, sub.kind))
+
+
+def llama_baseline_params(cfg: ModelConfig | Mapping[str, Any]) -> int:
+    """Parameters of the Llama baseline of the same size (SPEC §1, Table 1).
+
+    The Chinchilla budget of every variant is 20 x this number (SPEC §7), so a CEM
+    variant trains on the same tokens as its baseline.
+    """
+    d = parse_model_config(cfg).dims
+    per_layer = 4 * d.d_model**2 + 3 * d.d_model * d.d_mlp + 2 * d.d_model
+    return 2 * d.vocab_size * d.d_model + d.n_layers * per_layer + d.d_model

@@ -1,0 +1,74 @@
+"""Parameters by component and forward FLOPs per token counted per module.
+
+FLOPs follow each module's `flops_per_token(seq_len)`: recursion steps are counted T
+times and plain reuse `repeats` times, because tied weights are used more than once
+(6·N understates CEM compute). Attention scores use the causal average context
+(J+1)/2. Training FLOPs per token are 3x the forward count (backward = 2x forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from torch import nn
+
+from components.norm import RMSNorm
+
+
+@dataclass
+class ModelReport:
+    params_total: int
+    params_by_component: dict[str, int]
+    flops_per_token: float  # forward
+    flops_by_module: dict[str, float] = field(default_factory=dict)
+    seq_len: int = 0
+
+    @property
+    def train_flops_per_token(self) -> float:
+        return 3.0 * self.flops_per_token
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"train_flops_per_token": self.train_flops_per_token}
+
+    def format(self) -> str:
+        lines = [f"parameters: {self.params_total:,}"]
+        lines += [f"  {k:<10} {v:>14,}" for k, v in self.params_by_component.items()]
+        lines.append(f"forward FLOPs/token (seq {self.seq_len}): {self.flops_per_token:,.0f}")
+        return "\n".join(lines)
+
+
+def _component_of(name: str, module_path: list[str]) -> str:
+    if name.startswith("embed_tokens"):
+        return "embedding"
+    if name.startswith("lm_head"):
+        return "head"
+    if "attention" in module_path:
+        return "attention"
+    if "mlp" in module_path:
+        return "mlp"
+    return "other"
+
+
+def model_report(model: nn.Module, seq_len: int) -> ModelReport:
+    norm_params = {id(p) for m in model.modules() if isinstance(m, RMSNorm) for p in m.parameters()}
+    by_component = {"embedding": 0, "attention": 0, "mlp": 0, "norms": 0, "head": 0}
+    seen = set()
+    for name, param in model.named_parameters():
+        if id(param) in seen:
+            continue
+        seen.add(id(param))
+        key = "norms" if id(param) in norm_params else _component_of(name, name.split("."))
+        by_component[key] = by_component.get(key, 0) + param.numel()
+
+    flops: dict[str, float] = {}
+    for i, block in enumerate(model.blocks):
+        flops[f"blocks.{i}.attention"] = block.attention_repeats * block.attention.flops_per_token(seq_len)
+        flops[f"blocks.{i}.mlp"] = block.mlp_repeats * block.mlp.flops_per_token(seq_len)
+    flops["lm_head"] = 2.0 * model.lm_head.in_features * model.lm_head.out_features
+    return ModelReport(
+        params_total=sum(by_component.values()),
+        params_by_component={k: v for k, v in by_component.items() if v or k != "other"},
+        flops_per_token=float(sum(flops.values())),
+        flops_by_module=flops,
+        seq_len=seq_len,
+    )

@@ -1,0 +1,37 @@
+"""ALiBi relative-position bias with a learnable per-head self-token bias (SPEC §2).
+
+    b_ijk = -m_k (i - j) + beta_k [i = j],   m_k = 2^(-8k/K), k = 1..K,   j <= i
+
+CEM attention uses ALiBi instead of RoPE: RoPE would make the values
+query-dependent and break the energy view (paper, Appendix A).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cem_ablate.registry import register
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    k = torch.arange(1, n_heads + 1, dtype=torch.float64)
+    return torch.pow(2.0, -8.0 * k / n_heads)
+
+
+@register("positional", "alibi", description="ALiBi slopes 2^(-8k/K) plus a learnable self-token bias per head.")
+class ALiBi(nn.Module):
+    """Produces the causal (K, J, J) float bias; masked entries are -inf."""
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
+        self.self_bias = nn.Parameter(torch.zeros(n_heads))
+
+    def forward(self, seq_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        pos = torch.arange(seq_len, device=device)
+        dist = (pos[:, None] - pos[None, :]).to(dtype)  # i - j
+        bias = -self.slopes.to(dtype)[:, None, None] * dist
+        eye = torch.eye(seq_len, dtype=dtype, device=device)
+        bias = bias + self.self_bias.to(dtype)[:, None, None] * eye
+        return bias.masked_fill(dist < 0, float("-inf"))

@@ -1,0 +1,147 @@
+"""CEM attention: T gradient steps on the interaction energy (SPEC §2, paper §2.1-2.3).
+
+    s_ijk = ((W_K^k c_j)·(W_Q^k x_i) + c_j·(delta_k ⊙ x_i)) / tau + b_ijk,   j <= i,  tau = sqrt(d)
+    E(x_i | c_1..i) = -tau Σ_k log Σ_j exp(s_ijk)
+
+Tied weights: key = value = W_K c, query W_Q u, read-out W_Q^T (two D x D matrices).
+Keys/values and the context c = RMSNorm(h) are computed once per block; each step
+re-normalizes the state, u = RMSNorm(x^t), and moves
+    x^{t+1} = x^t + eta Σ_k P_k W_Q^kT o_k(u)      (= x - grad E at u when delta = 0).
+With `diag_update: exact` the KQ-diagonal term of the gradient,
+Σ_k P_k (delta_k ⊙ Σ_j p_ijk c_j), is added (Algorithm 1 leaves it out: `paper`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import nn
+
+from cem_ablate.config.dims import ModelDims
+from cem_ablate.config.schema import require
+from cem_ablate.registry import register
+from components.alibi import ALiBi
+from components.energy_recursion import EnergyRecursion
+from components.linear import linear
+from components.norm import RMSNorm
+from components.preconditioner import PreconditionerConfig, build_preconditioner
+
+ATTENTION_PRECONDITIONER_RANK = 4  # paper, Appendix C.4
+
+
+@dataclass(frozen=True)
+class CEMAttentionOptions:
+    preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
+    kq_diag: Literal["none", "shared", "per_head"] = "none"
+    diag_update: Literal["paper", "exact"] = "paper"
+    step_size: float = 1.0
+    learnable_step_size: bool = False
+
+    def validate(self, path: str) -> None:
+        require(self.step_size > 0, f"{path}.step_size", f"must be > 0, got {self.step_size}.")
+
+    def check_dims(self, dims: ModelDims, path: str) -> None:
+        rank = self.preconditioner.rank
+        if self.preconditioner.name == "diag_lowrank" and rank is not None:
+            require(rank < dims.d_model, f"{path}.preconditioner.rank",
+                    f"rank {rank} must be smaller than d_model={dims.d_model}.")
+
+
+@register("attention", "cem", options=CEMAttentionOptions,
+          description="CEM attention: tied W_Q/W_K, ALiBi + self bias, KQ diagonal, T energy-descent steps.")
+class CEMAttention(EnergyRecursion):
+    def __init__(self, dims: ModelDims, options: CEMAttentionOptions, steps: int = 1):
+        super().__init__(steps, options.step_size, options.learnable_step_size)
+        d_model, self.n_heads, self.head_dim = dims.d_model, dims.n_heads, dims.head_dim
+        self.tau = math.sqrt(self.head_dim)
+        self.diag_update = options.diag_update
+        self.norm = RMSNorm(d_model, dims.norm_eps)
+        self.w_q = linear(d_model, d_model, dims.init_std)
+        self.w_k = linear(d_model, d_model, dims.init_std)
+        if options.kq_diag == "shared":
+            self.kq_diag = nn.Parameter(torch.zeros(d_model))
+        elif options.kq_diag == "per_head":
+            self.kq_diag = nn.Parameter(torch.zeros(self.n_heads, d_model))
+        else:
+            self.kq_diag = None
+        self.alibi = ALiBi(self.n_heads)
+        self.precond = build_preconditioner(
+            options.preconditioner, d_model, self.n_heads, ATTENTION_PRECONDITIONER_RANK
+        )
+
+    @property
+    def self_bias(self) -> nn.Parameter:
+        """beta_k of SPEC §2 (the learnable self-token bias), shape (K,)."""
+        return self.alibi.self_bias
+
+    # -- pieces shared by the update and the energy ---------------------------------
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, j, _ = x.shape
+        return x.view(b, j, self.n_heads, self.head_dim).transpose(1, 2)  # (B, K, J, d)
+
+    def _scores(self, query_state, c, keys, bias):
+        """s_ijk of SPEC §2 for query state x (B, J, D): returns (B, K, J, J)."""
+        q = self._split_heads(self.w_q(query_state))
+        s = q @ keys.transpose(-1, -2)
+        if self.kq_diag is not None:
+            if self.kq_diag.dim() == 1:  # shared: one extra score matrix for all heads
+                s = s + ((query_state * self.kq_diag) @ c.transpose(-1, -2)).unsqueeze(1)
+            else:
+                s = s + torch.einsum("bid,kd,bjd->bkij", query_state, self.kq_diag, c)
+        return s / self.tau + bias
+
+    def _context(self, h):
+        c = self.norm(h)
+        keys = self._split_heads(self.w_k(c))  # keys = values (tied)
+        bias = self.alibi(h.shape[1], h.dtype, h.device)
+        return c, keys, bias
+
+    def readout(self) -> torch.Tensor:
+        """(K·d, D) matrix whose head-k rows are W_Q^k P_k: folds P_k W_Q^kT (exact, P symmetric)."""
+        w = self.w_q.weight.view(self.n_heads, self.head_dim, -1)
+        return self.precond.fold(w).reshape(self.n_heads * self.head_dim, -1)
+
+    # -- the layer ------------------------------------------------------------------
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        c, keys, bias = self._context(h)
+        readout = self.readout()
+        x = h
+        for t in range(self.steps):
+            u = self.norm(x)
+            if self.track_energy:
+                self.record_energy(u, h, t)
+            x = x + self.step_size * self.descent_direction(u, c, keys, bias, readout)
+        if self.track_energy:
+            self.record_energy(self.norm(x), h, self.steps)
+        return x
+
+    def descent_direction(self, u, c, keys, bias, readout):
+        """Σ_k P_k W_Q^kT o_k(u) (+ the exact KQ-diagonal term): shape (B, J, D)."""
+        b, j, _ = u.shape
+        p = torch.softmax(self._scores(u, c, keys, bias), dim=-1)
+        o = (p @ keys).transpose(1, 2).reshape(b, j, -1)
+        direction = o @ readout
+        if self.kq_diag is not None and self.diag_update == "exact":
+            ctx = p @ c.unsqueeze(1)  # (B, K, J, D): Σ_j p_ijk c_j
+            delta = self.kq_diag if self.kq_diag.dim() == 1 else self.kq_diag[:, None, :]
+            direction = direction + self.precond.apply((delta * ctx).transpose(1, 2)).sum(-2)
+        return direction
+
+    def energy(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """E(x | norm(h)) summed over positions and heads: shape (B,)."""
+        c, keys, bias = self._context(h)
+        return -self.tau * torch.logsumexp(self._scores(x, c, keys, bias), dim=-1).sum(dim=(1, 2))
+
+    def flops_per_token(self, seq_len: int) -> float:
+        d = self.w_q.in_features
+        ctx = (seq_len + 1) / 2  # causal average of keys per query
+        per_step = 2 * d * d + 2 * ctx * d + 2 * ctx * d + 2 * d * d  # W_Q u, q·k, p·v, read-out
+        if self.kq_diag is not None:
+            heads = 1 if self.kq_diag.dim() == 1 else self.n_heads
+            per_step += heads * (d + 2 * ctx * d)
+            if self.diag_update == "exact":
+                per_step += self.n_heads * (2 * ctx * d + d)
+        return 2 * d * d + self.steps * per_step  # W_K c once per block

@@ -1,0 +1,40 @@
+"""SwiGLU MLP sublayer of Llama (SPEC §1): h + down(silu(gate(norm(h))) * up(norm(h)))."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cem_ablate.config.dims import ModelDims
+from components.linear import linear
+from components.norm import RMSNorm
+from cem_ablate.registry import register
+
+
+@dataclass(frozen=True)
+class SwiGLUOptions:
+    pass
+
+
+@register("mlp", "llama", options=SwiGLUOptions,
+          description="Llama SwiGLU MLP: gate_proj, up_proj, down_proj (three D x D_m matrices).")
+class SwiGLU(nn.Module):
+    supports_recursion = False
+
+    def __init__(self, dims: ModelDims, options: SwiGLUOptions, steps: int = 1):
+        super().__init__()
+        d, m, std = dims.d_model, dims.d_mlp, dims.init_std
+        self.norm = RMSNorm(d, dims.norm_eps)
+        self.gate_proj = linear(d, m, std)
+        self.up_proj = linear(d, m, std)
+        self.down_proj = linear(m, d, std)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        x = self.norm(h)
+        return h + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return 2 * 3 * self.gate_proj.in_features * self.gate_proj.out_features
