@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from cem_ablate.config.errors import ConfigError, unknown
+from cem_ablate.config.schema import to_dict
 
 ENTRY_POINT_GROUP = "cem_ablate.components"
 
@@ -41,7 +42,7 @@ class ComponentSpec:
             if f.default is not dataclasses.MISSING:
                 out[f.name] = f.default
             elif f.default_factory is not dataclasses.MISSING:
-                out[f.name] = f.default_factory()
+                out[f.name] = to_dict(f.default_factory())
             else:
                 out[f.name] = "<required>"
         return out
@@ -102,10 +103,10 @@ def all_specs() -> list[ComponentSpec]:
     return [spec for kind in sorted(_REGISTRY) for _, spec in sorted(_REGISTRY[kind].items())]
 
 
-def format_listing() -> str:
+def format_listing(kinds: list[str] | None = None) -> str:
     """Human-readable listing for `cem-ablate components`."""
     lines = []
-    for kind in sorted({s.kind for s in all_specs()}):
+    for kind in kinds or sorted({s.kind for s in all_specs()}):
         lines.append(f"{kind}:")
         for spec in (s for s in all_specs() if s.kind == kind):
             origin = "" if spec.source == "built-in" else f"  [{spec.source}]"

@@ -6,22 +6,15 @@ import argparse
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kind", help="only this kind (attention, mlp, preconditioner, ...)")
+    parser.add_argument("--kind", help="only this kind (attention, mlp, preconditioner, positional, norm)")
 
 
 def run(args: argparse.Namespace) -> int:
     from cem_ablate import registry
+    from cem_ablate.config.errors import unknown
 
-    text = registry.format_listing()
-    if args.kind:
-        registry.get(args.kind, registry.names(args.kind)[0] if registry.names(args.kind) else "", "--kind")
-        blocks = text.split("\n")
-        keep, on = [], False
-        for line in blocks:
-            if not line.startswith(" "):
-                on = line == f"{args.kind}:"
-            if on:
-                keep.append(line)
-        text = "\n".join(keep)
-    print(text)
+    kinds = sorted({spec.kind for spec in registry.all_specs()})
+    if args.kind and args.kind not in kinds:
+        raise unknown("--kind", args.kind, kinds, what="component kind")
+    print(registry.format_listing(kinds=[args.kind] if args.kind else None))
     return 0
