@@ -1,0 +1,69 @@
+"""What every data module of the platform shares: a resumable training loader.
+
+The data module's checkpointed state is the number of micro-batches consumed
+(optimizer steps × gradient accumulation, saved at step boundaries); the training
+loader of a resumed run starts there (see `cem_ablate.data.sampler`). Evaluation
+loaders are sequential and sharded across ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader, Dataset
+
+from cem_ablate.data.sampler import ShardSampler, StreamBatchSampler
+
+
+class ResumableDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        seed: int,
+        total_micro_batches: int,
+        accumulation: int = 1,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+    ):
+        super().__init__()
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.seed = seed
+        self.total_micro_batches = total_micro_batches
+        self.accumulation = accumulation
+        self.num_workers = num_workers
+        self.micro_batches_done = 0
+
+    # -- state saved in checkpoints -------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        done = self.trainer.global_step * self.accumulation if self.trainer else self.micro_batches_done
+        return {"micro_batches_done": done}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.micro_batches_done = int(state["micro_batches_done"])
+
+    # -- loaders --------------------------------------------------------------------
+    def rank_and_world(self) -> tuple[int, int]:
+        if self.trainer is None:
+            return 0, 1
+        return self.trainer.global_rank, self.trainer.world_size
+
+    def train_loader(self, dataset: Dataset) -> DataLoader:
+        rank, world = self.rank_and_world()
+        sampler = StreamBatchSampler(
+            len(dataset), self.batch_size, self.seed,
+            self.micro_batches_done, self.total_micro_batches, rank, world,
+        )
+        return DataLoader(
+            dataset, batch_sampler=sampler, num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def eval_loader(self, dataset: Dataset) -> DataLoader:
+        rank, world = self.rank_and_world()
+        return DataLoader(
+            dataset, batch_size=self.eval_batch_size, sampler=ShardSampler(len(dataset), rank, world),
+            num_workers=self.num_workers,
+        )

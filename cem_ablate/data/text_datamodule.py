@@ -1,0 +1,95 @@
+"""Language-modelling data: a text source, a tokenizer, packed blocks, resumable order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from cem_ablate.data.config import DataConfig
+from cem_ablate.data.datamodule import ResumableDataModule
+from cem_ablate.data.packing import PackedBlocks, TokenCache, build_token_cache
+from cem_ablate.data.sources import TextSource, open_text_source
+from cem_ablate.data.streaming import StreamedBlocks
+from cem_ablate.data.tokenizer import TextTokenizer, load_tokenizer
+
+STREAM_EVAL_TOKENS = 1_000_000  # tokens kept (and cached) per evaluation split of a stream
+
+
+class TextDataModule(ResumableDataModule):
+    def __init__(self, cfg: DataConfig, **loader_options: Any):
+        super().__init__(num_workers=cfg.num_workers, **loader_options)
+        self.cfg = cfg
+        self.source: TextSource | None = None
+        self.tokenizer: TextTokenizer | None = None
+        self.cache: TokenCache | None = None
+        self.built_cache = False
+
+    def prepare(self) -> None:
+        """Open the source, resolve the tokenizer and build (or reuse) the token cache.
+
+        Idempotent; safe in every DDP rank at once (file locks inside), so the engine
+        calls it before building the model, which needs the vocabulary size.
+        """
+        if self.cache is not None:
+            return
+        cfg = self.cfg
+        self.source = open_text_source(cfg)
+        train = self.source.splits["train"]
+        self.tokenizer = load_tokenizer(
+            cfg.tokenizer, cfg.cache_root, self.source.fingerprint, lambda: (row["text"] for row in train)
+        )
+        if self.source.streaming:
+            evaluation = TextSource(
+                {s: self.source.splits[s] for s in ("validation", "test")},
+                f"{self.source.fingerprint}-eval{STREAM_EVAL_TOKENS}",
+                self.source.description,
+            )
+            cap = {"validation": STREAM_EVAL_TOKENS, "test": STREAM_EVAL_TOKENS}
+            self.cache, self.built_cache = build_token_cache(evaluation, self.tokenizer, cfg.cache_root, max_tokens=cap)
+        else:
+            self.cache, self.built_cache = build_token_cache(self.source, self.tokenizer, cfg.cache_root)
+
+    def prepare_data(self) -> None:
+        self.prepare()
+
+    def setup(self, stage: str | None = None) -> None:
+        self.prepare()
+
+    @property
+    def vocab_size(self) -> int:
+        self.prepare()
+        return self.tokenizer.vocab_size
+
+    def blocks(self, split: str) -> PackedBlocks:
+        self.prepare()
+        return PackedBlocks(self.cache.tokens(split), self.cfg.block_size)
+
+    def train_dataloader(self) -> DataLoader:
+        if not self.source.streaming:
+            return self.train_loader(self.blocks("train"))
+        rank, world = self.rank_and_world()
+        stream = StreamedBlocks(
+            self.source.splits["train"], self.tokenizer, self.cfg.block_size, self.batch_size,
+            self.seed, self.micro_batches_done, self.total_micro_batches, rank, world,
+        )
+        return DataLoader(stream, batch_size=self.batch_size)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.eval_loader(self.blocks("validation"))
+
+    def test_dataloader(self) -> DataLoader:
+        return self.eval_loader(self.blocks("test"))
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the data for logging (MLflow params/tags) and the CLI summary."""
+        self.prepare()
+        meta = self.cache.meta
+        return {
+            "corpus": self.source.description,
+            "corpus_fingerprint": self.source.fingerprint,
+            "tokenizer": self.tokenizer.spec,
+            "vocab_size": self.tokenizer.vocab_size,
+            "token_cache": self.cache.key,
+            **{f"tokens_{split}": n for split, n in meta["tokens"].items()},
+        }

@@ -1,0 +1,128 @@
+"""Tokenizers for text data: `byte`, `bpe:<vocab_size>` (trained here) or a HF tokenizer.
+
+All three expose the same small interface (`TextTokenizer`): a vocabulary size, the
+id that ends a document (EOS, joined between documents when packing, SPEC §7), a
+fingerprint for the token cache key, and batch encoding to id lists.
+
+`bpe:<n>` is a byte-level BPE trained with the `tokenizers` library on the training
+split only, saved under the cache directory keyed by (corpus fingerprint, n), and
+trained once (a file lock guards concurrent trials and DDP ranks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from filelock import FileLock
+
+from cem_ablate.config import ConfigError
+from cem_ablate.data.config import BPE_SPEC, BYTE_VOCAB_SIZE
+
+EOS_TOKEN = "<|endoftext|>"
+
+
+class TextTokenizer(Protocol):
+    spec: str
+    vocab_size: int
+    eos_id: int
+    fingerprint: str
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255, EOS = 256: no files, no training."""
+
+    spec = "byte"
+    vocab_size = BYTE_VOCAB_SIZE
+    eos_id = 256
+    fingerprint = "byte"
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """Any tokenizer `tokenizers.Tokenizer` or `transformers.AutoTokenizer` can load."""
+
+    def __init__(self, spec: str, backend, eos_id: int, vocab_size: int, fingerprint: str):
+        self.spec = spec
+        self._backend = backend
+        self.eos_id = eos_id
+        self.vocab_size = vocab_size
+        self.fingerprint = fingerprint
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        if hasattr(self._backend, "encode_batch"):  # tokenizers.Tokenizer
+            encodings = self._backend.encode_batch(texts, add_special_tokens=False)
+            return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        ids = self._backend(texts, add_special_tokens=False)["input_ids"]
+        return [np.asarray(x, dtype=np.int64) for x in ids]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._backend.decode(list(ids))
+
+
+def load_tokenizer(
+    spec: str, cache_root: Path, corpus_fingerprint: str, train_texts: Callable[[], Iterator[str]]
+) -> TextTokenizer:
+    """Resolve a tokenizer spec; `train_texts` is only called when a BPE must be trained."""
+    if spec == "byte":
+        return ByteTokenizer()
+    match = BPE_SPEC.match(spec)
+    if match:
+        return _trained_bpe(int(match.group(1)), cache_root, corpus_fingerprint, train_texts)
+    return _pretrained(spec)
+
+
+def _trained_bpe(
+    vocab_size: int, cache_root: Path, corpus_fingerprint: str, train_texts: Callable[[], Iterator[str]]
+) -> HFTokenizer:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    folder = cache_root / "tokenizers"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"bpe{vocab_size}-{corpus_fingerprint}.json"
+    with FileLock(str(path) + ".lock"):
+        if not path.exists():
+            tok = Tokenizer(models.BPE())
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tok.decoder = decoders.ByteLevel()
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size,
+                special_tokens=[EOS_TOKEN],
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                show_progress=False,
+            )
+            tok.train_from_iterator(train_texts(), trainer=trainer)
+            tmp = path.with_suffix(".tmp")
+            tok.save(str(tmp))
+            tmp.replace(path)
+    tok = Tokenizer.from_file(str(path))
+    fingerprint = "bpe-" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    # The trained vocabulary may be smaller than asked on a tiny corpus; ids stay < vocab_size.
+    return HFTokenizer(f"bpe:{vocab_size}", tok, tok.token_to_id(EOS_TOKEN), vocab_size, fingerprint)
+
+
+def _pretrained(spec: str) -> HFTokenizer:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:  # pragma: no cover - transformers is a test extra
+        raise ConfigError("data.tokenizer", f"{spec!r} needs the `transformers` package.") from None
+    try:
+        backend = AutoTokenizer.from_pretrained(spec)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError("data.tokenizer", f"cannot load tokenizer {spec!r}: {first}") from None
+    if backend.eos_token_id is None:
+        raise ConfigError("data.tokenizer", f"tokenizer {spec!r} has no EOS token to join documents.")
+    vocab = backend.get_vocab()
+    digest = hashlib.sha256("\n".join(f"{k}\t{v}" for k, v in sorted(vocab.items())).encode())
+    return HFTokenizer(spec, backend, backend.eos_token_id, len(backend), "hf-" + digest.hexdigest()[:16])
