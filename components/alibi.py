@@ -21,14 +21,17 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 
 @register("positional", "alibi", description="ALiBi slopes 2^(-8k/K) plus a learnable self-token bias per head.")
 class ALiBi(nn.Module):
-    """Produces the causal (K, J, J) float bias; masked entries are -inf."""
+    """Produces the causal (K, J, J) float bias; masked entries are -inf.
+
+    The self-token bias beta (K,) is a parameter of the attention layer that owns it
+    (SPEC §10 names it `self_bias` there); it is passed in.
+    """
 
     def __init__(self, n_heads: int):
         super().__init__()
         self.n_heads = n_heads
-        self.self_bias = nn.Parameter(torch.zeros(n_heads))
 
-    def forward(self, seq_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def forward(self, seq_len: int, self_bias: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         pos = torch.arange(seq_len, device=device)
         dist = (pos[:, None] - pos[None, :]).to(dtype)  # i - j
         # Slopes are made in the target dtype each call: a float32 buffer would cost
@@ -36,5 +39,5 @@ class ALiBi(nn.Module):
         slopes = alibi_slopes(self.n_heads).to(dtype=dtype, device=device)
         bias = -slopes[:, None, None] * dist
         eye = torch.eye(seq_len, dtype=dtype, device=device)
-        bias = bias + self.self_bias.to(dtype)[:, None, None] * eye
+        bias = bias + self_bias.to(dtype)[:, None, None] * eye
         return bias.masked_fill(dist < 0, float("-inf"))

@@ -61,21 +61,20 @@ class CEMAttention(EnergyRecursion):
         self.norm = RMSNorm(d_model, dims.norm_eps)
         self.w_q = linear(d_model, d_model, dims.init_std)
         self.w_k = linear(d_model, d_model, dims.init_std)
+        # delta (SPEC §2): shape (D,) shared or (K, D) per head; absent for `none`.
         if options.kq_diag == "shared":
             self.kq_diag = nn.Parameter(torch.zeros(d_model))
         elif options.kq_diag == "per_head":
             self.kq_diag = nn.Parameter(torch.zeros(self.n_heads, d_model))
-        else:
-            self.kq_diag = None
+        self.self_bias = nn.Parameter(torch.zeros(self.n_heads))  # beta_k, init 0
         self.alibi = ALiBi(self.n_heads)
         self.precond = build_preconditioner(
             options.preconditioner, d_model, self.n_heads, ATTENTION_PRECONDITIONER_RANK
         )
 
     @property
-    def self_bias(self) -> nn.Parameter:
-        """beta_k of SPEC §2 (the learnable self-token bias), shape (K,)."""
-        return self.alibi.self_bias
+    def delta(self) -> torch.Tensor | None:
+        return getattr(self, "kq_diag", None)
 
     # -- pieces shared by the update and the energy ---------------------------------
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -86,17 +85,18 @@ class CEMAttention(EnergyRecursion):
         """s_ijk of SPEC §2 for query state x (B, J, D): returns (B, K, J, J)."""
         q = self._split_heads(self.w_q(query_state))
         s = q @ keys.transpose(-1, -2)
-        if self.kq_diag is not None:
-            if self.kq_diag.dim() == 1:  # shared: one extra score matrix for all heads
-                s = s + ((query_state * self.kq_diag) @ c.transpose(-1, -2)).unsqueeze(1)
+        delta = self.delta
+        if delta is not None:
+            if delta.dim() == 1:  # shared: one extra score matrix for all heads
+                s = s + ((query_state * delta) @ c.transpose(-1, -2)).unsqueeze(1)
             else:
-                s = s + torch.einsum("bid,kd,bjd->bkij", query_state, self.kq_diag, c)
+                s = s + torch.einsum("bid,kd,bjd->bkij", query_state, delta, c)
         return s / self.tau + bias
 
     def _context(self, h):
         c = self.norm(h)
         keys = self._split_heads(self.w_k(c))  # keys = values (tied)
-        bias = self.alibi(h.shape[1], h.dtype, h.device)
+        bias = self.alibi(h.shape[1], self.self_bias, h.dtype, h.device)
         return c, keys, bias
 
     def readout(self) -> torch.Tensor:
@@ -124,9 +124,10 @@ class CEMAttention(EnergyRecursion):
         p = torch.softmax(self._scores(u, c, keys, bias), dim=-1)
         o = (p @ keys).transpose(1, 2).reshape(b, j, -1)
         direction = o @ readout
-        if self.kq_diag is not None and self.diag_update == "exact":
+        delta = self.delta
+        if delta is not None and self.diag_update == "exact":
             ctx = p @ c.unsqueeze(1)  # (B, K, J, D): Σ_j p_ijk c_j
-            delta = self.kq_diag if self.kq_diag.dim() == 1 else self.kq_diag[:, None, :]
+            delta = delta if delta.dim() == 1 else delta[:, None, :]
             direction = direction + self.precond.apply((delta * ctx).transpose(1, 2)).sum(-2)
         return direction
 
@@ -139,8 +140,8 @@ class CEMAttention(EnergyRecursion):
         d = self.w_q.in_features
         ctx = (seq_len + 1) / 2  # causal average of keys per query
         per_step = 2 * d * d + 2 * ctx * d + 2 * ctx * d + 2 * d * d  # W_Q u, q·k, p·v, read-out
-        if self.kq_diag is not None:
-            heads = 1 if self.kq_diag.dim() == 1 else self.n_heads
+        if self.delta is not None:
+            heads = 1 if self.delta.dim() == 1 else self.n_heads
             per_step += heads * (d + 2 * ctx * d)
             if self.diag_update == "exact":
                 per_step += self.n_heads * (2 * ctx * d + d)

@@ -107,3 +107,15 @@ def test_norm_module_is_shared_by_context_and_queries():
     layer = build_sublayer("attention", {"name": "cem"})
     assert isinstance(layer.norm, RMSNorm)
     assert sum(isinstance(m, RMSNorm) for m in layer.modules()) == 1
+
+
+@pytest.mark.parametrize("kq,shape", [("none", None), ("shared", (24,)), ("per_head", (3, 24))])
+def test_spec_parameter_names_and_shapes(kq, shape):
+    layer = build_sublayer("attention", {"name": "cem", "kq_diag": kq, "preconditioner": {"name": "diag_lowrank", "rank": 2}})
+    params = {n: tuple(p.shape) for n, p in layer.named_parameters()}
+    assert params["w_q.weight"] == params["w_k.weight"] == (24, 24)
+    assert params["self_bias"] == (3,)
+    assert params["norm.weight"] == (24,)
+    assert (params["precond.p"], params["precond.u"], params["precond.v"]) == ((3, 24), (3, 24, 2), (3, 24, 2))
+    assert params.get("kq_diag") == shape
+    assert hasattr(layer, "kq_diag") == (shape is not None)
