@@ -1,0 +1,61 @@
+"""`cem-ablate report STUDY`: the table, markdown and figures of a study, from MLflow.
+
+STUDY is a study file (its variants, after `--scale`/`--set`, are selected exactly by
+their config hash) or a study name (the newest run of each variant name).
+Output: a table on the terminal and `<out>/report.md`, `<out>/ppl_vs_params.png`
+(Fig. 2 style), `<out>/ppl_vs_lr.png` (Fig. 3a style); `<out>` defaults to
+`reports/<study name>/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("study", metavar="STUDY", help="study file (YAML) or study name")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///<cwd>/mlruns/mlflow.db)")
+    parser.add_argument("--scale", help="with a study file: the scale it was run with")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="with a study file: the --set overrides it was run with")
+    parser.add_argument("--out", help="output folder (default reports/<study name>)")
+
+
+def _is_file(study: str) -> bool:
+    return study.endswith((".yaml", ".yml")) or Path(study).is_file()
+
+
+def run(args: argparse.Namespace) -> int:
+    from cem_ablate.config import ConfigError
+
+    variant_keys = None
+    method = "akima"
+    if _is_file(args.study):
+        from cem_ablate.cli.study_command import load_expanded
+
+        expanded = load_expanded(args.study, args.scale, args.set)
+        name = expanded.spec.name
+        variant_keys = [v.key for v in expanded.variants]
+        method = expanded.spec.lr_search.interpolation
+    else:
+        if args.scale or args.set:
+            raise ConfigError("--scale", "--scale and --set only apply when STUDY is a study file.")
+        name = args.study
+
+    from rich.console import Console
+
+    from cem_ablate.study.report import make_report
+    from cem_ablate.tracking.store import default_tracking_uri, sqlite_store_path
+
+    uri = args.tracking_uri or default_tracking_uri()
+    db = sqlite_store_path(uri)
+    if db is not None and not db.exists():  # don't create an empty store just to say it is empty
+        raise ConfigError("--tracking-uri", f"no MLflow store at {db}; run the study first.")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    out = Path(args.out) if args.out else Path("reports") / name
+    path = make_report(uri, name, out, variant_keys, method, console)
+    print(f"report: {path}")
+    return 0

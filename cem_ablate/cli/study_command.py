@@ -1,0 +1,114 @@
+"""`cem-ablate study FILE`: train every variant at every learning rate, fit lr*, report.
+
+    cem-ablate study studies/quickstart.yaml --dry-run     # plan and cost, nothing written
+    cem-ablate study studies/quickstart.yaml               # run (or resume) it
+    cem-ablate study studies/quickstart.yaml --workers 2   # two local worker processes
+    cem-ablate study paper.yaml --storage postgresql://... --tracking-uri http://mlflow:5000
+                                                           # same command on every machine
+
+The whole file (every variant after axis expansion) is validated before anything is
+created: a bad file exits with one `error:` line and leaves the stores untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cem_ablate.config import ConfigError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="study file (YAML)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print variants x learning rates with parameters, tokens, FLOPs and GPU-hours; "
+                             "start and write nothing")
+    parser.add_argument("--scale", help="apply the study file's named overrides under `scale:` (e.g. smoke)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of the study file, e.g. base.train.max_steps=50 (repeatable)")
+    parser.add_argument("--workers", type=int, default=1, help="local worker processes (default 1: in this process)")
+    parser.add_argument("--storage", help="Optuna storage URL shared by all workers and machines "
+                                          "(default sqlite:///<cwd>/mlruns/optuna.db; e.g. postgresql://...)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///<cwd>/mlruns/mlflow.db; "
+                                               "or a tracking server http://host:port)")
+    parser.add_argument("--workdir", default="mlruns/studies",
+                        help="run folders (checkpoints) and worker logs: <workdir>/<study>/ (default mlruns/studies)")
+    parser.add_argument("--threads", type=int, help="torch threads per worker (default: cores / workers)")
+    parser.add_argument("--heartbeat", type=int, default=10, help="seconds between trial heartbeats (default 10)")
+    parser.add_argument("--grace", type=int, default=60,
+                        help="seconds without heartbeat before another machine retries a trial (default 60)")
+    parser.add_argument("--report-dir", default="reports",
+                        help="where the final report goes: <report-dir>/<study>/report.md + PNGs (default reports)")
+    parser.add_argument("--no-report", action="store_true", help="do not print/write the report at the end")
+    parser.add_argument("--gpu-tflops", type=float, default=312.0,
+                        help="dry run: dense bf16 peak per GPU for GPU-hours (default 312, A100)")
+    parser.add_argument("--mfu", type=float, default=0.4, help="dry run: assumed model FLOPs utilization (default 0.4)")
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # internal: one worker process
+
+
+def load_expanded(file: str, scale: str | None, overrides: list[str]):
+    """Read, override and validate the whole study; ConfigError names the file and key."""
+    from cem_ablate.study.spec import load_study_mapping, parse_study
+    from cem_ablate.study.variants import expand
+
+    try:
+        mapping = load_study_mapping(file, scale, overrides)
+        return expand(parse_study(mapping), mapping)
+    except ConfigError as err:
+        raise ConfigError("", f"{file}: {err}") from None
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise ConfigError("--workers", f"must be at least 1, got {args.workers}.")
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError("--threads", f"must be at least 1, got {args.threads}.")
+    if args.heartbeat < 1:
+        raise ConfigError("--heartbeat", f"must be at least 1 second, got {args.heartbeat}.")
+    if args.grace <= args.heartbeat:
+        raise ConfigError("--grace", f"must exceed --heartbeat ({args.heartbeat} s), got {args.grace}.")
+    if not 0 < args.mfu <= 1:
+        raise ConfigError("--mfu", f"must be in (0, 1], got {args.mfu}.")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_options(args)
+    # A worker reads the coordinator's resolved file: scale and --set are already applied.
+    is_worker = args.worker is not None
+    expanded = load_expanded(args.file, None if is_worker else args.scale, [] if is_worker else args.set)
+
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: don't squeeze tables to 80 columns
+        console = Console(width=160)
+    if args.dry_run:
+        from cem_ablate.study.dry_run import plan, print_plan
+
+        print_plan(expanded, plan(expanded), args.gpu_tflops, args.mfu, console)
+        return 0
+
+    from cem_ablate.study.coordinator import run_study, run_worker
+    from cem_ablate.study.session import StudySettings
+    from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
+    from cem_ablate.tracking.store import default_tracking_uri
+
+    storage_url = args.storage or default_storage_url()
+    sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created
+    settings = StudySettings(
+        storage=StorageSettings(storage_url, args.heartbeat, args.grace),
+        tracking_uri=args.tracking_uri or default_tracking_uri(),
+        workdir=Path(args.workdir).resolve(),
+        threads=args.threads,
+        progress=not is_worker and args.workers == 1 and console.is_terminal,
+    )
+    if is_worker:
+        return run_worker(expanded, settings, args.worker)
+    code = run_study(expanded, settings, args.workers, echo=lambda line: print(line, flush=True))
+    if not args.no_report:
+        from cem_ablate.study.report import make_report
+
+        path = make_report(settings.tracking_uri, expanded.spec.name, Path(args.report_dir) / expanded.spec.name,
+                           [v.key for v in expanded.variants], expanded.spec.lr_search.interpolation, console)
+        print(f"report: {path}")
+    return code

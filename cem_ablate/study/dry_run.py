@@ -1,0 +1,75 @@
+"""`cem-ablate study FILE --dry-run`: the plan and its cost; nothing is written anywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cem_ablate.study.estimates import VariantEstimate, estimate
+from cem_ablate.study.trials import plan_slots
+from cem_ablate.study.variants import ExpandedStudy, Variant
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    variant: Variant
+    estimate: VariantEstimate
+    trials: int
+
+
+def plan(expanded: ExpandedStudy) -> list[PlanRow]:
+    spec = expanded.spec
+    n_trials = len(plan_slots(spec.lr_search, spec.seeds))
+    return [PlanRow(v, estimate(v.run_config(spec.lr_search.lr_range[0], spec.seeds[0])), n_trials)
+            for v in expanded.variants]
+
+
+def _si(value: float) -> str:
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def _duration(hours: float) -> str:
+    if hours >= 1:
+        return f"{hours:.3g} h"
+    if hours * 60 >= 1:
+        return f"{hours * 60:.3g} min"
+    return f"{hours * 3600:.2g} s"
+
+
+def lr_plan_text(expanded: ExpandedStudy) -> str:
+    search = expanded.spec.lr_search
+    seeds = expanded.spec.seeds
+    if search.method == "grid":
+        lrs = ", ".join(f"{lr:g}" for lr in search.grid)
+        return f"learning rates (grid, {search.interpolation} fit): {lrs}; seeds {seeds}"
+    return (f"learning rates ({search.method}, {search.n_trials} draws per seed, log-uniform "
+            f"[{search.low:g}, {search.high:g}], {search.interpolation} fit); seeds {seeds}")
+
+
+def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console) -> None:
+    from rich.table import Table
+
+    by_key = {r.variant.key: r for r in rows}
+    table = Table(title=f"study {expanded.spec.name}: {len(rows)} variants (dry run: nothing started)",
+                  title_justify="left")
+    for col in ("variant", "baseline", "parameters", "vs baseline", "tokens/trial", "steps",
+                "train FLOPs/trial", "GPU time/trial", "trials"):
+        table.add_column(col, justify="left" if col in ("variant", "baseline") else "right")
+    for row in rows:
+        est = row.estimate
+        base_key = next(iter(row.variant.baselines.values()), None)
+        base = by_key.get(base_key) if base_key else None
+        ratio = f"{est.params_total / base.estimate.params_total:.2f}x" if base else "-"
+        table.add_row(row.variant.name + (" (baseline)" if row.variant.role == "baseline" else ""),
+                      base.variant.name if base else "-", f"{est.params_total:,}", ratio, _si(est.tokens),
+                      f"{est.steps:,}", _si(est.train_flops), _duration(est.gpu_hours(gpu_tflops, mfu)),
+                      str(row.trials))
+    console.print(table)
+    console.print(lr_plan_text(expanded))
+    total_trials = sum(r.trials for r in rows)
+    total_flops = sum(r.trials * r.estimate.train_flops for r in rows)
+    total_hours = sum(r.trials * r.estimate.gpu_hours(gpu_tflops, mfu) for r in rows)
+    console.print(f"total: {total_trials} trials, {_si(total_flops)}FLOPs of training, "
+                  f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")

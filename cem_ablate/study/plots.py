@@ -1,0 +1,177 @@
+"""Figures in the paper's style (matplotlib, Agg backend: no display needed).
+
+- `plot_variant_fit`: one variant's learning-rate sweep: points, Akima curve, star at
+  the optimum, diverged runs as crosses on the top edge (logged on the parent run).
+- `plot_ppl_vs_lr`: Fig. 3a: perplexity vs learning rate for every variant, Akima
+  curves and stars; baselines orange, CEM variants in blues; marker per model size.
+- `plot_ppl_vs_params`: Fig. 2: optimal perplexity vs parameters; baselines are pink
+  diamonds, variants dots, each variant linked to its baseline by a line; the token
+  budget above each marker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cem_ablate.study.akima import AkimaFit
+
+BASELINE_COLOR = "#e8743b"  # paper: orange baselines in Fig. 3a
+BASELINE_DIAMOND = "#e377c2"  # paper: pink diamonds for baselines in Fig. 2
+VARIANT_COLORS = ("#1f77b4", "#17becf", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f", "#bcbd22", "#d62728")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h")
+
+
+@dataclass
+class SweepSeries:
+    """What the figures need of one variant."""
+
+    name: str
+    is_baseline: bool
+    finished: list[tuple[float, float]]  # (lr, ppl)
+    diverged: list[float] = field(default_factory=list)  # lrs
+    fit: AkimaFit | None = None
+    params: int | None = None
+    tokens: float | None = None
+    group: str = ""  # e.g. model size: one marker shape per group
+    baseline_name: str | None = None  # name of the series this variant is compared with
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _colors(series: list[SweepSeries]) -> dict[str, str]:
+    out, i = {}, 0
+    for s in series:
+        if s.is_baseline:
+            out[s.name] = BASELINE_COLOR
+        else:
+            out[s.name] = VARIANT_COLORS[i % len(VARIANT_COLORS)]
+            i += 1
+    return out
+
+
+def _markers(series: list[SweepSeries]) -> dict[str, str]:
+    groups = list(dict.fromkeys(s.group for s in series))
+    return {g: MARKERS[i % len(MARKERS)] for i, g in enumerate(groups)}
+
+
+def _draw_sweep(ax, s: SweepSeries, color: str, marker: str, label: str | None) -> None:
+    if s.fit is not None and len(s.fit.curve_lrs) > 1:
+        ax.plot(s.fit.curve_lrs, s.fit.curve_ppls, color=color, lw=1.5, alpha=0.9)
+    if s.finished:
+        xs, ys = zip(*sorted(s.finished))
+        ax.scatter(xs, ys, color=color, marker=marker, s=28, zorder=3, label=label)
+    if s.fit is not None:
+        ax.scatter([s.fit.lr_star], [s.fit.ppl_star], marker="*", s=220, color=color,
+                   edgecolor="black", linewidth=0.7, zorder=4)
+    if s.diverged:  # on the upper edge: their perplexity is not finite
+        ax.scatter(s.diverged, [1.0] * len(s.diverged), marker="x", color=color, s=40, zorder=3,
+                   transform=ax.get_xaxis_transform(), clip_on=False)
+
+
+def _finish_lr_axes(ax, title: str, lrs: list[float] = ()) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log", base=2)
+    if lrs:  # ticks at the sampled learning rates, written as numbers, not powers of 2
+        ax.xaxis.set_major_locator(FixedLocator(sorted(set(lrs))))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("test perplexity")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def plot_variant_fit(s: SweepSeries, path: str | Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
+    color = BASELINE_COLOR if s.is_baseline else VARIANT_COLORS[0]
+    _draw_sweep(ax, s, color, "o", None)
+    title = s.name
+    if s.fit is not None:
+        title += f"\nlr* = {s.fit.lr_star:.3g}, ppl* = {s.fit.ppl_star:.4g}"
+        if s.fit.at_edge:
+            title += f" (at the {s.fit.edge} edge of the grid)"
+    _finish_lr_axes(ax, title, [lr for lr, _ in s.finished] + s.diverged)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_ppl_vs_lr(series: list[SweepSeries], path: str | Path, title: str = "") -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.8), dpi=120)
+    colors, markers = _colors(series), _markers(series)
+    for s in series:
+        label = s.name + (f" [{s.group}]" if s.group and len(markers) > 1 else "")
+        _draw_sweep(ax, s, colors[s.name], markers[s.group], label)
+    _finish_lr_axes(ax, title or "Perplexity vs learning rate (stars: Akima optima)",
+                    [lr for s in series for lr, _ in s.finished] + [lr for s in series for lr in s.diverged])
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _tokens_text(tokens: float | None) -> str:
+    if tokens is None or not math.isfinite(tokens):
+        return ""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= scale:
+            return f"{tokens / scale:.3g}{unit}"
+    return f"{tokens:.0f}"
+
+
+def plot_ppl_vs_params(series: list[SweepSeries], path: str | Path, title: str = "") -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.8), dpi=120)
+    colors = _colors(series)
+    by_name = {s.name: s for s in series}
+    plotted = [s for s in series if s.fit is not None and s.params]
+    for s in plotted:  # links first, under the markers
+        base = by_name.get(s.baseline_name or "")
+        if base is not None and base.fit is not None and base.params:
+            ax.plot([s.params, base.params], [s.fit.ppl_star, base.fit.ppl_star], color="gray", lw=1, ls="--",
+                    zorder=1)
+    seen_labels = set()
+    for s in plotted:
+        if s.is_baseline:
+            style = dict(marker="D", color=BASELINE_DIAMOND, s=60)
+        else:
+            style = dict(marker="o", color=colors[s.name], s=50)
+        label = s.name if s.name not in seen_labels else None
+        seen_labels.add(s.name)
+        ax.scatter([s.params], [s.fit.ppl_star], zorder=3, edgecolor="black", linewidth=0.5, label=label, **style)
+        text = _tokens_text(s.tokens)
+        if text:
+            ax.annotate(text, (s.params, s.fit.ppl_star), textcoords="offset points", xytext=(0, 7),
+                        ha="center", fontsize=7)
+    from matplotlib.ticker import EngFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(EngFormatter(places=0))
+    ax.xaxis.set_minor_formatter(EngFormatter(places=0))
+    ax.set_xlabel("parameters")
+    ax.set_ylabel("test perplexity at lr* (Akima)")
+    ax.set_title(title or "Perplexity vs parameters (variants linked to their baselines)")
+    ax.grid(True, which="both", alpha=0.3)
+    if plotted:
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

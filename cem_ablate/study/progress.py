@@ -1,0 +1,89 @@
+"""Study-level progress, read from the Optuna storage (so it sees every worker).
+
+    [ 7/15] 6 finished, 1 diverged, 0 failed | 2 running, 6 queued | best: cem_attention lr=0.002 ppl 11.87
+
+The coordinator prints one such line whenever a trial starts or ends, and an event
+line per ended trial.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from cem_ablate.study.trials import DIVERGED, FAILED, FINAL_STATES, FINISHED, PRUNED, TrialPoint
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    slot_counts: Counter  # slot state -> number of slots (all variants)
+    total: int
+    best: tuple[str, TrialPoint] | None  # (variant name, its best finished trial)
+    trials: dict[tuple[str, int], tuple[str, TrialPoint]]  # (variant key, trial number) -> (variant, point)
+
+    @property
+    def done(self) -> int:
+        return sum(self.slot_counts[s] for s in FINAL_STATES)
+
+    @property
+    def complete(self) -> bool:
+        return self.done == self.total
+
+    def line(self) -> str:
+        c = self.slot_counts
+        text = (f"[{self.done:>2}/{self.total}] {c[FINISHED]} finished, {c[DIVERGED]} diverged, "
+                f"{c[FAILED]} failed" + (f", {c[PRUNED]} pruned" if c[PRUNED] else "")
+                + f" | {c['running']} running, {c['waiting'] + c['missing']} queued")
+        if self.best is not None:
+            name, point = self.best
+            text += f" | best: {name} lr={point.lr:.3g} -> {point.ppl:.4g}"
+        return text
+
+
+def snapshot(session) -> Snapshot:
+    counts: Counter = Counter()
+    best = None
+    trials = {}
+    total = 0
+    for variant in session.variants:
+        vt = session.trials[variant.key]
+        states = vt.slot_states()
+        counts.update(states.values())
+        total += len(states)
+        for point in vt.points():
+            trials[(variant.key, point.number)] = (variant.name, point)
+            if point.status == FINISHED and point.ppl is not None and math.isfinite(point.ppl):
+                if best is None or point.ppl < best[1].ppl:
+                    best = (variant.name, point)
+    return Snapshot(counts, total, best, trials)
+
+
+def _label(variant: str, point: TrialPoint) -> str:
+    if point.lr is None:
+        return f"{variant} {point.slot}"
+    return f"{variant} lr={point.lr:.3g} seed={point.seed}"
+
+
+def describe_point(variant: str, point: TrialPoint) -> str:
+    if point.status == FINISHED:
+        return f"{_label(variant, point)}: finished, {point.ppl:.4g}"
+    if point.reason:
+        return f"{_label(variant, point)}: {point.status} ({point.reason})"
+    return f"{_label(variant, point)}: {point.status}"
+
+
+def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
+    """Event lines for trials that started or ended between two snapshots."""
+    if before is None:
+        return []
+    out = []
+    for key, (variant, point) in sorted(after.trials.items(), key=lambda kv: kv[1][1].number):
+        old = before.trials.get(key)
+        if old is not None and old[1].status == point.status:
+            continue
+        if point.status == "running":
+            out.append(f"  started  {_label(variant, point)}")
+        elif point.status in (FINISHED, DIVERGED, FAILED, PRUNED):
+            out.append(f"  ended    {describe_point(variant, point)}")
+    return out

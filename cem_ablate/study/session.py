@@ -1,0 +1,127 @@
+"""A study opened against its stores: Optuna storage, MLflow experiment, run folders.
+
+The coordinator (`cem-ablate study FILE`) calls `prepare()` once, before any worker
+starts: it creates the Optuna study of every variant, queues unfinished slots (and
+retries failed ones once), and creates the MLflow parent runs. Parent creation is
+serialized through the Optuna storage: only the process whose `create_study`
+succeeded (a unique name in the database) creates the parent; everyone else reads
+its run id from the Optuna study's user attributes. So workers and machines started
+together never make two parents for one variant.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from cem_ablate.study.storage import StorageSettings, claim_lock, open_storage
+from cem_ablate.study.trials import VariantTrials
+from cem_ablate.study.variants import ExpandedStudy, Variant, short_hash, slug
+
+PARENT_WAIT_S = 30.0  # how long to wait for a concurrent coordinator to create a parent
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    storage: StorageSettings
+    tracking_uri: str
+    workdir: Path  # run folders (checkpoints) and worker logs, under <workdir>/<study name>/
+    threads: int | None = None  # torch threads per worker process (None: the config's)
+    progress: bool = True  # the engine's per-step progress bar
+
+
+def optuna_study_name(study_name: str, variant: Variant) -> str:
+    return f"{study_name}/{variant.key}"
+
+
+class StudySession:
+    def __init__(self, expanded: ExpandedStudy, settings: StudySettings, worker_index: int = 0):
+        from cem_ablate.tracking.study_runs import StudyTracker
+
+        self.expanded = expanded
+        self.spec = expanded.spec
+        self.settings = settings
+        self.storage = open_storage(settings.storage)
+        self.tracker = StudyTracker(settings.tracking_uri, self.spec.name)
+        self.trials: dict[str, VariantTrials] = {}
+        self._created: dict[str, bool] = {}
+        self._parents: dict[str, str] = {}
+        for variant in expanded.variants:
+            trials, created = VariantTrials.open(
+                self.storage, settings.storage.url, optuna_study_name(self.spec.name, variant),
+                self.spec.lr_search, self.spec.seeds, worker_index)
+            self.trials[variant.key] = trials
+            self._created[variant.key] = created
+            if created:
+                trials.study.set_user_attr("variant", variant.name)
+                trials.study.set_user_attr("variant_key", variant.key)
+                trials.study.set_user_attr("labels", variant.axis_values)
+
+    @property
+    def variants(self) -> list[Variant]:
+        return self.expanded.variants
+
+    @property
+    def study_dir(self) -> Path:
+        return self.settings.workdir / self.spec.name
+
+    def run_dir(self, variant: Variant, slot_key: str) -> Path:
+        return self.study_dir / variant.key / slug(slot_key, limit=80)
+
+    def prepare(self) -> None:
+        """Queue what is unfinished and make sure every variant has its parent run."""
+        self.tracker.experiment_id(self.spec.description, self.expanded.study_hash)
+        with claim_lock(self.settings.storage.url):
+            for trials in self.trials.values():
+                trials.fail_dead_trials()
+                trials.reconcile(retry_failed=True)
+        for variant in self.variants:
+            self.parent_run_id(variant)
+
+    # -- parent runs ---------------------------------------------------------------
+
+    def _parent_attr(self) -> str:
+        # One attribute per tracking store: the same Optuna storage may be logged twice.
+        return f"mlflow_parent_run_id:{short_hash(self.settings.tracking_uri)}"
+
+    def _stored_parent(self, trials: VariantTrials) -> str | None:
+        return self.storage.get_study_user_attrs(trials.study_id).get(self._parent_attr())
+
+    def parent_run_id(self, variant: Variant) -> str:
+        if variant.key in self._parents:
+            return self._parents[variant.key]
+        trials = self.trials[variant.key]
+        run_id = self._stored_parent(trials)
+        if not self.tracker.run_is_active(run_id):
+            if run_id is None and not self._created[variant.key]:
+                deadline = time.monotonic() + PARENT_WAIT_S  # its creator is making it now
+                while run_id is None and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    run_id = self._stored_parent(trials)
+            if not self.tracker.run_is_active(run_id):
+                run_id = self.tracker.find_variant_run(variant.key) or self._create_parent(variant)
+            trials.study.set_user_attr(self._parent_attr(), run_id)
+        self._parents[variant.key] = run_id
+        return run_id
+
+    def _create_parent(self, variant: Variant) -> str:
+        from cem_ablate.study.estimates import estimate
+        from cem_ablate.tracking.study_runs import VariantRunInfo, flatten
+
+        probe = variant.run_config(self.spec.lr_search.lr_range[0], self.spec.seeds[0])
+        resolved = probe.to_mapping()
+        resolved.pop("name", None)
+        for key in ("lr", "seed", "threads"):
+            resolved["train"].pop(key, None)
+        params = flatten(resolved)
+        params.update({k: v for k, v in variant.axis_values.items() if k not in params})
+        params["lr_search.method"] = self.spec.lr_search.method
+        info = VariantRunInfo(
+            key=variant.key, name=variant.name, role=variant.role, labels=dict(variant.axis_values),
+            baselines=dict(variant.baselines), params=params, metrics=estimate(probe).metrics(),
+            study_yaml=yaml.safe_dump(self.expanded.mapping, sort_keys=False),
+        )
+        return self.tracker.create_variant_run(info)

@@ -1,0 +1,143 @@
+"""The study file: what a researcher writes (validated once, here, at the edge).
+
+    name: quickstart
+    base: {model: ..., train: ..., data: ...}    # one run config (cem-ablate train)
+    variants:                                    # optional explicit list ...
+      - {name: llama, set: {}}
+      - {name: cem_attention, set: {model.attention: cem}}
+    axes:                                        # ... times a cartesian product
+      model.size: [86M, 108M]
+    baselines:                                   # name -> overrides turning a variant
+      llama: {model.attention: llama, model.mlp: llama}   # into its baseline
+    lr_search: {method: grid, grid: [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]}
+    seeds: [0]
+    scale:                                       # named overrides, --scale NAME
+      smoke: {base.train.max_steps: 20}
+
+Dotted keys in `set`, `axes`, `baselines` address the run config (`model.mlp.name`);
+in `scale` and `--set` they address the study file itself (`base.train.lr`,
+`lr_search.grid`). A dotted key replaces the value at that path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cem_ablate.config import ConfigError, apply_overrides, load_yaml, parse, require
+from cem_ablate.config.errors import unknown
+from cem_ablate.config.loading import set_dotted
+from cem_ablate.config.schema import join
+
+# Section 4.3 of the paper: five learning rates from 5e-4 to 8e-3, doubling.
+PAPER_LR_GRID = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+# The trial owns these two keys: they come from lr_search and seeds.
+TRIAL_KEYS = ("train.lr", "train.seed")
+
+
+@dataclass(frozen=True)
+class LrSearchConfig:
+    """How learning rates are chosen per variant (SPEC §8)."""
+
+    method: Literal["grid", "tpe", "random"] = "grid"
+    grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))
+    low: float | None = None  # tpe / random: log-uniform range and trial count
+    high: float | None = None
+    n_trials: int | None = None
+    pruner: Literal["none", "median", "successive_halving"] = "none"
+    interpolation: Literal["akima", "makima"] = "akima"
+    sampler_seed: int = 0
+
+    def validate(self, path: str) -> None:
+        if self.method == "grid":
+            require(len(self.grid) > 0, join(path, "grid"), "must hold at least one learning rate.")
+            for i, lr in enumerate(self.grid):
+                require(lr > 0, join(join(path, "grid"), i), f"learning rates must be > 0, got {lr}.")
+            require(len(set(self.grid)) == len(self.grid), join(path, "grid"),
+                    f"holds a learning rate twice: {self.grid}.")
+            for key in ("low", "high", "n_trials"):
+                require(getattr(self, key) is None, join(path, key),
+                        f"only applies to method tpe or random, not grid.")
+            return
+        for key in ("low", "high", "n_trials"):
+            require(getattr(self, key) is not None, join(path, key),
+                    f"is required with method {self.method}.")
+        require(self.low > 0, join(path, "low"), f"learning rates must be > 0, got {self.low}.")
+        require(self.high > self.low, join(path, "high"),
+                f"must be greater than low ({self.low}), got {self.high}.")
+        require(self.n_trials >= 1, join(path, "n_trials"), f"must be >= 1, got {self.n_trials}.")
+
+    @property
+    def lr_range(self) -> tuple[float, float]:
+        """The log-uniform range Optuna suggests from (it covers the whole grid)."""
+        if self.method == "grid":
+            return min(self.grid), max(self.grid)
+        return self.low, self.high
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    name: str
+    set: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self, path: str) -> None:
+        require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),
+                f"{self.name!r} must be letters, digits, '_', '.' or '-'.")
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    base: dict[str, Any]
+    description: str = ""
+    variants: list[VariantSpec] = field(default_factory=list)
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lr_search: LrSearchConfig = field(default_factory=LrSearchConfig)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    scale: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def validate(self, path: str) -> None:
+        require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),
+                f"{self.name!r} must be letters, digits, '_', '.' or '-' (it names the "
+                "MLflow experiment and the Optuna studies).")
+        names = [v.name for v in self.variants]
+        for i, name in enumerate(names):
+            require(name not in names[:i], join(join(path, "variants"), i),
+                    f"variant name {name!r} is used twice.")
+        require(len(self.seeds) > 0, join(path, "seeds"), "must hold at least one seed.")
+        require(len(set(self.seeds)) == len(self.seeds), join(path, "seeds"),
+                f"holds a seed twice: {self.seeds}.")
+        for key, values in self.axes.items():
+            where = join(join(path, "axes"), key)
+            require(len(values) > 0, where, "an axis needs at least one value.")
+        for where, keys in [(join(path, "axes"), self.axes)] + [
+            (join(join(join(path, "variants"), i), "set"), v.set) for i, v in enumerate(self.variants)
+        ] + [(join(join(path, "baselines"), b), o) for b, o in self.baselines.items()]:
+            for key in keys:
+                require(key not in TRIAL_KEYS, join(where, key),
+                        "is set per trial: use lr_search for the learning rate and seeds for the seed.")
+                require(key.split(".")[0] in ("model", "train", "data"), join(where, key),
+                        "must be a dotted key of the run config, starting with model., train. or data.")
+
+
+def load_study_mapping(
+    path: str | Path, scale: str | None = None, overrides: tuple[str, ...] | list[str] = ()
+) -> dict[str, Any]:
+    """Read the study file and apply `scale` and `--set` overrides (still unvalidated)."""
+    raw = load_yaml(path)
+    if scale is not None:
+        scales = raw.get("scale") or {}
+        if not isinstance(scales, dict) or scale not in scales:
+            raise unknown("--scale", scale, scales if isinstance(scales, dict) else (), what="scale")
+        for key, value in (scales[scale] or {}).items():
+            require(key.split(".")[0] != "scale", f"scale.{scale}.{key}", "a scale cannot change scales.")
+            set_dotted(raw, key, value)
+    return apply_overrides(raw, overrides)
+
+
+def parse_study(mapping: dict[str, Any]) -> StudySpec:
+    return parse(StudySpec, mapping, "")

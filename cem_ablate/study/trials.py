@@ -1,0 +1,319 @@
+"""One Optuna study per variant; every trial a "slot" finished exactly once.
+
+A slot is one unit of work of a variant: a grid point (lr x seed), or for a sampled
+search (TPE, random) one of `n_trials` draws per seed. Slots are put in Optuna's own
+trial queue (`enqueue_trial`, state WAITING, params fixed); a worker claims one by
+the atomic WAITING -> RUNNING change. So no point is trained twice, whatever the
+number of workers or machines. (GridSampler is not used for grids: it picks points
+by reading the trial list, documents that concurrent workers may evaluate a point
+twice, and counts FAIL as done. The queue gives the same grid without either.)
+
+Trial states and the `status` user attribute:
+
+    COMPLETE              finished: value = test perplexity
+    FAIL  status=diverged finished with NaN/inf loss: recorded, excluded from the
+                          fit, never retried (rerunning would diverge again)
+    FAIL  status=failed   the run raised: recorded with the error; retried once on the
+                          next `cem-ablate study` invocation, not within one
+    PRUNED                stopped early by the pruner
+    FAIL  status=killed / no status
+                          its worker died (stale heartbeat or dead local pid): the slot
+                          is queued again with the same params, resuming its checkpoint
+    FAIL  status=duplicate
+                          defensive: a second queued copy of a finished/running slot
+
+`reconcile` queues every slot that has no trial in progress and no final one; it is
+idempotent and runs under the claim lock, so rerunning a killed study runs only
+what is unfinished.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from cem_ablate.study.spec import LrSearchConfig
+from cem_ablate.study.storage import claim_lock
+
+SLOT_ATTR = "slot"
+STATUS_ATTR = "status"
+WORKER_ATTR = "worker"
+
+FINISHED, DIVERGED, FAILED, PRUNED, KILLED, DUPLICATE = (
+    "finished", "diverged", "failed", "pruned", "killed", "duplicate")
+FINAL_STATES = (FINISHED, DIVERGED, PRUNED, FAILED)  # a slot in one of these needs no work
+
+
+@dataclass(frozen=True)
+class Slot:
+    key: str
+    seed: int
+    lr: float | None  # None: drawn by the sampler when the trial starts
+
+
+def plan_slots(lr_search: LrSearchConfig, seeds: list[int]) -> list[Slot]:
+    if lr_search.method == "grid":
+        return [Slot(f"lr={float(lr)!r},seed={seed}", seed, float(lr))
+                for lr in lr_search.grid for seed in seeds]
+    return [Slot(f"seed={seed},draw={i}", seed, None) for seed in seeds for i in range(lr_search.n_trials)]
+
+
+@dataclass(frozen=True)
+class TrialPoint:
+    """What a finished (or not) trial says, for fits, progress and reports."""
+
+    number: int
+    slot: str
+    lr: float | None
+    seed: int | None
+    status: str  # finished / diverged / failed / pruned / running / waiting / killed / duplicate
+    ppl: float | None
+    reason: str = ""
+
+
+def make_sampler(lr_search: LrSearchConfig, worker_index: int = 0):
+    import optuna
+
+    seed = lr_search.sampler_seed + worker_index
+    if lr_search.method == "tpe":
+        # constant_liar: running trials count as bad, so parallel workers spread out.
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    return optuna.samplers.RandomSampler(seed=seed)  # grid: every param is fixed by the queue
+
+
+def make_pruner(lr_search: LrSearchConfig):
+    import optuna
+
+    if lr_search.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+    if lr_search.pruner == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    return optuna.pruners.NopPruner()
+
+
+def worker_identity() -> dict[str, Any]:
+    import psutil
+
+    return {"host": socket.gethostname(), "boot": psutil.boot_time(), "pid": os.getpid(),
+            "created": psutil.Process().create_time()}
+
+
+def is_dead_here(identity: Any) -> bool:
+    """True if `identity` names a process of this machine (this boot) that is gone."""
+    import psutil
+
+    if not isinstance(identity, dict) or identity.get("host") != socket.gethostname():
+        return False
+    if identity.get("boot") != psutil.boot_time():
+        return False
+    try:
+        return psutil.Process(int(identity["pid"])).create_time() != identity.get("created")
+    except (psutil.NoSuchProcess, KeyError, ValueError):
+        return True
+
+
+def trial_status(trial) -> str:
+    from optuna.trial import TrialState
+
+    status = trial.user_attrs.get(STATUS_ATTR)
+    if trial.state == TrialState.COMPLETE:
+        return FINISHED
+    if trial.state == TrialState.PRUNED:
+        return PRUNED
+    if trial.state == TrialState.RUNNING:
+        return "running"
+    if trial.state == TrialState.WAITING:
+        return "waiting"
+    return status if status in (DIVERGED, FAILED, DUPLICATE) else KILLED
+
+
+def slot_state(statuses: list[str]) -> str:
+    for state in (FINISHED, DIVERGED, PRUNED, "running", "waiting", FAILED):
+        if state in statuses:
+            return state
+    return "missing"
+
+
+class HeartbeatThread:
+    """Records the trial's heartbeat every interval while the trial trains."""
+
+    def __init__(self, storage, trial_id: int):
+        self._storage, self._trial_id = storage, trial_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="optuna-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        interval = self._storage.get_heartbeat_interval()
+        while not self._stop.wait(interval):
+            try:
+                self._storage.record_heartbeat(self._trial_id)
+            except Exception:  # a busy database must not kill the training run
+                pass
+
+    def __enter__(self) -> HeartbeatThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class VariantTrials:
+    """The Optuna study of one variant and the slots it must finish."""
+
+    def __init__(self, study, storage_url: str, slots: list[Slot], lr_search: LrSearchConfig):
+        self.study = study
+        self.storage = study._storage
+        self.storage_url = storage_url
+        self.slots = slots
+        self.lr_search = lr_search
+        self.study_id = self.storage.get_study_id_from_name(study.study_name)
+
+    @classmethod
+    def open(cls, storage, storage_url: str, study_name: str, lr_search: LrSearchConfig,
+             seeds: list[int], worker_index: int = 0) -> tuple[VariantTrials, bool]:
+        """Create the study (True) or load it (False): creation is atomic in the storage."""
+        import optuna
+
+        kwargs = dict(study_name=study_name, storage=storage, direction="minimize",
+                      sampler=make_sampler(lr_search, worker_index), pruner=make_pruner(lr_search))
+        try:
+            study, created = optuna.create_study(load_if_exists=False, **kwargs), True
+        except optuna.exceptions.DuplicatedStudyError:
+            study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
+        return cls(study, storage_url, plan_slots(lr_search, seeds), lr_search), created
+
+    # -- reading ---------------------------------------------------------------------
+
+    def all_trials(self):
+        return self.storage.get_all_trials(self.study_id, deepcopy=False)
+
+    def points(self) -> list[TrialPoint]:
+        out = []
+        for t in self.all_trials():
+            lr = t.params.get("lr", t.system_attrs.get("fixed_params", {}).get("lr"))
+            seed = t.params.get("seed", t.system_attrs.get("fixed_params", {}).get("seed"))
+            status = trial_status(t)
+            ppl = t.value if status == FINISHED else None
+            reason = str(t.user_attrs.get("reason", "")) if status not in (FINISHED, "running", "waiting") else ""
+            out.append(TrialPoint(t.number, str(t.user_attrs.get(SLOT_ATTR, "")), lr, seed, status, ppl, reason))
+        return out
+
+    def slot_states(self) -> dict[str, str]:
+        by_slot: dict[str, list[str]] = defaultdict(list)
+        for p in self.points():
+            by_slot[p.slot].append(p.status)
+        return {slot.key: slot_state(by_slot.get(slot.key, [])) for slot in self.slots}
+
+    def is_done(self) -> bool:
+        return all(state in FINAL_STATES for state in self.slot_states().values())
+
+    def fit_points(self) -> list[tuple[float, float]]:
+        """(lr, test ppl) of every finished trial, for the Akima fit."""
+        return [(p.lr, p.ppl) for p in self.points()
+                if p.status == FINISHED and p.ppl is not None and math.isfinite(p.ppl)]
+
+    # -- queueing and claiming ---------------------------------------------------------
+
+    def reconcile(self, retry_failed: bool = False) -> list[str]:
+        """Queue every slot with nothing in progress and nothing final. Idempotent."""
+        trials_by_slot: dict[str, list] = defaultdict(list)
+        for t in self.all_trials():
+            trials_by_slot[str(t.user_attrs.get(SLOT_ATTR, ""))].append(t)
+        queued = []
+        for slot in self.slots:
+            trials = trials_by_slot.get(slot.key, [])
+            state = slot_state([trial_status(t) for t in trials])
+            if state == "missing" or (retry_failed and state == FAILED):
+                params: dict[str, Any] = {"seed": slot.seed}
+                if slot.lr is not None:
+                    params["lr"] = slot.lr
+                else:  # a sampled slot retries the lr it had drawn (and resumes its checkpoint)
+                    drawn = [t.params["lr"] for t in trials if "lr" in t.params]
+                    if drawn:
+                        params["lr"] = drawn[-1]
+                self.study.enqueue_trial(params, user_attrs={SLOT_ATTR: slot.key, "attempt": len(trials) + 1})
+                queued.append(slot.key)
+        return queued
+
+    def fail_dead_trials(self) -> None:
+        """RUNNING trials of dead workers -> FAIL: stale heartbeat, or a dead local pid."""
+        import optuna
+        from optuna.trial import TrialState
+
+        optuna.storages.fail_stale_trials(self.study)
+        for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            if is_dead_here(t.user_attrs.get(WORKER_ATTR)):
+                try:
+                    self.storage.set_trial_user_attr(t._trial_id, STATUS_ATTR, KILLED)
+                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass
+
+    def claim(self, identity: dict[str, Any]):
+        """Take one queued slot as an `optuna.Trial` (RUNNING, heartbeat on), or None."""
+        import optuna
+        from optuna.trial import TrialState
+
+        with claim_lock(self.storage_url):
+            self.fail_dead_trials()
+            self.reconcile()
+            for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.WAITING,)):
+                # Heartbeat first: a claimed trial never exists without one, so a worker
+                # killed right after claiming still leaves a trial that goes stale.
+                self.storage.record_heartbeat(t._trial_id)
+                try:
+                    if not self.storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):
+                        continue
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue
+                self.storage.set_trial_user_attr(t._trial_id, WORKER_ATTR, identity)
+                if self._is_duplicate(t):
+                    self.storage.set_trial_user_attr(t._trial_id, STATUS_ATTR, DUPLICATE)
+                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                    continue
+                return optuna.trial.Trial(self.study, t._trial_id)
+        return None
+
+    def _is_duplicate(self, claimed) -> bool:
+        """Another trial of the same slot is final, or running and claimed earlier."""
+        slot = claimed.user_attrs.get(SLOT_ATTR)
+        for t in self.all_trials():
+            if t.number == claimed.number or t.user_attrs.get(SLOT_ATTR) != slot:
+                continue
+            status = trial_status(t)
+            if status in (FINISHED, DIVERGED, PRUNED) or (status == "running" and t.number < claimed.number):
+                return True
+        return False
+
+    def has_running(self) -> bool:
+        from optuna.trial import TrialState
+
+        return bool(self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)))
+
+    # -- finishing -------------------------------------------------------------------
+
+    def finish(self, trial, status: str, value: float | None, attrs: dict[str, Any]) -> bool:
+        """Record the outcome; False if the trial was already failed as stale meanwhile."""
+        import optuna
+        from optuna.trial import TrialState
+
+        try:
+            for key, v in attrs.items():
+                trial.set_user_attr(key, v)
+            trial.set_user_attr(STATUS_ATTR, status)
+            if status == FINISHED:
+                self.study.tell(trial, value)
+            elif status == PRUNED:
+                self.study.tell(trial, state=TrialState.PRUNED)
+            else:
+                self.study.tell(trial, state=TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
+        return True

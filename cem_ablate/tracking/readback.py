@@ -1,0 +1,113 @@
+"""Reading a study back from MLflow (for `cem-ablate report`): parents and children."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.store import make_client
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    run_id: str
+    trial_key: str
+    lr: float | None
+    seed: int | None
+    status: str
+    ppl: float | None  # final test perplexity (finished trials)
+    reason: str = ""
+
+
+@dataclass
+class VariantRecord:
+    run_id: str
+    key: str
+    name: str
+    role: str
+    status: str
+    labels: dict[str, str]
+    baselines: dict[str, str]  # baseline name -> variant key
+    metrics: dict[str, float]
+    edge: str | None
+    start_time: int = 0
+    trials: list[TrialRecord] = field(default_factory=list)
+
+    @property
+    def params_total(self) -> int | None:
+        value = self.metrics.get("params_total")
+        return int(value) if value is not None else None
+
+    @property
+    def lr_star(self) -> float | None:
+        return self.metrics.get("lr_akima")
+
+    @property
+    def ppl_star(self) -> float | None:
+        return self.metrics.get("ppl_akima")
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] | None = None) -> list[VariantRecord]:
+    """Parents (one per variant; the newest per name unless keys are given) and children.
+
+    Raises LookupError when the store has no such experiment.
+    """
+    client = make_client(tracking_uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None or experiment.lifecycle_stage != "active":
+        raise LookupError(experiment_name)
+    runs = []
+    page = None
+    while True:
+        batch = client.search_runs([experiment.experiment_id], page_token=page, max_results=1000,
+                                   filter_string=f"tags.`{T.STUDY}` = '{experiment_name}'")
+        runs.extend(batch)
+        page = batch.token
+        if not page:
+            break
+    parents = [r for r in runs if r.data.tags.get(T.KIND) == "variant"]
+    children = [r for r in runs if r.data.tags.get(T.KIND) == "trial"]
+    if variant_keys is not None:
+        wanted = set(variant_keys)
+        parents = [r for r in parents if r.data.tags.get(T.VARIANT_KEY) in wanted]
+    else:  # the latest config of each variant name
+        newest: dict[str, object] = {}
+        for r in sorted(parents, key=lambda r: r.info.start_time):
+            newest[r.data.tags.get(T.VARIANT, r.info.run_name)] = r
+        parents = list(newest.values())
+
+    by_parent: dict[str, list[TrialRecord]] = {}
+    for r in children:
+        tags = r.data.tags
+        seed = _float(tags.get("seed"))
+        by_parent.setdefault(tags.get(T.PARENT, ""), []).append(TrialRecord(
+            run_id=r.info.run_id, trial_key=tags.get(T.TRIAL_KEY, ""), lr=_float(tags.get("lr")),
+            seed=int(seed) if seed is not None else None, status=tags.get(T.STATUS, "running"),
+            ppl=r.data.metrics.get("test_ppl") if tags.get(T.STATUS) == "finished" else None,
+            reason=tags.get(T.REASON, ""),
+        ))
+
+    out = []
+    for r in parents:
+        tags = r.data.tags
+        labels = {k: tags[k] for k in json.loads(tags.get(T.AXES, "[]")) if k in tags}
+        baselines = {k[len(T.BASELINE_PREFIX):]: v for k, v in tags.items() if k.startswith(T.BASELINE_PREFIX)}
+        edge = tags.get(T.AKIMA_EDGE)
+        out.append(VariantRecord(
+            run_id=r.info.run_id, key=tags.get(T.VARIANT_KEY, ""), name=tags.get(T.VARIANT, r.info.run_name),
+            role=tags.get(T.ROLE, "variant"), status=tags.get(T.STATUS, ""), labels=labels, baselines=baselines,
+            metrics=dict(r.data.metrics), edge=None if edge in (None, "none") else edge,
+            start_time=r.info.start_time or 0,
+            trials=sorted(by_parent.get(r.info.run_id, []), key=lambda t: (t.lr or 0.0, t.seed or 0)),
+        ))
+    return out

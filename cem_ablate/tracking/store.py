@@ -1,0 +1,51 @@
+"""Where runs are stored: the default local store, environment, clients.
+
+Default store: `sqlite:///<cwd>/mlruns/mlflow.db`, artifacts under `mlruns/`
+(MLflow 3 refuses the plain `./mlruns` file store). Any tracking URI works,
+e.g. `http://host:5000` for a tracking server. Every caller passes a URI explicitly:
+Lightning's MLFlowLogger would otherwise fall back to `file:./mlruns`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+
+def default_tracking_uri(root: Path | None = None) -> str:
+    root = Path.cwd() if root is None else Path(root)
+    return f"sqlite:///{(root / 'mlruns' / 'mlflow.db').resolve()}"
+
+
+def sqlite_store_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):])
+    return None
+
+
+def default_artifact_root(uri: str) -> Path | None:
+    """Artifacts of a local SQLite store live next to the database (`mlruns/`)."""
+    db = sqlite_store_path(uri)
+    return db.parent if db is not None else None
+
+
+def quiet_mlflow() -> None:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    warnings.filterwarnings("ignore", message=".*noload.*")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="mlflow")
+
+
+def make_client(uri: str):
+    """An MlflowClient on `uri`; creates the local store's folder (call after validation)."""
+    quiet_mlflow()
+    db = sqlite_store_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    import logging
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)

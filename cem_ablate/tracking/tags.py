@@ -1,0 +1,22 @@
+"""Tag names shared by the writer (`study_runs`) and the reader (`readback`).
+
+The UI filters on them, e.g. `tags.cem_ablate.kind = 'variant'`; axis values are
+additionally tags and params under their own dotted key (`model.attention.name`).
+"""
+
+STUDY = "cem_ablate.study"  # study name (= experiment name)
+STUDY_HASH = "cem_ablate.study_hash"
+KIND = "cem_ablate.kind"  # "variant" (parent run) or "trial" (child run)
+VARIANT_KEY = "cem_ablate.variant_key"  # identity of a variant: name slug + config hash
+VARIANT = "cem_ablate.variant"  # human-readable variant name
+ROLE = "cem_ablate.role"  # "variant", or "baseline" when only trained as someone's baseline
+AXES = "cem_ablate.axes"  # JSON list of the axis labels of this study
+BASELINE_PREFIX = "cem_ablate.baseline."  # + baseline name -> variant key of the baseline
+TRIAL_KEY = "cem_ablate.trial_key"  # variant key + slot ("lr=0.002,seed=0"): one child each
+SLOT = "cem_ablate.slot"
+STATUS = "cem_ablate.status"  # finished / diverged / failed / pruned (trial); done/running (variant)
+REASON = "cem_ablate.reason"
+AKIMA_EDGE = "cem_ablate.akima_edge"  # "low" / "high" / "none"
+PARENT = "mlflow.parentRunId"  # MLflow's own: the UI nests children under it
+RUN_NAME = "mlflow.runName"
+NOTE = "mlflow.note.content"
