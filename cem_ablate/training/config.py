@@ -1,0 +1,185 @@
+"""A run config: `model:` + `train:` + `data:` (+ `name`), validated once at the edge.
+
+    name: tiny
+    model: {size: tiny, attention: {name: cem}}
+    train: {lr: 2e-3, batch_size: 16, max_steps: 300}
+    data:  {source: stdlib, tokenizer: byte, block_size: 128}
+
+The optimizer defaults are the paper's recipe (SPEC §7, Table 2); the batch, budget
+and evaluation defaults are CPU-sized. `model.vocab_size`, when not given, becomes the
+tokenizer's vocabulary size for training (`RunConfig.training_model`), while the
+Chinchilla budget keeps counting the Llama baseline at the configured vocabulary
+(32,000 when unset: the paper's tokenizer), so `size: 86M` always trains on
+20 × 86,371,488 tokens whichever tokenizer reads the text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cem_ablate.config import ConfigError, parse, require, to_dict
+from cem_ablate.config.errors import unknown
+from cem_ablate.config.schema import join
+from cem_ablate.data.config import DataConfig
+from cem_ablate.model.config import ModelConfig, parse_model_config
+
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed")
+DEFAULT_MAX_STEPS = 200  # when neither max_steps nor token_budget is given
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    lr: float = 1e-3  # peak learning rate
+    batch_size: int = 8  # sequences per device per micro-batch
+    effective_batch: int | None = None  # sequences per optimizer step; null: batch_size x devices x nodes
+    eval_batch_size: int | None = None  # null: batch_size
+    token_budget: int | str | None = None  # tokens, e.g. 2e6, or "chinchilla" (SPEC §7)
+    max_steps: int | None = None  # optimizer steps; exclusive with token_budget
+    warmup_frac: float = 0.05
+    final_lr_frac: float = 0.1
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-9
+    grad_clip: float = 1.0
+    seed: int = 0
+    devices: int = 1
+    num_nodes: int = 1
+    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = "auto"
+    precision: Literal["auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed"] = "auto"
+    compile: bool = False  # torch.compile each block
+    val_every_n_steps: int = 50
+    val_batches: int = 20  # per device, per validation
+    test_batches: int | None = None  # per device; null: the whole test split
+    ckpt_every_n_steps: int = 50
+    log_every_n_steps: int = 10
+    threads: int | None = None  # torch intra-op threads per process; null: torch's default
+
+    def validate(self, path: str) -> None:
+        p = f"{path}." if path else ""
+        require(self.lr > 0, f"{p}lr", f"must be positive, got {self.lr}.")
+        for name in ("batch_size", "devices", "num_nodes", "val_every_n_steps", "val_batches",
+                     "ckpt_every_n_steps", "log_every_n_steps"):
+            value = getattr(self, name)
+            require(value >= 1, f"{p}{name}", f"must be at least 1, got {value}.")
+        for name in ("effective_batch", "eval_batch_size", "max_steps", "test_batches", "threads"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, f"{p}{name}", f"must be at least 1 (or null), got {value}.")
+        require(0 <= self.warmup_frac < 1, f"{p}warmup_frac", f"must be in [0, 1), got {self.warmup_frac}.")
+        require(0 <= self.final_lr_frac <= 1, f"{p}final_lr_frac", f"must be in [0, 1], got {self.final_lr_frac}.")
+        require(self.weight_decay >= 0, f"{p}weight_decay", "must be non-negative.")
+        require(all(0 <= b < 1 for b in self.betas), f"{p}betas", f"must be in [0, 1), got {list(self.betas)}.")
+        require(self.eps > 0, f"{p}eps", "must be positive.")
+        require(self.grad_clip >= 0, f"{p}grad_clip", "must be non-negative (0 disables clipping).")
+        require(
+            self.token_budget is None or self.max_steps is None,
+            f"{p}token_budget",
+            "set either token_budget or max_steps, not both.",
+        )
+        if isinstance(self.token_budget, str) and self.token_budget != "chinchilla":
+            try:
+                tokens = float(self.token_budget)
+            except ValueError:
+                raise ConfigError(f"{p}token_budget", f"must be a number of tokens or 'chinchilla', "
+                                  f"got {self.token_budget!r}.") from None
+            require(tokens >= 1 and tokens.is_integer(), f"{p}token_budget",
+                    f"must be a positive whole number of tokens, got {self.token_budget!r}.")
+        if isinstance(self.token_budget, int):
+            require(self.token_budget >= 1, f"{p}token_budget", "must be positive.")
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.num_nodes
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    name: str = "run"
+
+    def training_model(self, tokenizer_vocab_size: int | None = None) -> ModelConfig:
+        """The model config that trains: vocab_size from the tokenizer when not given."""
+        vocab = self.model.vocab_size or tokenizer_vocab_size or self.data.static_vocab_size()
+        if vocab is None or vocab == self.model.vocab_size:
+            return self.model
+        return dataclasses.replace(self.model, vocab_size=vocab)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """Plain nested dict that `parse_run_config` reads back to an equal config.
+
+        The options of tasks the run does not use (`data.gp` for text, ...) are left
+        out: they change nothing, so they must not change the config's hash either.
+        """
+        data = to_dict(self.data)
+        for task in ("gp", "mqar"):
+            if self.data.task != task:
+                del data[task]
+        out = {"name": self.name, "model": self.model.to_mapping(), "train": to_dict(self.train), "data": data}
+        out["train"]["betas"] = list(self.train.betas)
+        return out
+
+
+TOP_LEVEL_KEYS = ("name", "model", "train", "data")
+
+
+def parse_run_config(mapping: Any, path: str = "") -> RunConfig:
+    """Validate a whole run config; every problem is a ConfigError naming its key."""
+    if isinstance(mapping, RunConfig):
+        return mapping
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(path, f"a run config is a mapping of {', '.join(TOP_LEVEL_KEYS)}, got {mapping!r}.")
+    for key in mapping:
+        if key not in TOP_LEVEL_KEYS:
+            raise unknown(join(path, key), key, TOP_LEVEL_KEYS)
+    name = mapping.get("name", "run")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(join(path, "name"), f"expected a non-empty string, got {name!r}.")
+    if mapping.get("model") is None:
+        raise ConfigError(join(path, "model"), "is required (a size preset or d_model, n_layers, n_heads, d_mlp).")
+    model = parse_model_config(mapping["model"], join(path, "model"))
+    train = parse(TrainConfig, mapping.get("train"), join(path, "train"))
+    data = parse(DataConfig, mapping.get("data"), join(path, "data"))
+    cfg = RunConfig(model=model, train=train, data=data, name=name)
+    _check_consistency(cfg, path)
+    return cfg
+
+
+def _check_consistency(cfg: RunConfig, path: str) -> None:
+    """Checks that involve more than one section."""
+    train, data = cfg.train, cfg.data
+    tokenizer_vocab = data.static_vocab_size()
+    if cfg.model.vocab_size is not None and tokenizer_vocab is not None and data.task != "gp":
+        require(
+            cfg.model.vocab_size >= tokenizer_vocab,
+            join(path, "model.vocab_size"),
+            f"{cfg.model.vocab_size} is smaller than the {tokenizer_vocab} ids of the data "
+            f"({'mqar' if data.task == 'mqar' else data.tokenizer}); leave it unset to follow the data.",
+        )
+    if data.task != "gp":
+        require(
+            data.block_size <= cfg.model.max_seq_len,
+            join(path, "data.block_size"),
+            f"{data.block_size} exceeds model.max_seq_len {cfg.model.max_seq_len}.",
+        )
+    if data.task == "mqar":
+        require(
+            data.block_size >= 4 * data.mqar.num_kv_pairs,
+            join(path, "data.block_size"),
+            f"MQAR needs block_size >= 4 x num_kv_pairs = {4 * data.mqar.num_kv_pairs}.",
+        )
+    per_step = train.batch_size * train.world_size
+    if train.effective_batch is not None:
+        require(
+            train.effective_batch % per_step == 0,
+            join(path, "train.effective_batch"),
+            f"{train.effective_batch} is not a multiple of batch_size x devices x num_nodes = {per_step}.",
+        )
+    if data.streaming:
+        require(data.num_workers == 0, join(path, "data.num_workers"),
+                "must be 0 for a streamed source (the stream is read in the main process).")

@@ -1,0 +1,290 @@
+"""Train one run config: the engine the CLI and the study runner call.
+
+    result = train_run(cfg, run_dir=Path("runs/x"), tracking_uri=..., mlflow_run_id=...)
+
+The path of a run: validate the config -> claim the run folder -> prepare the data
+(tokenizer and token cache, built once) -> build the model around the data's
+vocabulary -> Lightning fit (resuming `last.ckpt` if present) -> final validation and
+test -> `TrainResult`, written to `<run_dir>/result.json` and to MLflow.
+
+- Divergence (non-finite loss) is a result, `status="diverged"`, never an exception.
+- Any other error during training is `status="failed"` with the error text; bad
+  configuration raises `ConfigError` before anything starts.
+- Rerunning a run whose folder holds a finished or diverged result returns it
+  without training; a killed run resumes from its last checkpoint and ends exactly
+  where the uninterrupted run would have (see `cem_ablate.data.sampler`).
+- DDP (devices x num_nodes > 1): Lightning re-executes the launching script once per
+  rank. Only a script that is safe to re-run may train in-process: the
+  `cem-ablate train` CLI passes `ddp_in_process=True`. Every other caller (the study
+  runner, notebooks) gets the run launched as a subprocess,
+  `python -m cem_ablate.training.launch <run_dir>`, and its result read back from
+  `result.json`. `extra_callbacks` cannot cross that process boundary.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cem_ablate.model.config import ModelConfig
+from cem_ablate.model.report import ModelReport
+from cem_ablate.training.budget import Budget, resolve_budget
+from cem_ablate.training.config import RunConfig, parse_run_config
+from cem_ablate.training.result import TrainResult
+from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will do, known without training: for printing and dry runs."""
+
+    config: RunConfig
+    budget: Budget
+    report: ModelReport
+    model_config: ModelConfig | None
+
+    @property
+    def train_flops(self) -> float:
+        """Total training FLOPs: 3 x forward FLOPs/token x tokens."""
+        return self.report.train_flops_per_token * self.budget.tokens
+
+
+def plan_run(cfg: RunConfig | Mapping[str, Any]) -> RunPlan:
+    from cem_ablate.training.networks import plan_network
+
+    cfg = parse_run_config(cfg)
+    report, model_config = plan_network(cfg)
+    return RunPlan(cfg, resolve_budget(cfg), report, model_config)
+
+
+def train_run(
+    cfg: RunConfig | Mapping[str, Any],
+    *,
+    run_dir: str | Path,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    mlflow_run_id: str | None = None,
+    extra_callbacks: Sequence = (),
+    resume: bool = True,
+    progress: bool = True,
+    ddp_in_process: bool = False,
+) -> TrainResult:
+    cfg = parse_run_config(cfg)
+    folder = RunDirectory(run_dir)
+    if resume and (ended := folder.finished_result()) is not None:
+        return ended
+    if cfg.train.world_size > 1 and not ddp_in_process:
+        return _train_in_subprocess(cfg, folder, tracking_uri, experiment, mlflow_run_id,
+                                    extra_callbacks, resume, progress)
+    if is_rank_zero_process():
+        folder.claim(cfg, resume)
+    from cem_ablate.training.run_tracking import default_tracking_uri
+
+    return _Session(cfg, folder, tracking_uri or default_tracking_uri(), experiment or cfg.name,
+                    mlflow_run_id, list(extra_callbacks), resume, progress).run()
+
+
+class _Session:
+    """One process's part of a run (every DDP rank runs one)."""
+
+    def __init__(self, cfg: RunConfig, folder: RunDirectory, tracking_uri: str, experiment: str,
+                 mlflow_run_id: str | None, extra_callbacks: list, resume: bool, progress: bool):
+        self.cfg, self.folder = cfg, folder
+        self.tracking_uri, self.experiment, self.mlflow_run_id = tracking_uri, experiment, mlflow_run_id
+        self.extra_callbacks, self.resume, self.progress = extra_callbacks, resume, progress
+        self.rank_zero = is_rank_zero_process()
+        self.logger = None
+        self.task = None
+        self.trainer = None
+        self.throughput = None
+
+    def run(self) -> TrainResult:
+        start = time.time()
+        warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
+        try:
+            result = self._train()
+        except Exception as err:  # noqa: BLE001 - a failed run is a result, with its reason
+            from cem_ablate.config import ConfigError
+
+            if isinstance(err, ConfigError):
+                raise
+            if self.rank_zero:
+                traceback.print_exc(file=sys.stderr)
+            result = self._result("failed", error=f"{type(err).__name__}: {err}".strip())
+        result.seconds = time.time() - start
+        if self.rank_zero:
+            self.folder.write_result(result)
+            self._log_outcome(result)
+        return result
+
+    # -- the run ------------------------------------------------------------------------
+    def _train(self) -> TrainResult:
+        import lightning as L
+        import torch
+
+        from cem_ablate.training.callbacks import PeriodicCheckpoint, PrintProgress, ThroughputMonitor
+        from cem_ablate.training.hardware import device_peak_flops
+        from cem_ablate.training.tasks import build_task
+        from cem_ablate.training.trainer_factory import (
+            build_trainer, is_terminal, resolve_accelerator, resolve_precision)
+
+        cfg, train = self.cfg, self.cfg.train
+        if train.threads:
+            torch.set_num_threads(train.threads)
+        budget = resolve_budget(cfg)
+        L.seed_everything(train.seed, workers=True, verbose=False)
+        self.task = task = build_task(cfg, budget)
+        if self.rank_zero:
+            self._open_tracking(budget)
+
+        accelerator = resolve_accelerator(train)
+        precision = resolve_precision(train, accelerator)
+        device = "cuda" if accelerator == "gpu" else accelerator
+        tokens_per_item = 1 if cfg.data.task == "gp" else cfg.data.block_size
+        self.throughput = ThroughputMonitor(
+            tokens_per_micro_batch=train.batch_size * train.world_size * tokens_per_item,
+            tokens_per_step=budget.effective_batch * tokens_per_item,
+            flops_per_token=task.report.flops_per_token,
+            peak_flops_per_device=device_peak_flops(device, precision),
+        )
+        callbacks = [self.throughput, PeriodicCheckpoint(self.folder.last_checkpoint, train.ckpt_every_n_steps)]
+        bar = self.progress and is_terminal()
+        if self.progress and not bar:
+            callbacks.append(PrintProgress(budget.steps, train.log_every_n_steps))
+        self.trainer = trainer = build_trainer(
+            train, budget, default_root_dir=str(self.folder.path), logger=self.logger,
+            callbacks=callbacks + self.extra_callbacks, progress_bar=bar,
+        )
+        ckpt = self.folder.resume_checkpoint() if self.resume else None
+        with warnings.catch_warnings():
+            # Mid-epoch resume is exact here: the data order lives in the data module's state.
+            warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch.*")
+            trainer.fit(task.module, datamodule=task.datamodule, ckpt_path=ckpt)
+        if task.module.diverged:
+            return self._result("diverged", error=f"non-finite training loss after {task.module.diverged_step} steps")
+        if trainer.interrupted:
+            raise KeyboardInterrupt
+        from cem_ablate.training.callbacks import save_checkpoint_atomically
+
+        save_checkpoint_atomically(trainer, self.folder.last_checkpoint)
+        metrics = _floats(trainer.callback_metrics)
+        if getattr(task.module, "last_val_step", None) != trainer.global_step:
+            metrics |= _floats(trainer.validate(task.module, datamodule=task.datamodule, verbose=False)[0])
+        metrics |= _floats(trainer.test(task.module, datamodule=task.datamodule, verbose=False)[0])
+        return self._result("finished", metrics=metrics)
+
+    def _open_tracking(self, budget: Budget) -> None:
+        from cem_ablate.training.run_tracking import log_params, open_logger
+
+        run_id = self.mlflow_run_id or (self.folder.tracked_run(self.tracking_uri) if self.resume else None)
+        self.logger = open_logger(self.tracking_uri, self.experiment, self.cfg.name, run_id)
+        self.folder.remember_run(self.tracking_uri, self.logger.run_id)
+        log_params(self.logger, run_params(self.cfg, budget, self.task.report, self.task.data_facts))
+        self.logger.experiment.log_text(self.logger.run_id, self.folder.config_file.read_text(), "config.yaml")
+
+    def _result(self, status: str, metrics: Mapping[str, float] | None = None, error: str | None = None) -> TrainResult:
+        metrics = metrics or {}
+        module = self.task.module if self.task else None
+        trainer = self.trainer
+        steps = trainer.global_step if trainer else 0
+        budget = resolve_budget(self.cfg)
+        tokens_per_item = 1 if self.cfg.data.task == "gp" else self.cfg.data.block_size
+        return TrainResult(
+            status=status,
+            steps=steps,
+            tokens_seen=steps * budget.effective_batch * tokens_per_item,
+            train_loss=getattr(module, "last_train_loss", math.nan),
+            val_loss=metrics.get("val_loss", math.nan),
+            val_ppl=metrics.get("val_ppl", math.nan),
+            test_loss=metrics.get("test_loss", math.nan),
+            test_ppl=metrics.get("test_ppl", math.nan),
+            rmse=metrics.get("test_rmse"),
+            recall_accuracy=metrics.get("test_recall_acc"),
+            tokens_per_sec=self.throughput.tokens_per_sec if self.throughput else math.nan,
+            mfu=self.throughput.mfu(self.cfg.train.world_size) if self.throughput else math.nan,
+            params=self.task.report.params_total if self.task else 0,
+            flops_per_token=self.task.report.flops_per_token if self.task else 0.0,
+            diverged_step=getattr(module, "diverged_step", None),
+            error=error,
+            mlflow_run_id=self.logger.run_id if self.logger else self.mlflow_run_id,
+            run_dir=str(self.folder.path),
+        )
+
+    def _log_outcome(self, result: TrainResult) -> None:
+        if self.logger is None:
+            return
+        from cem_ablate.training.run_tracking import log_outcome
+
+        summary = {"params": result.params, "flops_per_token": result.flops_per_token,
+                   "tokens_per_sec_mean": result.tokens_per_sec, "mfu_mean": result.mfu,
+                   "steps": result.steps, "diverged_step": result.diverged_step}
+        try:
+            log_outcome(self.logger, result.status, result.error, summary, result.steps)
+        except Exception as err:  # noqa: BLE001 - the result stands even if the store is busy
+            print(f"warning: could not record the outcome in MLflow: {err}", file=sys.stderr)
+
+
+def run_params(cfg: RunConfig, budget: Budget, report: ModelReport, data_facts: Mapping[str, Any]) -> dict[str, Any]:
+    """MLflow params of a run: the resolved config (dotted keys) and derived facts."""
+    from cem_ablate.training.run_tracking import flatten
+
+    params = flatten(cfg.to_mapping())
+    params.update({
+        "budget.tokens": budget.tokens, "budget.steps": budget.steps,
+        "budget.accumulation": budget.accumulation, "budget.effective_batch": budget.effective_batch,
+        "budget.rule": budget.rule, "params_total": report.params_total,
+        "flops_per_token": report.flops_per_token,
+    })
+    params.update({f"params.{k}": v for k, v in report.params_by_component.items()})
+    params.update({f"data.{k}": v for k, v in data_facts.items()})
+    return params
+
+
+def _floats(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def _train_in_subprocess(cfg: RunConfig, folder: RunDirectory, tracking_uri: str | None,
+                         experiment: str | None, mlflow_run_id: str | None, extra_callbacks: Sequence,
+                         resume: bool, progress: bool) -> TrainResult:
+    """DDP for library callers: `python -m cem_ablate.training.launch`, result read back."""
+    import subprocess
+
+    from cem_ablate.training.run_tracking import default_tracking_uri
+
+    if extra_callbacks:
+        warnings.warn("extra_callbacks are not passed to a DDP run launched as a subprocess", stacklevel=3)
+    folder.claim(cfg, resume)
+    command = [sys.executable, "-m", "cem_ablate.training.launch", str(folder.path),
+               "--tracking-uri", tracking_uri or default_tracking_uri(),
+               "--experiment", experiment or cfg.name]
+    if mlflow_run_id:
+        command += ["--mlflow-run-id", mlflow_run_id]
+    if not resume:
+        command.append("--fresh")
+    if not progress:
+        command.append("--no-progress")
+    code = subprocess.run(command, preexec_fn=_die_with_parent).returncode
+    result = folder.read_result()
+    if result is None:
+        return TrainResult("failed", error=f"the DDP training process exited with code {code} and no result",
+                           run_dir=str(folder.path), mlflow_run_id=mlflow_run_id)
+    return result
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the parent dies (Linux), so no orphan trains on."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

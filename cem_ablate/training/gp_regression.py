@@ -1,0 +1,42 @@
+"""Training a `GPRegressor` (SPEC §9): mean squared error loss, RMSE metric.
+
+Logs `val_rmse` / `test_rmse`, and `val_loss` = validation MSE (what pruning reads).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanSquaredError
+
+from cem_ablate.training.gp_regressor import GPRegressor
+from cem_ablate.training.recipe import RecipeModule
+
+
+class GPRegressionModule(RecipeModule):
+    def __init__(self, model: GPRegressor, train, budget):
+        super().__init__(model, train, budget)
+        self.rmse = nn.ModuleDict({stage: MeanSquaredError(squared=False) for stage in ("val", "test")})
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return self.checked_loss(F.mse_loss(self.model(x).float(), y))
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.rmse["val"].update(self.model(x).float(), y)
+
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.rmse["test"].update(self.model(x).float(), y)
+
+    def _log_stage(self, stage: str) -> None:
+        rmse = self.rmse[stage].compute()
+        self.log_dict({f"{stage}_rmse": rmse, f"{stage}_loss": rmse.square()}, prog_bar=stage == "val")
+        self.rmse[stage].reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_stage("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_stage("test")

@@ -1,0 +1,39 @@
+"""`python -m cem_ablate.training.launch RUN_DIR`: train the config saved in RUN_DIR.
+
+The process `train_run` starts for DDP runs called from a library (the study runner):
+Lightning re-executes this command once per rank, which is safe, unlike re-running
+the caller's script. The result is read back from `RUN_DIR/result.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cem_ablate.config import load_yaml
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cem_ablate.training.launch")
+    parser.add_argument("run_dir")
+    parser.add_argument("--tracking-uri", required=True)
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--mlflow-run-id")
+    parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+
+    from cem_ablate.training.engine import train_run
+    from cem_ablate.training.run_directory import RunDirectory
+
+    folder = RunDirectory(args.run_dir)
+    result = train_run(
+        load_yaml(folder.config_file), run_dir=folder.path, tracking_uri=args.tracking_uri,
+        experiment=args.experiment, mlflow_run_id=args.mlflow_run_id,
+        resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
+    )
+    return 0 if result.status in ("finished", "diverged") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

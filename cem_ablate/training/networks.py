@@ -1,0 +1,39 @@
+"""The network a run trains, and its parameter/FLOP report, without Lightning.
+
+Kept free of Lightning imports (seconds to import) so dry runs over many variants
+(`cem-ablate train --dry-run`, `cem-ablate study --dry-run`) stay fast.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cem_ablate.model.config import ModelConfig
+from cem_ablate.model.report import ModelReport, model_report
+from cem_ablate.training.config import RunConfig
+
+
+def build_network(cfg: RunConfig, vocab_size: int | None = None) -> tuple[nn.Module, ModelConfig | None]:
+    """The model of a run (on the current default device) and, for LMs, its config."""
+    if cfg.data.task == "gp":
+        from cem_ablate.training.gp_regressor import GPRegressor
+
+        return GPRegressor(cfg.model, cfg.data.gp.dim), None
+    from cem_ablate import build_model
+
+    model_config = cfg.training_model(vocab_size)
+    return build_model(model_config), model_config
+
+
+def network_report(cfg: RunConfig, model: nn.Module) -> ModelReport:
+    if cfg.data.task == "gp":
+        return model.report()
+    return model_report(model, cfg.data.block_size)
+
+
+def plan_network(cfg: RunConfig) -> tuple[ModelReport, ModelConfig | None]:
+    """Parameter counts and FLOPs without allocating weights (meta device)."""
+    with torch.device("meta"):
+        model, model_config = build_network(cfg)
+    return network_report(cfg, model), model_config

@@ -1,0 +1,59 @@
+"""What a training run returns (and writes to `<run_dir>/result.json`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Status = Literal["finished", "diverged", "failed"]
+
+
+@dataclass
+class TrainResult:
+    status: Status
+    steps: int = 0  # optimizer steps completed
+    tokens_seen: int = 0
+    train_loss: float = math.nan  # last finite training loss
+    val_loss: float = math.nan
+    val_ppl: float = math.nan
+    test_loss: float = math.nan
+    test_ppl: float = math.nan
+    rmse: float | None = None  # GP regression (test split)
+    recall_accuracy: float | None = None  # MQAR (test split)
+    tokens_per_sec: float = math.nan
+    mfu: float = math.nan
+    params: int = 0
+    flops_per_token: float = 0.0  # forward, per token (x3 for training)
+    diverged_step: int | None = None  # optimizer steps completed when the loss went non-finite
+    error: str | None = None
+    mlflow_run_id: str | None = None
+    run_dir: str = ""
+    seconds: float = 0.0  # wall time of the last session (a resumed run counts its own)
+
+    @property
+    def objective(self) -> float:
+        """The number a study minimizes: test perplexity, RMSE for GP, recall error for MQAR."""
+        if self.rmse is not None:
+            return self.rmse
+        if self.recall_accuracy is not None:
+            return 1.0 - self.recall_accuracy
+        return self.test_ppl
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: NaN becomes None."""
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainResult:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in data.items():
+            if key not in fields:
+                continue
+            if value is None and fields[key].default is not None and isinstance(fields[key].default, float):
+                value = math.nan
+            kwargs[key] = value
+        return cls(**kwargs)

@@ -1,0 +1,124 @@
+"""The folder of one run: its config, checkpoints, MLflow run id and result.
+
+    <run_dir>/config.yaml          the resolved run config (what `train` re-reads)
+    <run_dir>/checkpoints/last.ckpt  latest step-boundary checkpoint (atomic)
+    <run_dir>/mlflow.json          tracking URI + run id, so a resumed run continues it
+    <run_dir>/result.json          TrainResult, written when the run ends
+
+Only global rank 0 writes here. The CLI derives the folder from the config
+(`runs/<name>-<hash>`), so "kill -9 and rerun the same command" finds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cem_ablate.config import ConfigError
+from cem_ablate.training.config import RunConfig
+from cem_ablate.training.result import TrainResult
+
+LAST_CHECKPOINT = "last.ckpt"
+
+
+def config_hash(cfg: RunConfig) -> str:
+    text = json.dumps(cfg.to_mapping(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def default_run_dir(cfg: RunConfig, root: str | Path = "runs") -> Path:
+    slug = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in cfg.name)
+    return Path(root) / f"{slug}-{config_hash(cfg)}"
+
+
+def is_rank_zero_process() -> bool:
+    """Whether this process is (or will become) global rank 0, from the launcher's env.
+
+    Lightning's launcher, torchrun and SLURM set these variables for every rank;
+    before any launch the process is rank 0.
+    """
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"]) == 0
+    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class RunDirectory:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoint_dir / LAST_CHECKPOINT
+
+    @property
+    def result_file(self) -> Path:
+        return self.path / "result.json"
+
+    @property
+    def tracking_file(self) -> Path:
+        return self.path / "mlflow.json"
+
+    def claim(self, cfg: RunConfig, resume: bool) -> None:
+        """Make the folder hold `cfg`: refuse another config's run, clear it when not resuming."""
+        mapping = cfg.to_mapping()
+        if self.config_file.exists():
+            existing = yaml.safe_load(self.config_file.read_text())
+            if resume and existing != mapping:
+                raise ConfigError("", f"{self.path} holds a run of a different config; "
+                                      "pass another run directory or start fresh.")
+        if not resume:
+            for stale in (self.checkpoint_dir, self.result_file, self.tracking_file):
+                if stale.is_dir():
+                    shutil.rmtree(stale)
+                elif stale.exists():
+                    stale.unlink()
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.config_file, yaml.safe_dump(mapping, sort_keys=False))
+
+    def resume_checkpoint(self) -> Path | None:
+        return self.last_checkpoint if self.last_checkpoint.exists() else None
+
+    def finished_result(self) -> TrainResult | None:
+        """The result of an ended run (finished or diverged: rerunning would not change it)."""
+        if not self.result_file.exists():
+            return None
+        result = TrainResult.from_dict(json.loads(self.result_file.read_text()))
+        return result if result.status in ("finished", "diverged") else None
+
+    def write_result(self, result: TrainResult) -> None:
+        write_atomically(self.result_file, json.dumps(result.to_dict(), indent=2))
+
+    def read_result(self) -> TrainResult | None:
+        if not self.result_file.exists():
+            return None
+        return TrainResult.from_dict(json.loads(self.result_file.read_text()))
+
+    def tracked_run(self, tracking_uri: str) -> str | None:
+        """The MLflow run this folder logged to before, if on the same store."""
+        if not self.tracking_file.exists():
+            return None
+        data: dict[str, Any] = json.loads(self.tracking_file.read_text())
+        return data.get("run_id") if data.get("tracking_uri") == tracking_uri else None
+
+    def remember_run(self, tracking_uri: str, run_id: str) -> None:
+        write_atomically(self.tracking_file, json.dumps({"tracking_uri": tracking_uri, "run_id": run_id}))

@@ -1,0 +1,102 @@
+"""MLflow for one training run, through Lightning's MLFlowLogger (rank 0 only).
+
+The run is either handed in (`mlflow_run_id`: the study's child run) or created in
+`experiment` and remembered in the run folder, so a resumed run continues the same
+MLflow run instead of opening a second one. The default store is
+`sqlite:///<cwd>/mlruns/mlflow.db` with artifacts under `mlruns/` (NOTES: the plain
+`./mlruns` file store is refused by MLflow 3, and MLFlowLogger would fall back to it
+unless given a URI). Configuration and data facts are logged as params (dotted keys),
+the outcome as tags `cem_ablate.status` / `cem_ablate.reason` plus summary metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+STATUS_TAG = "cem_ablate.status"  # same tag names as cem_ablate.tracking.tags
+REASON_TAG = "cem_ablate.reason"
+KIND_TAG = "cem_ablate.kind"
+
+
+def default_tracking_uri() -> str:
+    return f"sqlite:///{(Path.cwd() / 'mlruns' / 'mlflow.db').resolve()}"
+
+
+def quiet_mlflow() -> None:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    warnings.filterwarnings("ignore", message=".*noload.*")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="mlflow")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str | None):
+    """An MLFlowLogger on an existing run (`run_id`) or a new one in `experiment`."""
+    quiet_mlflow()
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    artifact_location = None
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):])
+        db.parent.mkdir(parents=True, exist_ok=True)
+        artifact_location = (db.parent / "artifacts" / experiment).as_uri()
+    logger = MLFlowLogger(
+        experiment_name=experiment,
+        run_name=run_name,
+        tracking_uri=tracking_uri,
+        run_id=run_id,
+        artifact_location=artifact_location,
+        tags=None if run_id else {KIND_TAG: "train"},
+    )
+    if run_id:  # a resumed or handed-in run may have been marked finished/killed
+        logger.experiment.update_run(run_id, status="RUNNING")
+    return logger
+
+
+def log_params(logger, params: Mapping[str, Any]) -> None:
+    """Log params, skipping any the run already holds with another value.
+
+    A handed-in run may carry the study's own params (MLflow refuses to change one).
+    """
+    from mlflow.entities import Param
+    from mlflow.exceptions import MlflowException
+
+    client, run_id = logger.experiment, logger.run_id
+    existing = client.get_run(run_id).data.params
+    batch = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in existing]
+    for i in range(0, len(batch), 100):
+        try:
+            client.log_batch(run_id, params=batch[i : i + 100])
+        except MlflowException as err:  # pragma: no cover - raced by another writer
+            warnings.warn(f"MLflow params not logged: {err}", stacklevel=2)
+
+
+def log_outcome(logger, status: str, reason: str | None, metrics: Mapping[str, float | None], step: int) -> None:
+    from mlflow.entities import Metric, RunTag
+
+    client, run_id = logger.experiment, logger.run_id
+    import time
+
+    now = int(time.time() * 1000)
+    batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
+             if v is not None and math.isfinite(float(v))]
+    tags = [RunTag(STATUS_TAG, status)] + ([RunTag(REASON_TAG, reason[:5000])] if reason else [])
+    client.log_batch(run_id, metrics=batch, tags=tags)
+    client.set_terminated(run_id, "FAILED" if status == "failed" else "FINISHED")

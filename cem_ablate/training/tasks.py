@@ -1,0 +1,73 @@
+"""Per task (text, MQAR, GP): which data module, model and LightningModule train it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+from torch import nn
+
+from cem_ablate.model.config import ModelConfig
+from cem_ablate.model.report import ModelReport
+from cem_ablate.training.budget import Budget
+from cem_ablate.training.config import RunConfig
+from cem_ablate.training.networks import build_network, network_report
+
+
+@dataclass
+class Task:
+    datamodule: L.LightningDataModule
+    module: L.LightningModule
+    model: nn.Module
+    model_config: ModelConfig | None
+    report: ModelReport
+    data_facts: dict[str, Any]
+
+
+def build_task(cfg: RunConfig, budget: Budget) -> Task:
+    """Prepare the data (tokenizer, caches), then build the model around its vocabulary."""
+    loader_options = dict(
+        batch_size=cfg.train.batch_size,
+        eval_batch_size=cfg.train.eval_batch_size,
+        seed=cfg.train.seed,
+        total_micro_batches=budget.micro_batches,
+        accumulation=budget.accumulation,
+    )
+    task = cfg.data.task
+    if task == "text":
+        from cem_ablate.data.text_datamodule import TextDataModule
+
+        datamodule = TextDataModule(cfg.data, **loader_options)
+        datamodule.prepare()
+        vocab_size = datamodule.vocab_size
+    elif task == "mqar":
+        from cem_ablate.data.mqar import MQARDataModule
+
+        datamodule = MQARDataModule(cfg.data, **loader_options)
+        vocab_size = cfg.data.mqar.vocab_size
+    else:
+        from cem_ablate.data.gp import GPDataModule
+
+        datamodule = GPDataModule(cfg.data.gp, cache_dir=cfg.data.cache_dir, num_workers=cfg.data.num_workers,
+                                  **loader_options)
+        vocab_size = None
+    model, model_config = build_network(cfg, vocab_size)
+    report = network_report(cfg, model)
+    if cfg.train.compile:
+        compile_blocks(model)
+    if task == "gp":
+        from cem_ablate.training.gp_regression import GPRegressionModule
+
+        module = GPRegressionModule(model, cfg.train, budget)
+    else:
+        from cem_ablate.training.language_model import LanguageModelModule
+
+        module = LanguageModelModule(model, cfg.train, budget, recall_metric=task == "mqar")
+    return Task(datamodule, module, model, model_config, report, datamodule.describe())
+
+
+def compile_blocks(model: nn.Module) -> None:
+    """torch.compile each block in place (one graph per block: short compiles, reused)."""
+    for block in model.blocks:
+        block.compile()

@@ -1,0 +1,85 @@
+"""A Lightning Trainer configured from a run config (hardware, precision, schedule).
+
+- accelerator `auto`: a GPU when there is one, else the CPU;
+- precision `auto`: bf16-mixed on GPUs that support it (the paper's recipe), else fp32
+  (bf16 on CPU is slower to converge for these tiny models and noisy in speed);
+- devices x num_nodes > 1: DDP (gloo on CPU, NCCL on GPU); Lightning handles
+  torchrun / SLURM environments for multi-node;
+- validation every `val_every_n_steps` optimizer steps (the interval is counted in
+  micro-batches, hence x accumulation), no sanity validation, test batches capped
+  by `test_batches`;
+- the data modules shard data across ranks themselves (`use_distributed_sampler`
+  off) so the order stays a pure function of (seed, position), see data.sampler;
+- checkpointing is the engine's `PeriodicCheckpoint` (atomic `last.ckpt`), not
+  Lightning's ModelCheckpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import lightning as L
+import torch
+
+from cem_ablate.training.budget import Budget
+from cem_ablate.training.config import TrainConfig
+
+
+def resolve_accelerator(train: TrainConfig) -> str:
+    if train.accelerator == "auto":
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    return "gpu" if train.accelerator == "cuda" else train.accelerator
+
+
+def resolve_precision(train: TrainConfig, accelerator: str) -> str:
+    if train.precision != "auto":
+        return train.precision
+    if accelerator == "gpu" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
+
+
+def build_trainer(
+    train: TrainConfig,
+    budget: Budget,
+    *,
+    default_root_dir: str,
+    logger,
+    callbacks: Sequence[L.Callback],
+    progress_bar: bool,
+) -> L.Trainer:
+    accelerator = resolve_accelerator(train)
+    callbacks = list(callbacks)
+    if progress_bar:
+        from lightning.pytorch.callbacks import RichProgressBar
+
+        callbacks.append(RichProgressBar(leave=True))
+    return L.Trainer(
+        accelerator=accelerator,
+        devices=train.devices,
+        num_nodes=train.num_nodes,
+        strategy="ddp" if train.world_size > 1 else "auto",
+        precision=resolve_precision(train, accelerator),
+        max_steps=budget.steps,
+        accumulate_grad_batches=budget.accumulation,
+        gradient_clip_val=train.grad_clip or None,
+        gradient_clip_algorithm="norm",
+        val_check_interval=train.val_every_n_steps * budget.accumulation,
+        check_val_every_n_epoch=None,
+        limit_val_batches=train.val_batches,
+        limit_test_batches=train.test_batches,  # None: the whole split
+        num_sanity_val_steps=0,
+        log_every_n_steps=train.log_every_n_steps,
+        logger=logger if logger is not None else False,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        enable_progress_bar=progress_bar,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        default_root_dir=default_root_dir,
+    )
+
+
+def is_terminal() -> bool:
+    return sys.stdout.isatty()
