@@ -9,6 +9,16 @@ re-normalizes the state, u = RMSNorm(x^t), and moves
     x^{t+1} = x^t + eta Σ_k P_k W_Q^kT o_k(u)      (= x - grad E at u when delta = 0).
 With `diag_update: exact` the KQ-diagonal term of the gradient,
 Σ_k P_k (delta_k ⊙ Σ_j p_ijk c_j), is added (Algorithm 1 leaves it out: `paper`).
+
+Two code paths compute the same function (tests hold them to 1e-9 in float64):
+`impl: reference` builds the (B, K, J, J) scores explicitly and lets autograd
+differentiate them; `impl: fast` (default) runs an exact attention kernel from
+`components.cem_attention_kernels` (causal block skipping on CPU, FlexAttention on
+CUDA) in which the KQ diagonal is one extra score matrix per layer (shared) rather
+than a wider head, the self bias and ALiBi are additive terms with exact gradients,
+keys/values and the context are computed once per block, u = c at the first step
+(x^0 = h), and eta P_k W_Q^kT is folded into one (D, D) read-out per forward.
+`energy()` always uses the explicit scores.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.schema import require
 from cem_ablate.registry import register
 from components.alibi import ALiBi
+from components.cem_attention_kernels import causal_alibi, cem_attention_core, select_kernel
 from components.energy_recursion import EnergyRecursion
 from components.linear import linear
 from components.norm import RMSNorm
@@ -39,9 +50,15 @@ class CEMAttentionOptions:
     diag_update: Literal["paper", "exact"] = "paper"
     step_size: float = 1.0
     learnable_step_size: bool = False
+    impl: Literal["fast", "reference"] = "fast"  # reference: explicit scores, for tests and debugging
+    kernel: Literal["auto", "blocked", "sdpa", "flex"] = "auto"  # fast path only; auto: flex on CUDA, else blocked
+    checkpoint_steps: bool = False  # recompute each recursion step in backward (memory-lean, T >= 3)
 
     def validate(self, path: str) -> None:
         require(self.step_size > 0, f"{path}.step_size", f"must be > 0, got {self.step_size}.")
+        require(self.kernel != "sdpa" or self.kq_diag == "none", f"{path}.kernel",
+                "'sdpa' needs kq_diag: none (a learnable KQ diagonal would need a mask that requires "
+                "grad, which SDPA does not take); use 'blocked' or 'auto'.")
 
     def check_dims(self, dims: ModelDims, path: str) -> None:
         rank = self.preconditioner.rank
@@ -54,7 +71,8 @@ class CEMAttentionOptions:
           description="CEM attention: tied W_Q/W_K, ALiBi + self bias, KQ diagonal, T energy-descent steps.")
 class CEMAttention(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMAttentionOptions, steps: int = 1):
-        super().__init__(steps, options.step_size, options.learnable_step_size)
+        super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps)
+        self.impl, self.kernel = options.impl, options.kernel
         d_model, self.n_heads, self.head_dim = dims.d_model, dims.n_heads, dims.head_dim
         self.tau = math.sqrt(self.head_dim)
         self.diag_update = options.diag_update
@@ -106,17 +124,19 @@ class CEMAttention(EnergyRecursion):
 
     # -- the layer ------------------------------------------------------------------
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.impl == "reference":
+            return self.forward_reference(h)
+        return self.forward_fast(h)
+
+    def forward_reference(self, h: torch.Tensor) -> torch.Tensor:
+        """SPEC §2 with explicit (B, K, J, J) scores, differentiated by autograd."""
         c, keys, bias = self._context(h)
         readout = self.readout()
-        x = h
-        for t in range(self.steps):
-            u = self.norm(x)
-            if self.track_energy:
-                self.record_energy(u, h, t)
-            x = x + self.step_size * self.descent_direction(u, c, keys, bias, readout)
-        if self.track_energy:
-            self.record_energy(self.norm(x), h, self.steps)
-        return x
+
+        def step(x, t):
+            return x + self.step_size * self.descent_direction(self.norm(x), c, keys, bias, readout)
+
+        return self.descend(h, step)
 
     def descent_direction(self, u, c, keys, bias, readout):
         """Σ_k P_k W_Q^kT o_k(u) (+ the exact KQ-diagonal term): shape (B, J, D)."""
@@ -130,6 +150,44 @@ class CEMAttention(EnergyRecursion):
             delta = delta if delta.dim() == 1 else delta[:, None, :]
             direction = direction + self.precond.apply((delta * ctx).transpose(1, 2)).sum(-2)
         return direction
+
+    def resolved_kernel(self, device: torch.device) -> str:
+        if self.kernel != "auto":
+            return self.kernel
+        return select_kernel(device.type, self.delta is not None)
+
+    def forward_fast(self, h: torch.Tensor) -> torch.Tensor:
+        """The same function through an exact attention kernel (module docstring)."""
+        b, j, d_model = h.shape
+        k_heads, d = self.n_heads, self.head_dim
+        delta = self.delta
+        exact = delta is not None and self.diag_update == "exact"
+        c = self.norm(h)
+        kv = self._split_heads(self.w_k(c)).contiguous()  # keys = values, once per block
+        values = kv
+        if exact:  # one kernel call also returns Σ_j p_ijk c_j, in the value columns after d
+            values = torch.cat([kv, c.unsqueeze(1).expand(b, k_heads, j, d_model)], dim=-1)
+        readout = self.scaled_readout(self.readout())
+        alibi = causal_alibi(k_heads, j, h.dtype, h.device)
+        kernel = self.resolved_kernel(h.device)
+
+        def step(x, t):
+            u = c if t == 0 else self.norm(x)  # x^0 = h, so RMSNorm(x^0) is the context
+            q = self._split_heads(self.w_q(u)).contiguous()
+            qe = None
+            if delta is not None:  # extra queries of the KQ-diagonal score, e = qe · c
+                qe = (u * (delta / self.tau)).unsqueeze(1) if delta.dim() == 1 \
+                    else u.unsqueeze(1) * (delta / self.tau)[None, :, None, :]
+            o = cem_attention_core(kernel, q, kv, values, self.self_bias, alibi, 1.0 / self.tau,
+                                   qe, c if delta is not None else None)
+            x = x + o[..., :d].transpose(1, 2).reshape(b, j, d_model) @ readout
+            if exact:
+                ctx = o[..., d:]  # (B, K, J, D)
+                scaled = delta if delta.dim() == 1 else delta[:, None, :]
+                x = x + self.step_size * self.precond.apply((scaled * ctx).transpose(1, 2)).sum(-2)
+            return x
+
+        return self.descend(h, step)
 
     def energy(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E(x | norm(h)) summed over positions and heads: shape (B,)."""
