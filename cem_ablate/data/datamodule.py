@@ -1,14 +1,12 @@
 """What every data module of the platform shares: a resumable training loader.
 
-The data module's checkpointed state is the number of micro-batches consumed
-(optimizer steps × gradient accumulation, saved at step boundaries); the training
-loader of a resumed run starts there (see `cem_ablate.data.sampler`). Evaluation
-loaders are sequential and sharded across ranks.
+The training loader starts at the micro-batches already consumed, optimizer steps x
+accumulation, read from the trainer when iteration begins (after a checkpoint is
+restored; checkpoints are saved at step boundaries), see `cem_ablate.data.sampler`.
+Evaluation loaders are sequential and sharded across ranks.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
@@ -34,17 +32,10 @@ class ResumableDataModule(L.LightningDataModule):
         self.total_micro_batches = total_micro_batches
         self.accumulation = accumulation
         self.num_workers = num_workers
-        self.micro_batches_done = 0
 
-    # -- state saved in checkpoints -------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        done = self.trainer.global_step * self.accumulation if self.trainer else self.micro_batches_done
-        return {"micro_batches_done": done}
+    def micro_batches_done(self) -> int:
+        return self.trainer.global_step * self.accumulation if self.trainer else 0
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.micro_batches_done = int(state["micro_batches_done"])
-
-    # -- loaders --------------------------------------------------------------------
     def rank_and_world(self) -> tuple[int, int]:
         if self.trainer is None:
             return 0, 1
@@ -53,8 +44,8 @@ class ResumableDataModule(L.LightningDataModule):
     def train_loader(self, dataset: Dataset) -> DataLoader:
         rank, world = self.rank_and_world()
         sampler = StreamBatchSampler(
-            len(dataset), self.batch_size, self.seed,
-            self.micro_batches_done, self.total_micro_batches, rank, world,
+            len(dataset), self.batch_size, self.seed, self.total_micro_batches,
+            start=self.micro_batches_done, rank=rank, world_size=world,
         )
         return DataLoader(
             dataset, batch_sampler=sampler, num_workers=self.num_workers,

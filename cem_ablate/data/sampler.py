@@ -1,8 +1,12 @@
 """A batch sampler whose order is a pure function of (seed, micro-batches consumed).
 
-This is what makes resume exact: the run saves how many micro-batches it consumed,
-and the resumed run's sampler starts there, so it sees exactly the batches the
-uninterrupted run would have (Lightning alone would restart the epoch's loader).
+This is what makes resume exact: each time iteration begins, the sampler asks where
+the run stands (`start()`: micro-batches consumed = optimizer steps x accumulation,
+restored from the checkpoint) and continues the stream from there, so a resumed run
+sees exactly the batches the uninterrupted run would have. (Lightning alone would
+restart the epoch's loader from its beginning.) Its length is always the whole run:
+Lightning keeps counting batches across a mid-epoch resume, and a shorter loader
+would make it end the "epoch" early and iterate again.
 
 The training data is an endless stream of block indices: epoch e is a permutation of
 all blocks drawn from (seed, e). Across ranks the stream is dealt in micro-batches:
@@ -13,7 +17,7 @@ any (W, b) with the same W·b, and no two ranks ever read the same position.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -25,8 +29,8 @@ class StreamBatchSampler(Sampler[list[int]]):
         n_items: int,
         batch_size: int,
         seed: int,
-        start_batch: int,
         end_batch: int,
+        start: Callable[[], int] = lambda: 0,
         rank: int = 0,
         world_size: int = 1,
     ):
@@ -35,8 +39,8 @@ class StreamBatchSampler(Sampler[list[int]]):
         self.n_items = n_items
         self.batch_size = batch_size
         self.seed = seed
-        self.start_batch = start_batch
-        self.end_batch = max(start_batch, end_batch)
+        self.end_batch = end_batch
+        self.start = start
         self.rank = rank
         self.world_size = world_size
         self._epoch = -1
@@ -51,12 +55,12 @@ class StreamBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         b = self.batch_size
-        for m in range(self.start_batch, self.end_batch):
+        for m in range(self.start(), self.end_batch):
             first = (m * self.world_size + self.rank) * b
             yield [self.index_at(p) for p in range(first, first + b)]
 
     def __len__(self) -> int:
-        return self.end_batch - self.start_batch
+        return self.end_batch
 
 
 class ShardSampler(Sampler[int]):

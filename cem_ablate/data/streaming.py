@@ -12,7 +12,7 @@ blocks, so the data order does not depend on how the source is sharded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -32,8 +32,8 @@ class StreamedBlocks(IterableDataset):
         block_size: int,
         batch_size: int,
         seed: int,
-        start_batch: int,
         end_batch: int,
+        start: Callable[[], int] = lambda: 0,
         rank: int = 0,
         world_size: int = 1,
     ):
@@ -42,7 +42,7 @@ class StreamedBlocks(IterableDataset):
         self.block_size = block_size
         self.batch_size = batch_size
         self.seed = seed
-        self.start_batch = start_batch
+        self.start = start  # micro-batches already consumed, asked when iteration begins
         self.end_batch = end_batch
         self.rank = rank
         self.world_size = world_size
@@ -68,10 +68,11 @@ class StreamedBlocks(IterableDataset):
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         per_batch = self.batch_size * self.world_size
+        start = self.start()
         for k, block in enumerate(self._blocks()):
             m, within = divmod(k, per_batch)
             if m >= self.end_batch:
                 return
-            if m >= self.start_batch and within // self.batch_size == self.rank:
+            if m >= start and within // self.batch_size == self.rank:
                 chunk = torch.from_numpy(block)
                 yield chunk[:-1], chunk[1:]

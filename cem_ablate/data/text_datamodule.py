@@ -71,7 +71,7 @@ class TextDataModule(ResumableDataModule):
         rank, world = self.rank_and_world()
         stream = StreamedBlocks(
             self.source.splits["train"], self.tokenizer, self.cfg.block_size, self.batch_size,
-            self.seed, self.micro_batches_done, self.total_micro_batches, rank, world,
+            self.seed, self.total_micro_batches, start=self.micro_batches_done, rank=rank, world_size=world,
         )
         return DataLoader(stream, batch_size=self.batch_size)
 

@@ -18,16 +18,16 @@ class ThroughputMonitor(L.Callback):
 
     Rates are cumulative over this session (a resumed run restarts the clock) and
     handed to Lightning every batch, which writes them at its logging cadence.
-    MFU = 3 x forward FLOPs/token x tokens/s / (peak FLOP/s per device x devices):
+    MFU = 3 x forward FLOPs/token x tokens/s / peak FLOP/s of all devices together:
     the model report's forward count, backward = 2 x forward.
     """
 
     def __init__(self, tokens_per_micro_batch: int, tokens_per_step: int, flops_per_token: float,
-                 peak_flops_per_device: float):
+                 peak_flops: float):
         self.tokens_per_micro_batch = tokens_per_micro_batch  # all ranks together
         self.tokens_per_step = tokens_per_step
         self.train_flops_per_token = 3.0 * flops_per_token
-        self.peak_flops_per_device = peak_flops_per_device
+        self.peak_flops = peak_flops
         self.total_tokens = 0
         self.total_seconds = 0.0
         self._start: float | None = None
@@ -45,13 +45,14 @@ class ThroughputMonitor(L.Callback):
         self._start = None
         metrics = {"tokens_per_sec": self.tokens_per_sec,
                    "tokens_seen": float(trainer.global_step * self.tokens_per_step)}
-        mfu = self.mfu(trainer.world_size)
+        mfu = self.mfu
         if not math.isnan(mfu):
             metrics["mfu"] = mfu
         pl_module.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
 
-    def mfu(self, world_size: int) -> float:
-        return self.train_flops_per_token * self.tokens_per_sec / (self.peak_flops_per_device * world_size)
+    @property
+    def mfu(self) -> float:
+        return self.train_flops_per_token * self.tokens_per_sec / self.peak_flops
 
     @property
     def tokens_per_sec(self) -> float:

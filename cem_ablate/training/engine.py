@@ -130,7 +130,7 @@ class _Session:
         import torch
 
         from cem_ablate.training.callbacks import PeriodicCheckpoint, PrintProgress, ThroughputMonitor
-        from cem_ablate.training.hardware import device_peak_flops
+        from cem_ablate.training.hardware import total_peak_flops
         from cem_ablate.training.tasks import build_task
         from cem_ablate.training.trainer_factory import (
             build_trainer, is_terminal, resolve_accelerator, resolve_precision)
@@ -152,7 +152,7 @@ class _Session:
             tokens_per_micro_batch=train.batch_size * train.world_size * tokens_per_item,
             tokens_per_step=budget.effective_batch * tokens_per_item,
             flops_per_token=task.report.flops_per_token,
-            peak_flops_per_device=device_peak_flops(device, precision),
+            peak_flops=total_peak_flops(device, precision, train.devices, train.num_nodes),
         )
         callbacks = [self.throughput, PeriodicCheckpoint(self.folder.last_checkpoint, train.ckpt_every_n_steps)]
         bar = self.progress and is_terminal()
@@ -194,6 +194,8 @@ class _Session:
         module = self.task.module if self.task else None
         trainer = self.trainer
         steps = trainer.global_step if trainer else 0
+        if getattr(module, "diverged_step", None) is not None:
+            steps = module.diverged_step  # the non-finite step trained nothing
         budget = resolve_budget(self.cfg)
         tokens_per_item = 1 if self.cfg.data.task == "gp" else self.cfg.data.block_size
         return TrainResult(
@@ -208,7 +210,7 @@ class _Session:
             rmse=metrics.get("test_rmse"),
             recall_accuracy=metrics.get("test_recall_acc"),
             tokens_per_sec=self.throughput.tokens_per_sec if self.throughput else math.nan,
-            mfu=self.throughput.mfu(self.cfg.train.world_size) if self.throughput else math.nan,
+            mfu=self.throughput.mfu if self.throughput else math.nan,
             params=self.task.report.params_total if self.task else 0,
             flops_per_token=self.task.report.flops_per_token if self.task else 0.0,
             diverged_step=getattr(module, "diverged_step", None),

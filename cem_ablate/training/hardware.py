@@ -77,6 +77,13 @@ def device_peak_flops(device: torch.device | str, precision: str) -> float:
     return math.nan
 
 
+def total_peak_flops(device: str, precision: str, devices: int, num_nodes: int) -> float:
+    """Peak of everything a run trains on. CPU "devices" are processes sharing one
+    machine's cores, so a CPU node counts once, whatever the number of ranks on it."""
+    per_device = device_peak_flops(device, precision)
+    return per_device * num_nodes * (1 if torch.device(device).type == "cpu" else devices)
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -75,7 +75,8 @@ class LanguageModelModule(RecipeModule):
         values = self.metrics[stage].compute()  # synced across ranks
         ppl = values[f"{stage}_ppl"]
         values[f"{stage}_loss"] = ppl.log()
-        self.log_dict(values, prog_bar=stage == "val")
+        self.log_dict(values, prog_bar=stage == "val",
+                      sync_dist=True)  # already synced by torchmetrics: silences the DDP hint
         self.metrics[stage].reset()
 
     def on_validation_epoch_end(self) -> None:

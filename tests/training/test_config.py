@@ -1,0 +1,79 @@
+"""Run configs: validated at the edge; budgets, accumulation and schedule (SPEC §7)."""
+
+import math
+
+import pytest
+
+from cem_ablate.config import ConfigError
+from cem_ablate.training.budget import accumulation_steps, chinchilla_tokens, resolve_budget
+from cem_ablate.training.config import DEFAULT_MAX_STEPS, parse_run_config
+from cem_ablate.training.schedule import warmup_cosine
+from tests.training.helpers import tiny_run
+
+
+@pytest.mark.parametrize(
+    "section, patch, path",
+    [
+        ("train", {"lr": -1e-3}, "train.lr"),
+        ("train", {"bogus": 1}, "train.bogus"),
+        ("train", {"token_budget": 1000, "max_steps": 10}, "train.token_budget"),
+        ("train", {"token_budget": "lots"}, "train.token_budget"),
+        ("train", {"effective_batch": 12}, "train.effective_batch"),
+        ("train", {"precision": "fp8"}, "train.precision"),
+        ("data", {"tokenizer": "bpe:x"}, "data.tokenizer"),
+        ("data", {"block_size": 4096}, "data.block_size"),
+        ("data", {"task": "images"}, "data.task"),
+        ("model", {"attention": {"name": "nope"}}, "model.attention.name"),
+    ],
+)
+def test_bad_configs_name_the_key(section, patch, path):
+    cfg = tiny_run()
+    cfg[section].update(patch)
+    with pytest.raises(ConfigError) as err:
+        parse_run_config(cfg)
+    assert str(err.value).startswith(path) and "\n" not in str(err.value)
+
+
+def test_unknown_top_level_section_and_missing_model():
+    with pytest.raises(ConfigError, match="trian"):
+        parse_run_config({"model": {"size": "tiny"}, "trian": {}})
+    with pytest.raises(ConfigError, match="^model: is required"):
+        parse_run_config({"train": {}})
+
+
+def test_chinchilla_budget_of_the_86m_preset():
+    cfg = parse_run_config({"model": {"size": "86M"}, "train": {"token_budget": "chinchilla"}})
+    assert chinchilla_tokens(cfg.model) == 20 * 86_371_488
+    budget = resolve_budget(cfg)
+    assert budget.requested_tokens == 20 * 86_371_488 and budget.rule == "chinchilla"
+    assert budget.tokens >= budget.requested_tokens > budget.tokens - budget.tokens_per_step
+    # the byte tokenizer sizes the trained model, not the budget
+    assert cfg.training_model().vocab_size == 257 and cfg.model.vocab_size is None
+
+
+def test_token_budget_steps_and_accumulation():
+    cfg = parse_run_config(tiny_run(max_steps=None, token_budget="1e6", batch_size=4, effective_batch=16,
+                                    devices=2))
+    assert accumulation_steps(cfg.train) == 2
+    budget = resolve_budget(cfg)
+    assert budget.tokens_per_step == 16 * 64 and budget.steps == math.ceil(1e6 / (16 * 64))
+    assert budget.micro_batches == budget.steps * 2
+    assert resolve_budget(parse_run_config(tiny_run(max_steps=None))).steps == DEFAULT_MAX_STEPS
+
+
+def test_config_round_trips_and_vocab_follows_the_tokenizer():
+    cfg = parse_run_config(tiny_run())
+    assert parse_run_config(cfg.to_mapping()) == cfg
+    assert "gp" not in cfg.to_mapping()["data"]  # options of unused tasks are left out
+    bpe = parse_run_config({**tiny_run(), "data": {"tokenizer": "bpe:4096"}})
+    assert bpe.training_model().vocab_size == 4096
+    with pytest.raises(ConfigError, match="model.vocab_size"):
+        parse_run_config({**tiny_run(), "model": {"size": "tiny", "vocab_size": 100}})
+
+
+def test_warmup_cosine_schedule():
+    total, warmup, floor = 100, 5, 0.1
+    lrs = [warmup_cosine(s, total, warmup, floor) for s in range(total)]
+    assert lrs[0] == pytest.approx(1 / 5) and lrs[4] == pytest.approx(1.0) and lrs[5] == pytest.approx(1.0)
+    assert lrs[-1] == pytest.approx(floor)
+    assert all(a >= b for a, b in zip(lrs[5:], lrs[6:]))  # monotone decay after warmup
