@@ -23,6 +23,7 @@ import yaml
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.session import StudySession, StudySettings
 from cem_ablate.study.summary import publish
+from cem_ablate.study.trials import FAILED
 from cem_ablate.study.variants import ExpandedStudy
 
 POLL_S = 2.0
@@ -64,7 +65,8 @@ def quiet_lightning() -> None:
 
 
 def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> int:
-    """Run every unfinished trial; 0 when the whole study is done."""
+    """Run every unfinished trial; 0 when every trial finished or diverged (a result),
+    1 when some are unfinished or failed (an error worth a look; a rerun retries them)."""
     session = StudySession(expanded, settings)
     session.prepare()
     before = snapshot(session)
@@ -83,6 +85,10 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
     echo(after.line())
     if not after.complete:
         echo(f"{after.total - after.done} trials unfinished: rerun the same command to resume them")
+        return 1
+    if after.slot_counts[FAILED]:
+        echo(f"{after.slot_counts[FAILED]} trials failed (reasons in the report and the worker output); "
+             "rerunning the same command retries them once")
         return 1
     return 0
 

@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass
 
 from cem_ablate.study.summary import publish
-from cem_ablate.study.trials import (DIVERGED, FAILED, FINISHED, KILLED, PRUNED, SLOT_ATTR, STATUS_ATTR,
-                                     HeartbeatThread)
+from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, KILLED, PRUNED, SLOT_ATTR, HeartbeatThread
 from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
 

@@ -192,4 +192,15 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
         owner = variants[index]
         if baseline.key != owner.key:
             owner.baselines[bname] = baseline.key
+    if spec.lr_search.pruner != "none":
+        _check_pruning_runs_in_process(variants, probe_lr, probe_seed)
     return ExpandedStudy(spec, variants, mapping if mapping is not None else to_dict(spec))
+
+
+def _check_pruning_runs_in_process(variants: list[Variant], lr: float, seed: int) -> None:
+    """The pruning callback lives in the study process; the engine runs a DDP trial in a
+    launch process of its own, where Optuna is out of reach."""
+    for v in variants:
+        if v.run_config(lr, seed).train.world_size > 1:
+            raise ConfigError("lr_search.pruner", f"pruning needs single-process trials, but variant {v.name!r} "
+                              "trains on several devices (DDP runs in its own launch process); use pruner: none.")

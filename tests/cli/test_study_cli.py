@@ -1,0 +1,109 @@
+"""`cem-ablate study / report / ui` at the command line: errors, dry run, help."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from cem_ablate.cli.main import main
+from tests.study.tiny_study import write_study
+
+
+def bad_study(tmp_path, change):
+    path = write_study(tmp_path, name="bad")
+    mapping = yaml.safe_load(path.read_text())
+    change(mapping)
+    path.write_text(yaml.safe_dump(mapping))
+    return path
+
+
+def _unknown_axis(m):
+    m["axes"] = {"model.attention.heads": [2, 4]}
+
+
+def _empty_grid(m):
+    m["lr_search"]["grid"] = []
+
+
+def _negative_lr(m):
+    m["lr_search"]["grid"] = [1e-3, -1e-3]
+
+
+def _unknown_component(m):
+    m["variants"][1]["set"]["model.attention"] = "flash_cem"
+
+
+@pytest.mark.parametrize("change, expected", [
+    (_unknown_axis, "axes.model.attention.heads: unknown key for attention 'llama' 'heads'"),
+    (_empty_grid, "lr_search.grid: must hold at least one learning rate."),
+    (_negative_lr, "lr_search.grid[1]: learning rates must be > 0, got -0.001."),
+    (_unknown_component, "variants[1].set.model.attention: unknown attention component 'flash_cem'"),
+])
+def test_malformed_study_exits_with_one_line_and_touches_nothing(tmp_path, monkeypatch, capsys, change, expected):
+    monkeypatch.chdir(tmp_path)
+    path = bad_study(tmp_path, change)
+    assert main(["study", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {path}: {expected}"), err
+    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "reports").exists()
+
+
+def test_malformed_study_as_a_real_process(tmp_path):
+    path = bad_study(tmp_path, _negative_lr)
+    storage = tmp_path / "elsewhere" / "optuna.db"
+    proc = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "study", str(path), "--workers", "2",
+                           "--storage", f"sqlite:///{storage}"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: {path}: lr_search.grid[1]: learning rates must be > 0, "
+                                                "got -0.001."]
+    assert not storage.parent.exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write_study(tmp_path)
+    assert main(["study", str(path), "--workers", "0"]) == 2
+    assert capsys.readouterr().err == "error: --workers: must be at least 1, got 0.\n"
+    assert main(["study", str(path), "--scale", "huge"]) == 2
+    assert "unknown scale 'huge'" in capsys.readouterr().err
+    assert main(["study", str(path), "--storage", "sqlite:///:memory:"]) == 2
+    assert "workers cannot share it" in capsys.readouterr().err
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write_study(tmp_path, grid=[5e-4, 1e-3, 2e-3], axes={"model.n_layers": [1, 2]})
+    assert main(["study", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for text in ("llama,n_layers=1", "cem_attention,n_layers=2", "0.0005, 0.001, 0.002", "total: 12 trials",
+                 "GPU time"):
+        assert text in out
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_quickstart_dry_run_counts_parameters(capsys):
+    assert main(["study", "studies/quickstart.yaml", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "total: 15 trials" in out
+    # CEM attention ties W_V = W_K and W_O = W_Q^T: fewer parameters than its Llama
+    assert "0.88x" in out and "0.78x" in out
+
+
+def test_report_of_an_unknown_study_and_store(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "nosuch"]) == 2
+    assert "no MLflow store at" in capsys.readouterr().err
+    assert main(["ui"]) == 2
+    assert "no MLflow store at" in capsys.readouterr().err
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_help_is_fast_and_does_not_import_heavy_modules():
+    code = ("import sys; from cem_ablate.cli.main import main\n"
+            "try:\n    main(['study', '--help'])\nexcept SystemExit:\n    pass\n"
+            "assert not {'torch', 'lightning', 'mlflow', 'optuna'} & set(sys.modules), sorted(sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "--workers" in proc.stdout and "--dry-run" in proc.stdout

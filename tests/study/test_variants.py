@@ -1,0 +1,136 @@
+import copy
+
+import pytest
+import yaml
+
+from cem_ablate.config import ConfigError
+from cem_ablate.study.spec import load_study_mapping, parse_study
+from cem_ablate.study.variants import expand
+
+BASE = {
+    "model": {"size": "tiny", "max_seq_len": 64},
+    "train": {"batch_size": 4, "max_steps": 3},
+    "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 32},
+}
+
+
+def study(**sections):
+    mapping = {"name": "t", "base": copy.deepcopy(BASE), "lr_search": {"grid": [1e-3, 2e-3]}}
+    mapping.update(sections)
+    return mapping
+
+
+def expanded(mapping):
+    return expand(parse_study(mapping), mapping)
+
+
+def test_axes_expand_as_a_cartesian_product():
+    out = expanded(study(axes={"model.attention.name": ["llama", "cem"], "train.weight_decay": [0.0, 0.1, 0.2]}))
+    assert len(out.variants) == 6
+    names = [v.name for v in out.variants]
+    assert names[0] == "attention.name=llama,weight_decay=0.0"
+    assert len(set(v.key for v in out.variants)) == 6
+    cem = [v for v in out.variants if v.axis_values["model.attention.name"] == "cem"]
+    assert len(cem) == 3 and all(v.mapping["model"]["attention"]["name"] == "cem" for v in cem)
+    assert {v.mapping["train"]["weight_decay"] for v in cem} == {0.0, 0.1, 0.2}
+
+
+def test_explicit_variants_times_axes_and_baselines_of_the_same_size():
+    out = expanded(study(
+        variants=[{"name": "cem_attention", "set": {"model.attention": {"name": "cem", "steps": 2}}},
+                  {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
+        axes={"model.size": ["tiny", "mini"]},
+        baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}},
+    ))
+    variants = [v for v in out.variants if v.role == "variant"]
+    baselines = [v for v in out.variants if v.role == "baseline"]
+    assert [v.name for v in variants] == ["cem_attention,size=tiny", "cem_attention,size=mini",
+                                          "cem_mlp,size=tiny", "cem_mlp,size=mini"]
+    # one Llama per size, shared by both CEM variants of that size
+    assert sorted(b.name for b in baselines) == ["llama,size=mini", "llama,size=tiny"]
+    by_key = {v.key: v for v in out.variants}
+    for v in variants:
+        base = by_key[v.baselines["llama"]]
+        assert base.mapping["model"]["size"] == v.mapping["model"]["size"]
+        assert base.mapping["model"]["attention"] == "llama"
+
+
+def test_a_baseline_that_is_listed_is_reused_not_added():
+    out = expanded(study(
+        variants=[{"name": "llama"}, {"name": "cem", "set": {"model.attention": "cem"}}],
+        baselines={"llama": {"model.attention": "llama"}},
+    ))
+    assert [v.name for v in out.variants] == ["llama", "cem"]
+    llama, cem = out.variants
+    assert cem.baselines == {"llama": llama.key} and llama.baselines == {}
+
+
+def test_identity_is_stable_and_ignores_lr_and_seed():
+    a = expanded(study(axes={"model.attention.name": ["llama", "cem"]}))
+    b = expanded(study(axes={"model.attention.name": ["llama", "cem"]}, seeds=[3, 4],
+                       lr_search={"grid": [5e-3, 7e-3]}))
+    assert [v.key for v in a.variants] == [v.key for v in b.variants]
+    changed = study(axes={"model.attention.name": ["llama", "cem"]})
+    changed["base"]["train"]["max_steps"] = 4
+    assert expanded(changed).variants[0].key != a.variants[0].key
+    # the shorthand and the full mapping are the same config
+    short = expanded(study(variants=[{"name": "x", "set": {"model.attention": "cem"}}]))
+    full = expanded(study(variants=[{"name": "x", "set": {"model.attention": {"name": "cem"}}}]))
+    assert short.variants[0].key == full.variants[0].key
+
+
+def test_trial_config_gets_lr_and_seed():
+    v = expanded(study()).variants[0]
+    cfg = v.run_config(2e-3, 7)
+    assert (cfg.train.lr, cfg.train.seed) == (2e-3, 7)
+
+
+@pytest.mark.parametrize("change, where", [
+    ({"axes": {"model.attention.foo": [1, 2]}}, "axes.model.attention.foo"),
+    ({"axes": {"model.attention.name": ["llama", "nope"]}}, "axes.model.attention.name"),
+    ({"variants": [{"name": "v", "set": {"model.mlp": {"name": "cem", "rank": 2}}}]}, "variants[0].set.model.mlp"),
+    ({"lr_search": {"grid": []}}, "lr_search.grid"),
+    ({"lr_search": {"grid": [1e-3, -2e-3]}}, "lr_search.grid[1]"),
+    ({"lr_search": {"method": "tpe", "low": 1e-4}}, "lr_search.high"),
+    ({"lr_search": {"method": "bayes"}}, "lr_search.method"),
+    ({"axes": {"train.lr": [1e-3]}}, "axes.train.lr"),
+    ({"axes": {"model.size": []}}, "axes.model.size"),
+    ({"seeds": []}, "seeds"),
+    ({"variants": [{"name": "a"}, {"name": "a"}]}, "variants[1]"),
+    ({"name": "has space"}, "name"),
+    ({"axiss": {}}, "axiss"),
+])
+def test_malformed_studies_name_the_key(change, where):
+    with pytest.raises(ConfigError) as err:
+        expanded(study(**change))
+    assert str(err.value).startswith(where), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_base_errors_point_into_base():
+    mapping = study()
+    mapping["base"]["train"]["batch_size"] = 0
+    with pytest.raises(ConfigError, match=r"^base\.train\.batch_size"):
+        expanded(mapping)
+
+
+def test_scale_and_overrides(tmp_path):
+    path = tmp_path / "s.yaml"
+    mapping = study(scale={"smoke": {"base.train.max_steps": 1, "lr_search.grid": [1e-3]}})
+    path.write_text(yaml.safe_dump(mapping))
+    plain = load_study_mapping(path)
+    assert plain["base"]["train"]["max_steps"] == 3
+    smoke = load_study_mapping(path, "smoke", ["seeds=[1, 2]"])
+    assert smoke["base"]["train"]["max_steps"] == 1
+    assert smoke["lr_search"]["grid"] == [1e-3] and smoke["seeds"] == [1, 2]
+    with pytest.raises(ConfigError, match="unknown scale 'smok'.*Did you mean 'smoke'"):
+        load_study_mapping(path, "smok")
+
+
+def test_the_quickstart_study_is_valid():
+    mapping = load_study_mapping("studies/quickstart.yaml")
+    out = expanded(mapping)
+    assert [v.name for v in out.variants] == ["llama", "cem_attention", "full_cem_T2"]
+    assert out.spec.lr_search.grid == [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+    full = out.variants[2].run_config(1e-3, 0).model
+    assert (full.attention.name, full.attention.steps, full.mlp.name, full.mlp.steps) == ("cem", 2, "cem", 2)
