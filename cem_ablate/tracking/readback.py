@@ -93,7 +93,9 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
         by_parent.setdefault(tags.get(T.PARENT, ""), []).append(TrialRecord(
             run_id=r.info.run_id, trial_key=tags.get(T.TRIAL_KEY, ""), lr=_float(tags.get("lr")),
             seed=int(seed) if seed is not None else None, status=tags.get(T.STATUS, "running"),
-            ppl=r.data.metrics.get("test_ppl") if tags.get(T.STATUS) == "finished" else None,
+            # GP / MQAR trials have no perplexity: their objective (RMSE, recall error) stands in.
+            ppl=(r.data.metrics.get("test_ppl", r.data.metrics.get("objective"))
+                 if tags.get(T.STATUS) == "finished" else None),
             reason=tags.get(T.REASON, ""),
         ))
 
