@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cem_ablate.config import ConfigError, apply_overrides, load_yaml, parse, require
+from cem_ablate.config import apply_overrides, load_yaml, parse, require
 from cem_ablate.config.errors import unknown
 from cem_ablate.config.loading import set_dotted
 from cem_ablate.config.schema import join
@@ -114,14 +114,15 @@ class StudySpec:
         for key, values in self.axes.items():
             where = join(join(path, "axes"), key)
             require(len(values) > 0, where, "an axis needs at least one value.")
-        for where, keys in [(join(path, "axes"), self.axes)] + [
-            (join(join(join(path, "variants"), i), "set"), v.set) for i, v in enumerate(self.variants)
-        ] + [(join(join(path, "baselines"), b), o) for b, o in self.baselines.items()]:
-            for key in keys:
-                require(key not in TRIAL_KEYS, join(where, key),
-                        "is set per trial: use lr_search for the learning rate and seeds for the seed.")
-                require(key.split(".")[0] in ("model", "train", "data"), join(where, key),
-                        "must be a dotted key of the run config, starting with model., train. or data.")
+        # Every dotted key that addresses the run config, with where it was written.
+        run_keys = [(f"axes.{k}", k) for k in self.axes]
+        run_keys += [(f"variants[{i}].set.{k}", k) for i, v in enumerate(self.variants) for k in v.set]
+        run_keys += [(f"baselines.{b}.{k}", k) for b, keys in self.baselines.items() for k in keys]
+        for where, key in run_keys:
+            require(key not in TRIAL_KEYS, join(path, where),
+                    "is set per trial: use lr_search for the learning rate and seeds for the seed.")
+            require(key.split(".")[0] in ("model", "train", "data"), join(path, where),
+                    "must be a dotted key of the run config, starting with model., train. or data.")
 
 
 def load_study_mapping(

@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,102 +97,105 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
-def _apply(mapping: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def _apply(mapping: dict[str, Any], overrides: dict[str, Any], origins: dict[str, str] | None = None,
+           label: str = "") -> dict[str, Any]:
     out = copy.deepcopy(mapping)
     for key, value in overrides.items():
-        set_dotted(out, key, copy.deepcopy(value))
+        try:
+            set_dotted(out, key, copy.deepcopy(value))
+        except ConfigError as err:  # e.g. `model.attention.x` under `attention: cem` (a string)
+            raise _located(ConfigError(key, err.message), origins or {}, label) from None
     return out
 
 
-def _canonical(mapping: dict[str, Any], probe_lr: float, probe_seed: int, origins: dict[str, str],
-               label: str) -> dict[str, Any]:
-    """Validate a variant's run config; return its resolved form without lr and seed."""
+@dataclass
+class _Draft:
+    """A variant before validation: its run mapping and where each override came from."""
+
+    name: str
+    run: dict[str, Any]
+    origins: dict[str, str]  # dotted run-config key -> study-file key that set it (for errors)
+    labels: dict[str, str]  # what the UI filters on: variant name and axis values
+
+
+def _drafts(spec: StudySpec) -> Iterator[_Draft]:
+    """Explicit variants (or the base alone) times the cartesian product of the axes."""
+    keys = list(spec.axes)
+    for i, vspec in enumerate(spec.variants or [None]):
+        for values in itertools.product(*(spec.axes[k] for k in keys)):
+            axis_values = dict(zip(keys, values))
+            run, origins, labels, parts = copy.deepcopy(spec.base), {}, {}, []
+            if vspec is not None:
+                origins |= {k: f"variants[{i}].set.{k}" for k in vspec.set}
+                labels["variant"] = vspec.name
+                parts.append(vspec.name)
+            origins |= {k: f"axes.{k}" for k in keys}
+            labels |= {k: _format_value(v) for k, v in axis_values.items()}
+            parts += [f"{short_key(k)}={_format_value(v)}" for k, v in axis_values.items()]
+            name = ",".join(parts) or spec.name
+            run = _apply(run, vspec.set if vspec is not None else {}, origins, name)
+            yield _Draft(name, _apply(run, axis_values, origins, name), origins, labels)
+
+
+def _baseline_draft(draft: _Draft, name: str, overrides: dict[str, Any]) -> _Draft:
+    """`draft` turned into its baseline: the same axis values, the baseline's overrides."""
+    labels = {k: v for k, v in draft.labels.items() if k != "variant"}
+    axis_part = [f"{short_key(k)}={v}" for k, v in labels.items()]
+    origins = draft.origins | {k: f"baselines.{name}.{k}" for k in overrides}
+    label = ",".join([name] + axis_part)
+    return _Draft(label, _apply(draft.run, overrides, origins, label), origins, {"variant": name} | labels)
+
+
+def _config_hash(draft: _Draft, probe_lr: float, probe_seed: int) -> str:
+    """Validate the draft's run config; hash its resolved form without per-trial keys."""
     from cem_ablate.training.config import parse_run_config
 
-    probe = _apply(mapping, {"train.lr": probe_lr, "train.seed": probe_seed})
+    probe = _apply(draft.run, {"train.lr": probe_lr, "train.seed": probe_seed})
     try:
         resolved = parse_run_config(probe, path="").to_mapping()
     except ConfigError as err:
-        raise _located(err, origins, label) from None
+        raise _located(err, draft.origins, draft.name) from None
     # Per-trial settings are not part of the variant's identity.
     resolved.pop("name", None)
     for key in ("lr", "seed", "threads"):
         resolved["train"].pop(key, None)
-    return resolved
+    return short_hash(resolved)
 
 
 def _located(err: ConfigError, origins: dict[str, str], label: str) -> ConfigError:
     """Re-point a run-config error at the study-file key that set the bad value."""
     path = err.path or ""
-    best = ""
-    for key in origins:
-        if path == key or path.startswith(key + ".") or key.startswith(path + "."):
-            if len(key) > len(best):
-                best = key
-    where = origins[best] if best else join_base(path)
+    related = [k for k in origins if path == k or path.startswith(k + ".") or k.startswith(path + ".")]
+    where = origins[max(related, key=len)] if related else (f"base.{path}" if path else "base")
     return ConfigError(where, f"{err.message.rstrip('.')} (in variant {label!r}, at {path or 'top level'}).")
-
-
-def join_base(path: str) -> str:
-    return f"base.{path}" if path else "base"
 
 
 def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedStudy:
     """All variants of the study, validated; raises ConfigError before anything runs."""
-    probe_lr = spec.lr_search.lr_range[0]
-    probe_seed = spec.seeds[0]
-    explicit = spec.variants or [None]
-    axis_keys = list(spec.axes)
+    probe_lr, probe_seed = spec.lr_search.lr_range[0], spec.seeds[0]
+    drafts: list[_Draft] = []
     variants: list[Variant] = []
     by_hash: dict[str, Variant] = {}
-    pending_baselines: list[tuple[int, str, dict[str, Any], dict[str, str], str, dict[str, Any]]] = []
-
-    for i, vspec in enumerate(explicit):
-        for values in itertools.product(*(spec.axes[k] for k in axis_keys)):
-            axis_values = dict(zip(axis_keys, values))
-            origins: dict[str, str] = {}
-            run = copy.deepcopy(spec.base)
-            if vspec is not None:
-                run = _apply(run, vspec.set)
-                origins.update({k: f"variants[{i}].set.{k}" for k in vspec.set})
-            run = _apply(run, axis_values)
-            origins.update({k: f"axes.{k}" for k in axis_keys})
-            parts = ([vspec.name] if vspec is not None else []) + [
-                f"{short_key(k)}={_format_value(v)}" for k, v in axis_values.items()
-            ]
-            name = ",".join(parts) or spec.name
-            resolved = _canonical(run, probe_lr, probe_seed, origins, name)
-            config_hash = short_hash(resolved)
-            labels = ({"variant": vspec.name} if vspec is not None else {}) | {
-                k: _format_value(v) for k, v in axis_values.items()
-            }
-            if config_hash in by_hash:
-                raise ConfigError(
-                    f"variants[{i}]" if vspec is not None else "axes",
-                    f"variant {name!r} has the same run config as {by_hash[config_hash].name!r}.",
-                )
-            variant = Variant(name, f"{slug(name)}-{config_hash}", run, labels, {}, "variant", config_hash)
-            variants.append(variant)
-            by_hash[config_hash] = variant
-            for bname, overrides in spec.baselines.items():
-                b_origins = origins | {k: f"baselines.{bname}.{k}" for k in overrides}
-                pending_baselines.append((len(variants) - 1, bname, _apply(run, overrides), b_origins,
-                                          ",".join([bname] + parts[1 if vspec is not None else 0:]), labels))
-
-    # Baselines after all variants, so one that equals a listed variant reuses it.
-    for index, bname, run, origins, bvariant_name, labels in pending_baselines:
-        resolved = _canonical(run, probe_lr, probe_seed, origins, bvariant_name)
-        config_hash = short_hash(resolved)
-        baseline = by_hash.get(config_hash)
-        if baseline is None:
-            blabels = {**labels, "variant": bname} if "variant" in labels else {**labels, "baseline": bname}
-            baseline = Variant(bvariant_name, f"{slug(bvariant_name)}-{config_hash}", run, blabels, {},
-                               "baseline", config_hash)
-            variants.append(baseline)
-            by_hash[config_hash] = baseline
-        owner = variants[index]
-        if baseline.key != owner.key:
-            owner.baselines[bname] = baseline.key
+    for draft in _drafts(spec):  # validated one by one: the first bad variant is reported
+        drafts.append(draft)
+        config_hash = _config_hash(draft, probe_lr, probe_seed)
+        if config_hash in by_hash:
+            raise ConfigError("variants" if spec.variants else "axes",
+                              f"variant {draft.name!r} has the same run config as {by_hash[config_hash].name!r}.")
+        by_hash[config_hash] = Variant(draft.name, f"{slug(draft.name)}-{config_hash}", draft.run, draft.labels,
+                                       {}, "variant", config_hash)
+        variants.append(by_hash[config_hash])
+    # Baselines after all variants, so a baseline equal to a listed variant reuses it.
+    for draft, variant in zip(drafts, list(variants)):
+        for name, overrides in spec.baselines.items():
+            base_draft = _baseline_draft(draft, name, overrides)
+            config_hash = _config_hash(base_draft, probe_lr, probe_seed)
+            if config_hash not in by_hash:
+                by_hash[config_hash] = Variant(base_draft.name, f"{slug(base_draft.name)}-{config_hash}",
+                                               base_draft.run, base_draft.labels, {}, "baseline", config_hash)
+                variants.append(by_hash[config_hash])
+            if config_hash != variant.config_hash:
+                variant.baselines[name] = by_hash[config_hash].key
     if spec.lr_search.pruner != "none":
         _check_pruning_runs_in_process(variants, probe_lr, probe_seed)
     return ExpandedStudy(spec, variants, mapping if mapping is not None else to_dict(spec))

@@ -5,7 +5,6 @@ import subprocess
 import sys
 import time
 
-import optuna
 import pytest
 from optuna.trial import TrialState
 
