@@ -65,7 +65,7 @@ def resolve_budget(cfg: RunConfig) -> Budget:
     train = cfg.train
     accumulation = accumulation_steps(train)
     effective = accumulation * train.batch_size * train.world_size
-    tokens_per_step = effective * cfg.data.block_size
+    tokens_per_step = effective * (1 if cfg.data.task == "gp" else cfg.data.block_size)  # a GP example is one input
     requested: int | None = None
     if train.max_steps is not None:
         steps, rule = train.max_steps, "max_steps"
