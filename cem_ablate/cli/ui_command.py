@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
                "--default-artifact-root", artifacts, "--host", args.host, "--port", str(args.port),
                "--workers", "1"]
-    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    # The server's own log goes to stderr: stdout carries only the URL line.
+    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=sys.stderr)
 
     def stop(*_):
         try:

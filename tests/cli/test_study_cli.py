@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -107,3 +108,40 @@ def test_help_is_fast_and_does_not_import_heavy_modules():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "--workers" in proc.stdout and "--dry-run" in proc.stdout
+
+
+@pytest.mark.slow
+def test_ui_serves_the_store_on_localhost_and_stops_cleanly(tmp_path):
+    import json
+    import os
+    import signal
+    import socket
+    import urllib.request
+
+    from cem_ablate.tracking.study_runs import StudyTracker, VariantRunInfo
+
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    tracker = StudyTracker(uri, "shown")
+    parent = tracker.create_variant_run(VariantRunInfo("v-1", "v", "variant", {"variant": "v"}, {}, {}))
+    tracker.ensure_trial_run(parent, "v-1/lr=0.001", "v lr=0.001", {"lr": "0.001"})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "cem_ablate.cli.main", "ui", "--port", str(port), "--study", "shown"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(f"MLflow UI: http://127.0.0.1:{port}/#/experiments/"), line
+        assert "workflowType=machine_learning" in line
+        query = json.dumps({"experiment_ids": [tracker.experiment_id()]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", data=query,
+                                         headers={"Content-Type": "application/json"})
+        runs = json.load(urllib.request.urlopen(request, timeout=10))["runs"]
+        assert len(runs) == 2  # the parent and its child
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    time.sleep(1)
+    with pytest.raises(OSError):  # the server's whole process group is gone
+        os.killpg(proc.pid, 0)
