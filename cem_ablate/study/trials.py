@@ -282,14 +282,18 @@ class VariantTrials:
         return None
 
     def _is_duplicate(self, claimed) -> bool:
-        """Another trial of the same slot is final, or running and claimed earlier."""
+        """Another trial of the same slot is final or running (checked after our claim).
+
+        Only reachable when two coordinators queued the same slot at once (PostgreSQL,
+        several machines). Of two claims, the later one sees the earlier as running and
+        yields; if both claim before either checks, both yield and the slot is queued
+        again. Two workers never train one slot.
+        """
         slot = claimed.user_attrs.get(SLOT_ATTR)
         for t in self.all_trials():
-            if t.number == claimed.number or t.user_attrs.get(SLOT_ATTR) != slot:
-                continue
-            status = trial_status(t)
-            if status in (FINISHED, DIVERGED, PRUNED) or (status == "running" and t.number < claimed.number):
-                return True
+            if t.number != claimed.number and t.user_attrs.get(SLOT_ATTR) == slot:
+                if trial_status(t) in (FINISHED, DIVERGED, PRUNED, "running"):
+                    return True
         return False
 
     def has_running(self) -> bool:

@@ -160,3 +160,18 @@ def test_sampled_search_draws_in_range_and_a_retry_keeps_its_lr(url):
         vt.finish(trial, FINISHED, 1.0, {})
     assert len(drawn) == 3 and lr in drawn  # the killed slot came back with the same lr
     assert vt.is_done()
+
+
+def test_a_slot_queued_twice_is_trained_once(url):
+    vt, _ = open_variant(url)
+    vt.reconcile()
+    # what two coordinators on two machines could do at the same instant
+    vt.study.enqueue_trial({"lr": 2e-3, "seed": 0}, user_attrs={"slot": "lr=0.002,seed=0"})
+    me = worker_identity()
+    first = claim_and_suggest(vt, me)  # lr=0.001
+    second = claim_and_suggest(vt, me)  # lr=0.002, the first copy
+    assert (first[1], second[1]) == (1e-3, 2e-3)
+    third = claim_and_suggest(vt, me)  # the copy of 0.002 is skipped while 0.002 runs
+    assert third[1] == 4e-3 and vt.claim(me) is None
+    copies = [t for t in vt.all_trials() if t.user_attrs["slot"] == "lr=0.002,seed=0"]
+    assert sorted(t.user_attrs.get(STATUS_ATTR, "") for t in copies) == ["", "duplicate"]
