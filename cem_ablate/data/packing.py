@@ -50,6 +50,16 @@ def cache_key(corpus_fingerprint: str, tokenizer_fingerprint: str) -> str:
     return hashlib.sha256(f"{corpus_fingerprint}\0{tokenizer_fingerprint}".encode()).hexdigest()[:20]
 
 
+def cache_folder(cache_root: Path, corpus_fingerprint: str, tokenizer: TextTokenizer) -> Path:
+    return cache_root / "tokens" / cache_key(corpus_fingerprint, tokenizer.fingerprint)
+
+
+def existing_token_cache(cache_root: Path, corpus_fingerprint: str, tokenizer: TextTokenizer) -> TokenCache | None:
+    """The complete cache entry, if one was built (meta.json is written last)."""
+    meta = cache_folder(cache_root, corpus_fingerprint, tokenizer) / "meta.json"
+    return TokenCache(meta.parent, json.loads(meta.read_text())) if meta.exists() else None
+
+
 def build_token_cache(
     source: TextSource,
     tokenizer: TextTokenizer,
@@ -61,7 +71,7 @@ def build_token_cache(
 
     `max_tokens` caps splits (used for the evaluation splits of streamed sources).
     """
-    folder = cache_root / "tokens" / cache_key(source.fingerprint, tokenizer.fingerprint)
+    folder = cache_folder(cache_root, source.fingerprint, tokenizer)
     splits = [s for s in SPLITS if s in source.splits]
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import platform
 import sysconfig
 from collections.abc import Iterator
@@ -62,16 +63,19 @@ def stdlib_root() -> Path:
 
 
 def stdlib_files(root: Path | None = None) -> list[str]:
-    """Relative paths of the stdlib's own `.py` sources, sorted."""
+    """Relative paths of the stdlib's own `.py` sources, sorted.
+
+    Skipped folders are pruned during the walk: site-packages alone holds far more
+    files than the stdlib.
+    """
     root = root or stdlib_root()
     out = []
-    for path in root.rglob("*.py"):
-        rel = path.relative_to(root)
-        if any(part in STDLIB_SKIP_DIRS or part.startswith("config-") for part in rel.parts[:-1]):
-            continue
-        if rel.name.startswith("_sysconfigdata"):  # machine-specific build flags
-            continue
-        out.append(rel.as_posix())
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d not in STDLIB_SKIP_DIRS and not d.startswith("config-")]
+        rel_folder = Path(folder).relative_to(root)
+        for name in files:
+            if name.endswith(".py") and not name.startswith("_sysconfigdata"):  # machine-specific flags
+                out.append((rel_folder / name).as_posix())
     return sorted(out)
 
 
@@ -109,6 +113,23 @@ def quiet_local_load() -> Iterator[None]:
             datasets.utils.logging.enable_progress_bar()
 
 
+def source_fingerprint(cfg: DataConfig) -> str:
+    """Names a corpus and its split without loading it (the token cache key).
+
+    stdlib: file paths, sizes and the Python version; local files: absolute paths and
+    sizes; hub: the dataset id and subset. The split fractions and text field are
+    part of it, since they change what each split holds.
+    """
+    split = f"v{cfg.val_fraction}-t{cfg.test_fraction}"
+    if cfg.source == "stdlib":
+        return f"{stdlib_fingerprint()}-{split}"
+    if looks_like_path(cfg.source):
+        files = local_files(cfg.source)
+        return "local-" + files_fingerprint(Path("/"), [str(p)[1:] for p in files], f"{cfg.text_field} {split}")
+    key = f"{cfg.source}\0{cfg.subset}\0{cfg.text_field}\0{split}"
+    return "hub-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
 def open_text_source(cfg: DataConfig) -> TextSource:
     if cfg.source == "stdlib":
         return _open_stdlib(cfg)
@@ -133,11 +154,10 @@ def _open_stdlib(cfg: DataConfig) -> TextSource:
         dsd = datasets.load_dataset(
             "text", data_files=by_split, sample_by="document", cache_dir=_hf_cache(cfg)
         )
-    fingerprint = stdlib_fingerprint() + f"-v{cfg.val_fraction}-t{cfg.test_fraction}"
     counts = ", ".join(f"{s} {len(by_split[s])}" for s in SPLITS)
     return TextSource(
         {s: dsd[s] for s in SPLITS},
-        fingerprint,
+        source_fingerprint(cfg),
         f"Python {platform.python_version()} standard library sources ({counts} files)",
     )
 
@@ -152,9 +172,7 @@ def _open_local(cfg: DataConfig) -> TextSource:
     if len(suffixes) > 1 and not suffixes <= {".json", ".jsonl"}:
         raise ConfigError("data.source", f"mixes file types {sorted(suffixes)}; use one type.")
     common = Path(*_common_parts(files)) if len(files) > 1 else files[0].parent
-    fingerprint = "local-" + files_fingerprint(
-        Path("/"), [str(p)[1:] for p in files], f"{cfg.text_field} v{cfg.val_fraction} t{cfg.test_fraction}"
-    )
+    fingerprint = source_fingerprint(cfg)
     description = f"{len(files)} local {'/'.join(sorted(suffixes))} file(s) under {common}"
     with quiet_local_load():
         if suffixes == {".txt"}:
@@ -200,9 +218,7 @@ def _open_hub(cfg: DataConfig) -> TextSource:
     _check_text_field(train, cfg)
     val_name = next((n for n in ("validation", "val", "valid") if n in dsd), None)
     description = f"hub dataset {cfg.source}" + (f" ({cfg.subset})" if cfg.subset else "")
-    fingerprint = "hub-" + hashlib.sha256(
-        f"{cfg.source}\0{cfg.subset}\0{cfg.text_field}\0{names}\0{cfg.val_fraction}\0{cfg.test_fraction}".encode()
-    ).hexdigest()[:16]
+    fingerprint = source_fingerprint(cfg)
     if val_name and "test" in dsd:
         splits = {"train": train, "validation": dsd[val_name], "test": dsd["test"]}
     else:

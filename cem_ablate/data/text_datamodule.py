@@ -8,8 +8,8 @@ from torch.utils.data import DataLoader
 
 from cem_ablate.data.config import DataConfig
 from cem_ablate.data.datamodule import ResumableDataModule
-from cem_ablate.data.packing import PackedBlocks, TokenCache, build_token_cache
-from cem_ablate.data.sources import TextSource, open_text_source
+from cem_ablate.data.packing import PackedBlocks, TokenCache, build_token_cache, existing_token_cache
+from cem_ablate.data.sources import TextSource, open_text_source, source_fingerprint
 from cem_ablate.data.streaming import StreamedBlocks
 from cem_ablate.data.tokenizer import TextTokenizer, load_tokenizer
 
@@ -26,19 +26,26 @@ class TextDataModule(ResumableDataModule):
         self.built_cache = False
 
     def prepare(self) -> None:
-        """Open the source, resolve the tokenizer and build (or reuse) the token cache.
+        """Resolve the tokenizer and reuse (or build) the token cache.
 
+        The source itself is only opened when something must be built from it, or
+        when it is streamed: a trial over a cached corpus starts without loading it.
         Idempotent; safe in every DDP rank at once (file locks inside), so the engine
         calls it before building the model, which needs the vocabulary size.
         """
         if self.cache is not None:
             return
         cfg = self.cfg
-        self.source = open_text_source(cfg)
-        train = self.source.splits["train"]
+        fingerprint = source_fingerprint(cfg)
         self.tokenizer = load_tokenizer(
-            cfg.tokenizer, cfg.cache_root, self.source.fingerprint, lambda: (row["text"] for row in train)
+            cfg.tokenizer, cfg.cache_root, fingerprint,
+            lambda: (row["text"] for row in self.open_source().splits["train"]),
         )
+        if not cfg.streaming:
+            self.cache = existing_token_cache(cfg.cache_root, fingerprint, self.tokenizer)
+            if self.cache is not None:
+                return
+        self.open_source()
         if self.source.streaming:
             evaluation = TextSource(
                 {s: self.source.splits[s] for s in ("validation", "test")},
@@ -49,6 +56,11 @@ class TextDataModule(ResumableDataModule):
             self.cache, self.built_cache = build_token_cache(evaluation, self.tokenizer, cfg.cache_root, max_tokens=cap)
         else:
             self.cache, self.built_cache = build_token_cache(self.source, self.tokenizer, cfg.cache_root)
+
+    def open_source(self) -> TextSource:
+        if self.source is None:
+            self.source = open_text_source(self.cfg)
+        return self.source
 
     def prepare_data(self) -> None:
         self.prepare()
@@ -66,7 +78,7 @@ class TextDataModule(ResumableDataModule):
         return PackedBlocks(self.cache.tokens(split), self.cfg.block_size)
 
     def train_dataloader(self) -> DataLoader:
-        if not self.source.streaming:
+        if not self.cfg.streaming:
             return self.train_loader(self.blocks("train"))
         rank, world = self.rank_and_world()
         stream = StreamedBlocks(
@@ -86,8 +98,8 @@ class TextDataModule(ResumableDataModule):
         self.prepare()
         meta = self.cache.meta
         return {
-            "corpus": self.source.description,
-            "corpus_fingerprint": self.source.fingerprint,
+            "corpus": meta["corpus"],
+            "corpus_fingerprint": meta["corpus_fingerprint"],
             "tokenizer": self.tokenizer.spec,
             "vocab_size": self.tokenizer.vocab_size,
             "token_cache": self.cache.key,

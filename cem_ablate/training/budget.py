@@ -24,6 +24,7 @@ class Budget:
     steps: int  # optimizer steps
     accumulation: int  # micro-batches per optimizer step and device
     effective_batch: int  # sequences per optimizer step (all devices)
+    tokens_per_sequence: int  # block size; 1 for GP regression, where an example counts as one token
     tokens_per_step: int
     warmup_steps: int
     requested_tokens: int | None  # the token budget asked for (None when steps were given)
@@ -40,7 +41,7 @@ class Budget:
         return self.steps * self.accumulation
 
     def describe(self) -> str:
-        seq = self.tokens_per_step // self.effective_batch
+        seq = self.tokens_per_sequence
         if self.requested_tokens is None:
             head = f"{self.tokens:,} tokens ({self.rule})"
         else:
@@ -65,7 +66,8 @@ def resolve_budget(cfg: RunConfig) -> Budget:
     train = cfg.train
     accumulation = accumulation_steps(train)
     effective = accumulation * train.batch_size * train.world_size
-    tokens_per_step = effective * (1 if cfg.data.task == "gp" else cfg.data.block_size)  # a GP example is one input
+    tokens_per_sequence = 1 if cfg.data.task == "gp" else cfg.data.block_size  # a GP example is one input
+    tokens_per_step = effective * tokens_per_sequence
     requested: int | None = None
     if train.max_steps is not None:
         steps, rule = train.max_steps, "max_steps"
@@ -78,4 +80,4 @@ def resolve_budget(cfg: RunConfig) -> Budget:
             requested, rule = int(float(train.token_budget)), "tokens"
         steps = max(1, math.ceil(requested / tokens_per_step))
     warmup = math.ceil(train.warmup_frac * steps) if train.warmup_frac > 0 else 0
-    return Budget(steps, accumulation, effective, tokens_per_step, warmup, requested, rule)
+    return Budget(steps, accumulation, effective, tokens_per_sequence, tokens_per_step, warmup, requested, rule)

@@ -100,6 +100,7 @@ class _Session:
         self.tracking_uri, self.experiment, self.mlflow_run_id = tracking_uri, experiment, mlflow_run_id
         self.extra_callbacks, self.resume, self.progress = extra_callbacks, resume, progress
         self.rank_zero = is_rank_zero_process()
+        self.budget = resolve_budget(cfg)
         self.logger = None
         self.task = None
         self.trainer = None
@@ -135,22 +136,20 @@ class _Session:
         from cem_ablate.training.trainer_factory import (
             build_trainer, is_terminal, resolve_accelerator, resolve_precision)
 
-        cfg, train = self.cfg, self.cfg.train
+        cfg, train, budget = self.cfg, self.cfg.train, self.budget
         if train.threads:
             torch.set_num_threads(train.threads)
-        budget = resolve_budget(cfg)
         L.seed_everything(train.seed, workers=True, verbose=False)
         self.task = task = build_task(cfg, budget)
         if self.rank_zero:
-            self._open_tracking(budget)
+            self._open_tracking()
 
         accelerator = resolve_accelerator(train)
         precision = resolve_precision(train, accelerator)
         device = "cuda" if accelerator == "gpu" else accelerator
-        tokens_per_item = 1 if cfg.data.task == "gp" else cfg.data.block_size
         self.throughput = ThroughputMonitor(
-            tokens_per_micro_batch=train.batch_size * train.world_size * tokens_per_item,
-            tokens_per_step=budget.effective_batch * tokens_per_item,
+            tokens_per_micro_batch=train.batch_size * train.world_size * budget.tokens_per_sequence,
+            tokens_per_step=budget.tokens_per_step,
             flops_per_token=task.report.flops_per_token,
             peak_flops=total_peak_flops(device, precision, train.devices, train.num_nodes),
         )
@@ -164,7 +163,7 @@ class _Session:
         )
         ckpt = self.folder.resume_checkpoint() if self.resume else None
         with warnings.catch_warnings():
-            # Mid-epoch resume is exact here: the data order lives in the data module's state.
+            # Mid-epoch resume is exact here: the data order is a function of the step (data.sampler).
             warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch.*")
             trainer.fit(task.module, datamodule=task.datamodule, ckpt_path=ckpt)
         if task.module.diverged:
@@ -180,13 +179,13 @@ class _Session:
         metrics |= _floats(trainer.test(task.module, datamodule=task.datamodule, verbose=False)[0])
         return self._result("finished", metrics=metrics)
 
-    def _open_tracking(self, budget: Budget) -> None:
+    def _open_tracking(self) -> None:
         from cem_ablate.training.run_tracking import log_params, open_logger
 
         run_id = self.mlflow_run_id or (self.folder.tracked_run(self.tracking_uri) if self.resume else None)
         self.logger = open_logger(self.tracking_uri, self.experiment, self.cfg.name, run_id)
         self.folder.remember_run(self.tracking_uri, self.logger.run_id)
-        log_params(self.logger, run_params(self.cfg, budget, self.task.report, self.task.data_facts))
+        log_params(self.logger, run_params(self.cfg, self.budget, self.task.report, self.task.data_facts))
         self.logger.experiment.log_text(self.logger.run_id, self.folder.config_file.read_text(), "config.yaml")
 
     def _result(self, status: str, metrics: Mapping[str, float] | None = None, error: str | None = None) -> TrainResult:
@@ -196,12 +195,10 @@ class _Session:
         steps = trainer.global_step if trainer else 0
         if getattr(module, "diverged_step", None) is not None:
             steps = module.diverged_step  # the non-finite step trained nothing
-        budget = resolve_budget(self.cfg)
-        tokens_per_item = 1 if self.cfg.data.task == "gp" else self.cfg.data.block_size
         return TrainResult(
             status=status,
             steps=steps,
-            tokens_seen=steps * budget.effective_batch * tokens_per_item,
+            tokens_seen=steps * self.budget.tokens_per_step,
             train_loss=getattr(module, "last_train_loss", math.nan),
             val_loss=metrics.get("val_loss", math.nan),
             val_ppl=metrics.get("val_ppl", math.nan),

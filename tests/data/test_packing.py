@@ -58,6 +58,7 @@ def test_text_data_module_reuses_the_stdlib_cache():
     second = TextDataModule(parse(DataConfig, {"block_size": 64}, "data"), **options)
     second.prepare()  # another block size reads the same flat stream
     assert not second.built_cache and second.cache.folder == first.cache.folder
+    assert second.source is None  # a cached corpus is not even loaded
     facts = second.describe()
     assert facts["tokens_train"] > 1_000_000 and facts["vocab_size"] == 257
     x, y = next(iter(second.train_dataloader()))

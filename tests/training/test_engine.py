@@ -72,13 +72,19 @@ def test_huge_learning_rate_ends_as_diverged(tmp_path, tracking_uri):
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "diverged"
 
 
-def test_mqar_reports_recall_accuracy(tmp_path, tracking_uri):
-    cfg = tiny_run(name="mqar", max_steps=20, test_batches=None)
+def test_mqar_with_cem_layers_reports_recall_and_energies(tmp_path, tracking_uri):
+    cfg = tiny_run(name="mqar", max_steps=20, val_every_n_steps=10, test_batches=None)
+    cfg["model"] = {"size": "tiny", "attention": {"name": "cem", "steps": 2}, "mlp": {"name": "cem", "steps": 2}}
     cfg["data"] = {"task": "mqar", "block_size": 32,
                    "mqar": {"vocab_size": 64, "num_kv_pairs": 4, "n_train": 400, "n_val": 40, "n_test": 40}}
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and 0.0 <= result.recall_accuracy <= 1.0
     assert result.objective == pytest.approx(1 - result.recall_accuracy)
+    metrics = MlflowClient(tracking_uri).get_run(result.mlflow_run_id).data.metrics
+    # energy before and after each of the T=2 recursion steps of every CEM sublayer
+    for sublayer in ("blocks.0.attention", "blocks.1.mlp"):
+        assert {f"energy/{sublayer}/step{t}" for t in range(3)} <= set(metrics)
+    assert "test_recall_acc" in metrics
 
 
 def test_gp_regression_with_recursive_cem_mlps(tmp_path, tracking_uri):
@@ -100,3 +106,14 @@ def test_compile_path_trains_on_cpu(tmp_path, tracking_uri):
     cfg = tiny_run(name="compiled", compile=True, max_steps=2, val_batches=1, test_batches=1)
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and math.isfinite(result.test_loss)
+
+
+@pytest.mark.slow
+def test_ddp_called_as_a_library_runs_in_a_subprocess(tmp_path, tracking_uri):
+    """The study runner's path: devices > 1 from a script that must not be re-executed."""
+    cfg = tiny_run(name="ddp-library", max_steps=6, val_every_n_steps=6, devices=2)
+    result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
+    assert result.status == "finished" and result.steps == 6 and result.tokens_seen == 6 * 16 * 64
+    client = MlflowClient(tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("ddp-library").experiment_id])
+    assert [r.info.run_id for r in runs] == [result.mlflow_run_id]
