@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +25,18 @@ import torch
 
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
+
+
+class _DropAdvertisement(logging.Filter):
+    """Lightning advertises a cloud logger on every Trainer: noise in a study's log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+_LIGHTNING_INFO = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+if not any(isinstance(f, _DropAdvertisement) for f in _LIGHTNING_INFO.filters):
+    _LIGHTNING_INFO.addFilter(_DropAdvertisement())
 
 
 def resolve_accelerator(train: TrainConfig) -> str:
