@@ -23,11 +23,15 @@ def plan(expanded: ExpandedStudy) -> list[PlanRow]:
             for v in expanded.variants]
 
 
-def _si(value: float) -> str:
-    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+def _si(value: float, units=(("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3))) -> str:
+    for unit, scale in units:
         if value >= scale:
             return f"{value / scale:.3g}{unit}"
     return f"{value:.3g}"
+
+
+def _tokens(value: float) -> str:
+    return _si(value, (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)))
 
 
 def _duration(hours: float) -> str:
@@ -63,13 +67,13 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
         base = by_key.get(base_key) if base_key else None
         ratio = f"{est.params_total / base.estimate.params_total:.2f}x" if base else "-"
         table.add_row(row.variant.name + (" (baseline)" if row.variant.role == "baseline" else ""),
-                      base.variant.name if base else "-", f"{est.params_total:,}", ratio, _si(est.tokens),
-                      f"{est.steps:,}", _si(est.train_flops), _duration(est.gpu_hours(gpu_tflops, mfu)),
+                      base.variant.name if base else "-", f"{est.params_total:,}", ratio, _tokens(est.tokens),
+                      f"{est.steps:,}", _si(est.train_flops) + "FLOP", _duration(est.gpu_hours(gpu_tflops, mfu)),
                       str(row.trials))
     console.print(table)
     console.print(lr_plan_text(expanded))
     total_trials = sum(r.trials for r in rows)
     total_flops = sum(r.trials * r.estimate.train_flops for r in rows)
     total_hours = sum(r.trials * r.estimate.gpu_hours(gpu_tflops, mfu) for r in rows)
-    console.print(f"total: {total_trials} trials, {_si(total_flops)}FLOPs of training, "
+    console.print(f"total: {total_trials} trials, {_si(total_flops)}FLOP of training, "
                   f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")
