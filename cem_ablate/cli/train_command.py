@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.training.engine import train_run
     from cem_ablate.training.run_directory import RunDirectory
 
-    if talk and not args.fresh and RunDirectory(run_dir).finished_result():
+    if talk and not args.fresh and RunDirectory(run_dir).finished_result(cfg):
         print("this run already ended; its result follows (--fresh trains it again)")
     result = train_run(
         cfg, run_dir=run_dir, tracking_uri=args.tracking_uri, experiment=args.experiment,

@@ -12,7 +12,6 @@ import lightning as L
 import torch
 
 
-
 class ThroughputMonitor(L.Callback):
     """Tokens/s and MFU over training time only (validation and checkpoints excluded).
 

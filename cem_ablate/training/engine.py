@@ -78,7 +78,7 @@ def train_run(
 ) -> TrainResult:
     cfg = parse_run_config(cfg)
     folder = RunDirectory(run_dir)
-    if resume and (ended := folder.finished_result()) is not None:
+    if resume and (ended := folder.finished_result(cfg)) is not None:
         return ended
     if cfg.train.world_size > 1 and not ddp_in_process:
         return _train_in_subprocess(cfg, folder, tracking_uri, experiment, mlflow_run_id,

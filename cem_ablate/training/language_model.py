@@ -18,11 +18,11 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
+from cem_ablate.data.mqar import IGNORE_INDEX
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
 from cem_ablate.training.recipe import RecipeModule
 
-IGNORE_INDEX = -100
 STAGES = ("val", "test")
 
 

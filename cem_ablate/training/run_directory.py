@@ -78,14 +78,17 @@ class RunDirectory:
     def tracking_file(self) -> Path:
         return self.path / "mlflow.json"
 
+    def holds(self, cfg: RunConfig) -> bool | None:
+        """Whether the folder's saved config is `cfg` (None: no config saved yet)."""
+        if not self.config_file.exists():
+            return None
+        return yaml.safe_load(self.config_file.read_text()) == cfg.to_mapping()
+
     def claim(self, cfg: RunConfig, resume: bool) -> None:
         """Make the folder hold `cfg`: refuse another config's run, clear it when not resuming."""
-        mapping = cfg.to_mapping()
-        if self.config_file.exists():
-            existing = yaml.safe_load(self.config_file.read_text())
-            if resume and existing != mapping:
-                raise ConfigError("", f"{self.path} holds a run of a different config; "
-                                      "pass another run directory or start fresh.")
+        if resume and self.holds(cfg) is False:
+            raise ConfigError("", f"{self.path} holds a run of a different config; "
+                                  "pass another run directory or start fresh.")
         if not resume:
             for stale in (self.checkpoint_dir, self.result_file, self.tracking_file):
                 if stale.is_dir():
@@ -93,17 +96,16 @@ class RunDirectory:
                 elif stale.exists():
                     stale.unlink()
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.config_file, yaml.safe_dump(mapping, sort_keys=False))
+        write_atomically(self.config_file, yaml.safe_dump(cfg.to_mapping(), sort_keys=False))
 
     def resume_checkpoint(self) -> Path | None:
         return self.last_checkpoint if self.last_checkpoint.exists() else None
 
-    def finished_result(self) -> TrainResult | None:
-        """The result of an ended run (finished or diverged: rerunning would not change it)."""
-        if not self.result_file.exists():
-            return None
-        result = TrainResult.from_dict(json.loads(self.result_file.read_text()))
-        return result if result.status in ("finished", "diverged") else None
+    def finished_result(self, cfg: RunConfig) -> TrainResult | None:
+        """The result of this config's ended run (finished or diverged: rerunning it
+        would not change it)."""
+        result = self.read_result() if self.holds(cfg) else None
+        return result if result is not None and result.status in ("finished", "diverged") else None
 
     def write_result(self, result: TrainResult) -> None:
         write_atomically(self.result_file, json.dumps(result.to_dict(), indent=2))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,9 +72,10 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
 
 
 def log_params(logger, params: Mapping[str, Any]) -> None:
-    """Log params, skipping any the run already holds with another value.
+    """Log the params the run does not hold yet.
 
-    A handed-in run may carry the study's own params (MLflow refuses to change one).
+    A resumed run holds them already, and a handed-in run may carry the study's own
+    params under the same keys: MLflow refuses to change a param's value.
     """
     from mlflow.entities import Param
     from mlflow.exceptions import MlflowException
@@ -92,8 +94,6 @@ def log_outcome(logger, status: str, reason: str | None, metrics: Mapping[str, f
     from mlflow.entities import Metric, RunTag
 
     client, run_id = logger.experiment, logger.run_id
-    import time
-
     now = int(time.time() * 1000)
     batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
              if v is not None and math.isfinite(float(v))]

@@ -8,7 +8,6 @@ from typing import Any
 import lightning as L
 from torch import nn
 
-from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import RunConfig
@@ -19,8 +18,6 @@ from cem_ablate.training.networks import build_network, network_report
 class Task:
     datamodule: L.LightningDataModule
     module: L.LightningModule
-    model: nn.Module
-    model_config: ModelConfig | None
     report: ModelReport
     data_facts: dict[str, Any]
 
@@ -39,8 +36,7 @@ def build_task(cfg: RunConfig, budget: Budget) -> Task:
         from cem_ablate.data.text_datamodule import TextDataModule
 
         datamodule = TextDataModule(cfg.data, **loader_options)
-        datamodule.prepare()
-        vocab_size = datamodule.vocab_size
+        vocab_size = datamodule.vocab_size  # prepares the tokenizer and token cache
     elif task == "mqar":
         from cem_ablate.data.mqar import MQARDataModule
 
@@ -52,7 +48,7 @@ def build_task(cfg: RunConfig, budget: Budget) -> Task:
         datamodule = GPDataModule(cfg.data.gp, cache_dir=cfg.data.cache_dir, num_workers=cfg.data.num_workers,
                                   **loader_options)
         vocab_size = None
-    model, model_config = build_network(cfg, vocab_size)
+    model, _ = build_network(cfg, vocab_size)
     report = network_report(cfg, model)
     if cfg.train.compile:
         compile_blocks(model)
@@ -64,7 +60,7 @@ def build_task(cfg: RunConfig, budget: Budget) -> Task:
         from cem_ablate.training.language_model import LanguageModelModule
 
         module = LanguageModelModule(model, cfg.train, budget, recall_metric=task == "mqar")
-    return Task(datamodule, module, model, model_config, report, datamodule.describe())
+    return Task(datamodule, module, report, datamodule.describe())
 
 
 def compile_blocks(model: nn.Module) -> None:

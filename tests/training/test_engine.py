@@ -6,6 +6,7 @@ import math
 import pytest
 from mlflow import MlflowClient
 
+from cem_ablate.config import ConfigError
 from cem_ablate.training.engine import plan_run, train_run
 from tests.training.helpers import UNIFORM_BYTE_PPL, CrashAt, RecordLosses, tiny_run
 
@@ -57,8 +58,10 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_run(tmp_path, trackin
     assert resumed.test_loss == pytest.approx(full.test_loss, abs=1e-6)
     assert resumed.val_loss == pytest.approx(full.val_loss, abs=1e-6)
     assert resumed.mlflow_run_id == crashed.mlflow_run_id  # the same MLflow run continues
-    # an ended run is not trained again
+    # an ended run is not trained again, and its folder is not reused by another config
     assert train_run(cfg, run_dir=tmp_path / "resumed", tracking_uri=tracking_uri).test_loss == resumed.test_loss
+    with pytest.raises(ConfigError, match="different config"):
+        train_run(tiny_run(name="resume", lr=1e-3), run_dir=tmp_path / "resumed", tracking_uri=tracking_uri)
 
 
 def test_huge_learning_rate_ends_as_diverged(tmp_path, tracking_uri):
