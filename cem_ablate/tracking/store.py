@@ -44,8 +44,8 @@ def make_client(uri: str):
         db.parent.mkdir(parents=True, exist_ok=True)
     import logging
 
+    from mlflow import MlflowClient  # configures mlflow's loggers on first import: quiet them after
+
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    from mlflow import MlflowClient
-
     return MlflowClient(tracking_uri=uri)
