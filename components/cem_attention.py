@@ -164,7 +164,7 @@ class CEMAttention(EnergyRecursion):
         exact = delta is not None and self.diag_update == "exact"
         c = self.norm(h)
         kv = self._split_heads(self.w_k(c)).contiguous()  # keys = values, once per block
-        values = kv
+        values = None  # = kv (tied)
         if exact:  # one kernel call also returns Σ_j p_ijk c_j, in the value columns after d
             values = torch.cat([kv, c.unsqueeze(1).expand(b, k_heads, j, d_model)], dim=-1)
         readout = self.scaled_readout(self.readout())

@@ -67,26 +67,34 @@ def select_kernel(device_type: str, has_kq_diag: bool, flex_available: bool | No
 
 
 def causal_alibi(n_heads: int, seq_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(K, J, J) ALiBi bias -m_k (i - j) on j <= i and -inf above the diagonal (SPEC §2),
-    without the self bias (which kernels add so that its gradient stays exact)."""
+    """(K, J, J) ALiBi bias -m_k (i - j) on j <= i (SPEC §2), without the self bias
+    (kernels add it so that its gradient stays exact).
+
+    Entries above the diagonal hold the most negative finite value instead of -inf:
+    exp underflows to exactly 0 either way (the diagonal keeps every row's max finite),
+    but inductor turned an in-place baddbmm onto -inf into NaN (torch 2.13)."""
     pos = torch.arange(seq_len, device=device)
     dist = (pos[:, None] - pos[None, :]).to(dtype)
     slopes = alibi_slopes(n_heads).to(dtype=dtype, device=device)
-    return (-slopes[:, None, None] * dist).masked_fill(dist < 0, float("-inf"))
+    return (-slopes[:, None, None] * dist).masked_fill(dist < 0, torch.finfo(dtype).min)
 
 
 def cem_attention_core(
     kernel: str,
     q: torch.Tensor,
     k: torch.Tensor,
-    v: torch.Tensor,
+    v: torch.Tensor | None,
     self_bias: torch.Tensor,
     alibi: torch.Tensor,
     scale: float,
     qe: torch.Tensor | None = None,
     ce: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """o (B, K, J, dv) for q, k (B, K, J, d), v (B, K, J, dv); see the module docstring."""
+    """o (B, K, J, dv) for q, k (B, K, J, d), v (B, K, J, dv); see the module docstring.
+
+    v = None means v = k (CEM ties keys and values); it is passed as None rather than
+    twice because torch.compile cannot trace one tensor given to two Function inputs.
+    """
     if kernel == "blocked":
         return BlockedCausalAttention.apply(q, k, v, self_bias, alibi, scale, qe, ce, BLOCK_ROWS)
     if kernel == "sdpa":
@@ -94,9 +102,9 @@ def cem_attention_core(
             raise ValueError("the sdpa kernel has no KQ-diagonal scores; use 'blocked'")
         return SDPAAlibiAttention.apply(q, k, v, self_bias, alibi, scale)
     if kernel == "flex":
-        return flex_cem_attention(q, k, v, self_bias, alibi, scale, qe, ce)
+        return flex_cem_attention(q, k, k if v is None else v, self_bias, alibi, scale, qe, ce)
     if kernel == "reference":
-        return reference_attention(q, k, v, self_bias, alibi, scale, qe, ce)
+        return reference_attention(q, k, k if v is None else v, self_bias, alibi, scale, qe, ce)
     raise ValueError(f"unknown CEM attention kernel {kernel!r}; choose from {KERNELS}")
 
 
@@ -121,96 +129,126 @@ class BlockedCausalAttention(torch.autograd.Function):
     Probabilities are kept (in float32 for bf16/fp16 inputs) for the backward: at
     4 blocks they take 5/8 of one (B, K, J, J) tensor. Recursion-step checkpointing
     (`checkpoint_steps`) frees them between forward and backward when memory matters.
+    With v = None (tied keys and values, as in CEM) one gradient buffer serves both.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, self_bias, alibi, scale, qe, ce, block_rows):
         b, heads, j, d = q.shape
-        dv = v.shape[-1]
+        dv = d if v is None else v.shape[-1]
         dtype = q.dtype
-        low = _low_precision(dtype)
-        sdtype = torch.float32 if low else dtype  # scores and probabilities
-        k, v = k.to(dtype), v.to(dtype)
-        if qe is not None:
-            qe, ce = qe.to(sdtype), ce.to(sdtype)
+        sdtype = torch.float32 if _low_precision(dtype) else dtype  # scores and probabilities
+        ctx.tied = v is None
+        ctx.input_dtypes = [t.dtype if t is not None else None for t in (k, v, qe, ce, self_bias)]
+        q, k = q.contiguous(), k.to(dtype).contiguous()
+        v = k if ctx.tied else v.to(dtype).contiguous()
+        if qe is not None:  # matmuls in the input precision, sums in sdtype (as autocast would)
+            qe, ce = qe.to(dtype).contiguous(), ce.to(dtype).contiguous()
         bounds = list(range(0, j, block_rows)) + [j]
-        beta = self_bias.to(sdtype)
-        alibi = alibi.to(sdtype)
-        out = torch.empty(b, heads, j, dv, dtype=dtype, device=q.device)
-        probs = []
+        beta, alibi = self_bias.to(sdtype), alibi.to(sdtype)
+        q3, k3, v3 = (t.view(b * heads, j, t.shape[-1]) for t in (q, k, v))
+        outs, probs = [], []
         with torch.autocast(q.device.type, enabled=False):
             for r0, r1 in zip(bounds[:-1], bounds[1:]):
                 rows = r1 - r0
                 bias = _add_diagonal(alibi[:, r0:r1, :r1], beta, r0)  # (K, R, r1)
-                if qe is not None:  # e for these rows: (B, 1|K, R, r1), one matmul
-                    s = torch.matmul(qe[:, :, r0:r1], ce[:, None, :r1].transpose(-1, -2)) + bias
-                else:
+                if qe is None:
                     s = bias.expand(b, heads, rows, r1).contiguous()
-                qb = q[:, :, r0:r1].reshape(b * heads, rows, d)
-                kb = k[:, :, :r1].reshape(b * heads, r1, d)
+                else:  # + e for these rows, (B, 1|K, R, r1)
+                    s = _extra_scores(qe, ce, r0, r1).to(sdtype) + bias
                 s3 = s.view(b * heads, rows, r1)
-                if low:
-                    s3.add_(torch.bmm(qb, kb.transpose(1, 2)), alpha=scale)
+                qk = (q3[:, r0:r1], k3[:, :r1].transpose(1, 2))
+                if sdtype == dtype:
+                    s3.baddbmm_(*qk, alpha=scale)
                 else:
-                    s3.baddbmm_(qb, kb.transpose(1, 2), alpha=scale)
+                    s3.add_(torch.bmm(*qk), alpha=scale)
                 p = torch.softmax(s3, dim=-1)
-                vb = v[:, :, :r1].reshape(b * heads, r1, dv)
-                out[:, :, r0:r1] = torch.bmm(p.to(dtype), vb).view(b, heads, rows, dv)
+                outs.append(torch.bmm(p.to(dtype), v3[:, :r1]))
                 probs.append(p)
+        out = torch.cat(outs, dim=1).view(b, heads, j, dv)
         ctx.save_for_backward(q, k, v, out, qe, ce, *probs)
         ctx.bounds, ctx.scale = bounds, scale
-        ctx.e_heads = None if qe is None else qe.shape[1]
-        ctx.bias_dtype = self_bias.dtype
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, qe, ce, *probs = ctx.saved_tensors
-        bounds, scale, e_heads = ctx.bounds, ctx.scale, ctx.e_heads
+        bounds, scale = ctx.bounds, ctx.scale
         b, heads, j, d = q.shape
         dv = v.shape[-1]
-        dtype = q.dtype
-        sdtype = probs[0].dtype
-        grad_out = grad_out.to(dtype)
-        grad_q = torch.empty_like(q)
-        grad_k = torch.zeros_like(k)
-        grad_v = torch.zeros_like(v)
+        dtype, sdtype = q.dtype, probs[0].dtype
+        grad_out = grad_out.to(dtype).contiguous()
+        q3, k3, v3 = (t.view(b * heads, j, t.shape[-1]) for t in (q, k, v))
+        g3 = grad_out.view(b * heads, j, dv)
+        # D_i = Σ_j p_ij dP_ij = dO_i · O_i, the softmax-backward row term
+        row_term = (grad_out.to(sdtype) * out.to(sdtype)).sum(-1, keepdim=True).view(b * heads, j, 1)
+        grad_q = torch.empty_like(q3)
+        grad_k = grad_v = grad_qe = grad_ce = None  # k/v/ce sums over blocks are kept in sdtype
         grad_beta = torch.zeros(heads, dtype=sdtype, device=q.device)
-        grad_qe = grad_ce = None
         if qe is not None:
             grad_qe = torch.empty_like(qe)
-            grad_ce = torch.zeros_like(ce)
-        # D_i = Σ_j p_ij dP_ij = dO_i · O_i, the softmax-backward row term
-        row_term = (grad_out.to(sdtype) * out.to(sdtype)).sum(-1, keepdim=True)
         with torch.autocast(q.device.type, enabled=False):
-            for (r0, r1), p in zip(zip(bounds[:-1], bounds[1:]), probs):
-                rows = r1 - r0
-                g = grad_out[:, :, r0:r1].reshape(b * heads, rows, dv)
-                vb = v[:, :, :r1].reshape(b * heads, r1, dv)
-                kb = k[:, :, :r1].reshape(b * heads, r1, d)
-                qb = q[:, :, r0:r1].reshape(b * heads, rows, d)
-                grad_v[:, :, :r1] += torch.bmm(p.to(dtype).transpose(1, 2), g).view(b, heads, r1, dv)
-                ds = torch.bmm(g, vb.transpose(1, 2)).to(sdtype)
-                ds.sub_(row_term[:, :, r0:r1].reshape(b * heads, rows, 1)).mul_(p)  # dS
-                ds4 = ds.view(b, heads, rows, r1)
+            # last block first: it covers every key, so it initializes the key-side sums
+            for (r0, r1), p in reversed(list(zip(zip(bounds[:-1], bounds[1:]), probs))):
+                g = g3[:, r0:r1]
+                ds = torch.bmm(g, v3[:, :r1].transpose(1, 2)).to(sdtype)
+                ds.sub_(row_term[:, r0:r1]).mul_(p)  # dS = P ⊙ (dP - D)
+                ds4 = ds.view(b, heads, r1 - r0, r1)
                 grad_beta += torch.diagonal(ds4[..., r0:r1], dim1=-2, dim2=-1).sum((0, 2))
                 if qe is not None:
-                    ds_e = ds4.sum(1, keepdim=True) if e_heads == 1 else ds4  # (B, 1|K, R, r1)
-                    grad_qe[:, :, r0:r1] = torch.matmul(ds_e, ce[:, None, :r1])
-                    grad_ce[:, :r1] += torch.matmul(ds_e.transpose(-1, -2), qe[:, :, r0:r1]).sum(1)
-                dsl = ds.to(dtype)
-                grad_q[:, :, r0:r1] = torch.bmm(dsl, kb).mul_(scale).view(b, heads, rows, d)
-                grad_k[:, :, :r1] += torch.bmm(dsl.transpose(1, 2), qb).mul_(scale).view(b, heads, r1, d)
-        return (grad_q, grad_k, grad_v, grad_beta.to(ctx.bias_dtype), None, None,
+                    grad_qe_rows, grad_ce_keys = _extra_scores_backward(ds4, qe, ce, r0, r1)
+                    grad_qe[:, :, r0:r1] = grad_qe_rows
+                    grad_ce = _accumulate(grad_ce, grad_ce_keys, r1)
+                dv_keys = torch.bmm(p.to(dtype).transpose(1, 2), g)
+                ds_scaled = ds.mul_(scale).to(dtype)  # q and k see the scores through `scale`
+                grad_q[:, r0:r1] = torch.bmm(ds_scaled, k3[:, :r1])
+                dk_keys = torch.bmm(ds_scaled.transpose(1, 2), q3[:, r0:r1])
+                if ctx.tied:
+                    grad_k = _accumulate(grad_k, dk_keys.to(sdtype).add_(dv_keys), r1)
+                else:
+                    grad_k = _accumulate(grad_k, dk_keys.to(sdtype), r1)
+                    grad_v = _accumulate(grad_v, dv_keys.to(sdtype), r1)
+        k_dtype, v_dtype, qe_dtype, ce_dtype, beta_dtype = ctx.input_dtypes
+        grad_k = grad_k.view(b, heads, j, d).to(k_dtype)
+        grad_v = None if ctx.tied else grad_v.view(b, heads, j, dv).to(v_dtype)
+        if qe is not None:
+            grad_qe, grad_ce = grad_qe.to(qe_dtype), grad_ce.to(ce_dtype)
+        return (grad_q.view(b, heads, j, d), grad_k, grad_v, grad_beta.to(beta_dtype), None, None,
                 grad_qe, grad_ce, None)
+
+
+def _accumulate(total: torch.Tensor | None, part: torch.Tensor, end: int) -> torch.Tensor:
+    """total[:, :end] += part; the first part (the last block) spans every key and starts the sum."""
+    if total is None:
+        return part  # a fresh tensor from this block's matmul
+    total[:, :end] += part
+    return total
+
+
+def _extra_scores(qe: torch.Tensor, ce: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
+    """e for query rows r0:r1 and keys :r1, (B, 1|K, R, r1): the KQ-diagonal scores."""
+    if qe.shape[1] == 1:  # shared: one (B, R, r1) matrix for all heads
+        return torch.bmm(qe[:, 0, r0:r1], ce[:, :r1].transpose(1, 2)).unsqueeze(1)
+    return torch.matmul(qe[:, :, r0:r1], ce[:, None, :r1].transpose(-1, -2))
+
+
+def _extra_scores_backward(ds4, qe, ce, r0, r1):
+    """Gradients of e's inputs from dS (B, K, R, r1): (d qe rows, d ce keys)."""
+    dtype = qe.dtype
+    if qe.shape[1] == 1:
+        ds_e = ds4.sum(1).to(dtype)  # (B, R, r1): e is added to every head
+        return (torch.bmm(ds_e, ce[:, :r1]).unsqueeze(1),
+                torch.bmm(ds_e.transpose(1, 2), qe[:, 0, r0:r1]).to(ds4.dtype))
+    ds_e = ds4.to(dtype)
+    return (torch.matmul(ds_e, ce[:, None, :r1]),
+            torch.matmul(ds_e.transpose(-1, -2), qe[:, :, r0:r1]).sum(1).to(ds4.dtype))
 
 
 def _add_diagonal(bias: torch.Tensor, beta: torch.Tensor, r0: int) -> torch.Tensor:
     """bias (K, R, C) + beta_k on the entries (i, i + r0): the self-token bias of a block."""
-    rows = bias.shape[1]
-    eye = torch.zeros(rows, bias.shape[2], dtype=bias.dtype, device=bias.device)
-    eye[:, r0:r0 + rows] = torch.eye(rows, dtype=bias.dtype, device=bias.device)
-    return bias + beta[:, None, None] * eye
+    i = torch.arange(r0, r0 + bias.shape[1], device=bias.device)
+    j = torch.arange(bias.shape[2], device=bias.device)
+    return torch.where(i[:, None] == j[None, :], bias + beta[:, None, None], bias)
 
 
 class SDPAAlibiAttention(torch.autograd.Function):
@@ -224,8 +262,9 @@ class SDPAAlibiAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, self_bias, alibi, scale):
         j = q.shape[-2]
-        eye = torch.eye(j, dtype=q.dtype, device=q.device)
-        mask = (alibi.to(q.dtype) + self_bias.detach().to(q.dtype)[:, None, None] * eye).unsqueeze(0)
+        ctx.tied = v is None
+        v = k if v is None else v
+        mask = _add_diagonal(alibi.to(q.dtype), self_bias.detach().to(q.dtype), 0).unsqueeze(0)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=mask, scale=scale)
         ctx.save_for_backward(q, k, v, out, lse, mask, self_bias)
@@ -242,6 +281,8 @@ class SDPAAlibiAttention(torch.autograd.Function):
         s_diag = ctx.scale * (q * k).sum(-1, dtype=sdtype) + self_bias.to(sdtype)[:, None]  # ALiBi is 0 on i = j
         p_diag = torch.exp(s_diag - lse.to(sdtype))
         ds_diag = p_diag * ((grad_out * v).sum(-1, dtype=sdtype) - (grad_out * out).sum(-1, dtype=sdtype))
+        if ctx.tied:
+            grad_k, grad_v = grad_k + grad_v, None
         return grad_q, grad_k, grad_v, ds_diag.sum((0, 2)).to(self_bias.dtype), None, None
 
 

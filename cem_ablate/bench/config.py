@@ -1,0 +1,62 @@
+"""What `cem-ablate bench` measures, validated once at the edge (ConfigError on bad input)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from cem_ablate.bench.variants import SIZES, parse_variant
+from cem_ablate.config.errors import unknown
+from cem_ablate.config.schema import join, require
+
+# The issue-5 comparison: the external reference, the baseline, CEM attention and CEM
+# MLP at T = 1 and 2 (paper defaults), and full CEM at T = 2 (Fig. 3a's model).
+DEFAULT_VARIANTS = ("hf_llama", "llama", "cem_attn_t1", "cem_attn_t2", "cem_mlp_t1", "cem_mlp_t2", "cem_full_t2")
+# Peak memory only (one profiled step each): recursion depth with and without
+# per-step checkpointing, against T = 1 of the same model.
+DEFAULT_MEMORY_VARIANTS = ("cem_full_t1", "cem_full_t2", "cem_full_t4", "cem_full_t2_ckpt", "cem_full_t4_ckpt",
+                           "cem_full_t8_ckpt")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
+    memory_variants: list[str] = field(default_factory=lambda: list(DEFAULT_MEMORY_VARIANTS))
+    sizes: list[str] = field(default_factory=lambda: ["bench"])
+    modes: list[Literal["eager", "compiled"]] = field(default_factory=lambda: ["eager", "compiled"])
+    precisions: list[Literal["fp32", "bf16"]] = field(default_factory=lambda: ["fp32", "bf16"])
+    batch_size: int = 4
+    seq_len: int = 512
+    vocab_size: int = 32000
+    warmup_steps: int = 2
+    repeats: int = 5  # timed samples per case, interleaved across cases
+    steps_per_sample: int = 1
+    device: str = "cpu"
+    tune_allocator: bool = True
+    peak: Literal["measure", "cached"] = "measure"  # CPU peak FLOP/s: measured during the run, or cached
+    seed: int = 0
+
+    def validate(self, path: str) -> None:
+        for key in ("batch_size", "seq_len", "vocab_size", "repeats", "steps_per_sample"):
+            require(getattr(self, key) >= 1, join(path, key), f"must be >= 1, got {getattr(self, key)}.")
+        require(self.warmup_steps >= 1, join(path, "warmup_steps"),
+                "must be >= 1 (the first step allocates optimizer state and compiles).")
+        require(bool(self.variants) or bool(self.memory_variants), join(path, "variants"),
+                "nothing to measure: give at least one variant or memory variant.")
+        require(bool(self.modes) and bool(self.precisions), join(path, "modes"), "needs at least one mode and precision.")
+        for i, size in enumerate(self.sizes):
+            if size not in SIZES:
+                raise unknown(join(join(path, "sizes"), i), size, SIZES, what="size")
+        for key in ("variants", "memory_variants"):
+            labels = [parse_variant(spec, join(join(path, key), i)).label for i, spec in enumerate(getattr(self, key))]
+            require(len(labels) == len(set(labels)), join(path, key), f"duplicate variant labels in {labels}.")
+        require(self.device in ("cpu", "cuda") or self.device.startswith("cuda:"), join(path, "device"),
+                f"expected cpu or cuda[:i], got {self.device!r}.")
+
+
+QUICK = {  # `--quick`: seconds, for tests and smoke checks
+    "sizes": ["tiny"], "seq_len": 32, "batch_size": 2, "vocab_size": 256, "warmup_steps": 1, "repeats": 2,
+    "modes": ["eager"], "precisions": ["fp32"],
+    "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_mlp_t2"],
+    "memory_variants": ["cem_full_t1", "cem_full_t4_ckpt"],
+}

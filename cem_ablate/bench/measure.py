@@ -1,0 +1,100 @@
+"""Timing and peak memory of training steps.
+
+Timing: every case is warmed up (optimizer state allocated, graphs compiled), then
+the cases are timed round-robin, one sample per case per round with the order
+rotated each round, so that a noisy neighbour or a frequency change hits all cases
+alike; the median and the minimum of the samples are reported.
+
+Peak memory on CPU: PyTorch has no CPU allocator statistics (no counterpart of
+`torch.cuda.max_memory_allocated`), and RSS mixes in the Python heap and glibc's
+caching. The profiler's memory events do see every tensor allocation and free with
+the running total (`total_allocated`), so one step is run under
+`torch.profiler.profile(profile_memory=True)` and the peak of that running total is
+the step's peak on top of what was held when it began (weights and AdamW state; the
+gradients are allocated inside the step and counted). On CUDA the allocator's own
+peak counter is used.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Timing:
+    samples: list[float]  # seconds per step
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def best(self) -> float:
+        return min(self.samples)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def warm_up(step: Callable[[torch.Tensor], float], batch: torch.Tensor, steps: int) -> float:
+    """Run `steps` steps; returns the seconds they took (compile time included)."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(batch)
+    _sync(batch.device)
+    return time.perf_counter() - start
+
+
+def time_interleaved(steps: Sequence[Callable[[torch.Tensor], float]], batch: torch.Tensor,
+                     repeats: int, steps_per_sample: int = 1,
+                     on_round: Callable[[int], None] | None = None) -> list[Timing]:
+    """Seconds per step of each callable, sampled round-robin `repeats` times."""
+    samples: list[list[float]] = [[] for _ in steps]
+    n = len(steps)
+    for r in range(repeats):
+        for k in range(n):
+            i = (k + r) % n  # rotate the order so no case always runs first
+            _sync(batch.device)
+            start = time.perf_counter()
+            for _ in range(steps_per_sample):
+                steps[i](batch)
+            _sync(batch.device)
+            samples[i].append((time.perf_counter() - start) / steps_per_sample)
+        if on_round:
+            on_round(r)
+    return [Timing(s) for s in samples]
+
+
+def step_peak_bytes(step: Callable[[torch.Tensor], float], batch: torch.Tensor) -> int:
+    """Peak bytes allocated during one step above what was allocated when it began."""
+    if batch.device.type == "cuda":
+        torch.cuda.synchronize(batch.device)
+        torch.cuda.reset_peak_memory_stats(batch.device)
+        start = torch.cuda.memory_allocated(batch.device)
+        step(batch)
+        torch.cuda.synchronize(batch.device)
+        return torch.cuda.max_memory_allocated(batch.device) - start
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step(batch)
+    totals = [(node.start_time_ns, node.typed[1].total_allocated)
+              for node in _walk(prof.profiler.kineto_results.experimental_event_tree())
+              if node.typed[0] == _EventType.Allocation]
+    return max((total for _, total in sorted(totals)), default=0)
+
+
+def _walk(nodes):
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children)

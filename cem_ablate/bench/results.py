@@ -1,0 +1,188 @@
+"""Benchmark rows, ratios, the issue-5 targets, and their table / JSON / markdown forms."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cem_ablate.bench.variants import BASELINE, EXTERNAL
+
+MB = 1024 * 1024
+
+
+@dataclass
+class Row:
+    size: str
+    variant: str
+    mode: str  # eager | compiled
+    precision: str  # fp32 | bf16
+    tokens_per_step: int
+    params: int
+    train_flops_per_token: float
+    step_s: list[float] = field(default_factory=list)  # timed samples
+    warmup_s: float = math.nan  # first steps, compile included
+    state_bytes: int = 0  # weights + optimizer state held between steps
+    step_peak_bytes: int | None = None  # peak allocated inside the step, above state
+    peak_flops: float = math.nan  # device peak for this precision
+    memory_only: bool = False
+    error: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.size, self.mode, self.precision
+
+    def _tokens_per_s(self, seconds: float) -> float:
+        return self.tokens_per_step / seconds if seconds > 0 else math.nan
+
+    @property
+    def tokens_per_s_median(self) -> float:
+        return self._tokens_per_s(sorted(self.step_s)[len(self.step_s) // 2]) if self.step_s else math.nan
+
+    @property
+    def tokens_per_s_best(self) -> float:
+        return self._tokens_per_s(min(self.step_s)) if self.step_s else math.nan
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.tokens_per_s_median * self.train_flops_per_token
+
+    @property
+    def mfu(self) -> float:
+        return self.flops_per_s / self.peak_flops
+
+    @property
+    def mfu_best(self) -> float:
+        return self.tokens_per_s_best * self.train_flops_per_token / self.peak_flops
+
+    @property
+    def peak_bytes(self) -> int | None:
+        return None if self.step_peak_bytes is None else self.state_bytes + self.step_peak_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(tokens_per_s_median=self.tokens_per_s_median, tokens_per_s_best=self.tokens_per_s_best,
+                   flops_per_s=self.flops_per_s, mfu=self.mfu, mfu_best=self.mfu_best, peak_bytes=self.peak_bytes)
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+
+
+def _find(rows: list[Row], variant: str, key: tuple, memory_only: bool = False) -> Row | None:
+    for row in rows:
+        if row.variant == variant and row.key == key and row.memory_only == memory_only and not row.error:
+            return row
+    return None
+
+
+def speed_ratio(rows: list[Row], row: Row, reference: str = BASELINE, best: bool = False) -> float:
+    """tokens/s of `row` over the reference variant's, same size, mode and precision."""
+    ref = _find(rows, reference, row.key)
+    if ref is None or not row.step_s:
+        return math.nan
+    if best:
+        return row.tokens_per_s_best / ref.tokens_per_s_best
+    return row.tokens_per_s_median / ref.tokens_per_s_median
+
+
+def memory_ratio(rows: list[Row], row: Row, reference: str) -> float:
+    ref = _find(rows, reference, row.key, memory_only=row.memory_only) or _find(rows, reference, row.key)
+    if ref is None or ref.peak_bytes is None or row.peak_bytes is None:
+        return math.nan
+    return row.peak_bytes / ref.peak_bytes
+
+
+# -- issue 5 targets ----------------------------------------------------------------
+@dataclass
+class Target:
+    name: str
+    measured: float
+    threshold: float
+    higher_is_better: bool = True
+
+    @property
+    def met(self) -> bool | None:
+        if math.isnan(self.measured):
+            return None
+        return self.measured >= self.threshold if self.higher_is_better else self.measured <= self.threshold
+
+
+SPEED_TARGETS = [  # (variant, reference, threshold): fp32 tokens/s ratios
+    (BASELINE, EXTERNAL, 1.0), ("cem_attn_t1", BASELINE, 1.0), ("cem_attn_t2", BASELINE, 0.8),
+    ("cem_mlp_t1", BASELINE, 1.0), ("cem_mlp_t2", BASELINE, 0.85),
+]
+MEMORY_TARGETS = [("cem_full_t4_ckpt", "cem_full_t1", 1.3), ("cem_full_t8_ckpt", "cem_full_t1", 1.6)]
+MFU_TARGET = 0.5
+
+
+def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
+    """The issue's targets, on fp32 rows of `size` (eager ratios; compiled for MFU)."""
+    out = []
+    for mode in ("eager", "compiled"):
+        key = (size, mode, "fp32")
+        for variant, reference, threshold in SPEED_TARGETS:
+            row = _find(rows, variant, key)
+            if row is not None and (variant != BASELINE or mode == "eager"):
+                out.append(Target(f"{variant} / {reference} tokens/s, {mode}", speed_ratio(rows, row, reference),
+                                  threshold))
+    for row in rows:
+        if row.size == size and row.mode == "compiled" and row.precision == "fp32" and not row.memory_only \
+                and row.variant != EXTERNAL and not row.error:
+            out.append(Target(f"{row.variant} MFU, compiled", row.mfu, MFU_TARGET))
+    for variant, reference, threshold in MEMORY_TARGETS:
+        for row in rows:
+            if row.variant == variant and row.size == size and row.precision == "fp32" and row.peak_bytes:
+                out.append(Target(f"{variant} / {reference} peak memory, {row.mode}",
+                                  memory_ratio(rows, row, reference), threshold, higher_is_better=False))
+    return out
+
+
+# -- presentation ----------------------------------------------------------------------
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def table(rows: list[Row]) -> str:
+    """Markdown table: one line per timed case, then the memory-only cases."""
+    head = ("| size | variant | mode | prec | tokens/s med | tokens/s best | × llama | × hf_llama | "
+            "TFLOP/s | MFU | peak MB | step MB | warm-up s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in rows:
+        if row.error:
+            lines.append(f"| {row.size} | {row.variant} | {row.mode} | {row.precision} | error: {row.error} |")
+            continue
+        lines.append("| " + " | ".join([
+            row.size, row.variant + (" (memory only)" if row.memory_only else ""), row.mode, row.precision,
+            _fmt(row.tokens_per_s_median, ".0f"), _fmt(row.tokens_per_s_best, ".0f"),
+            _fmt(speed_ratio(rows, row), ".3f"), _fmt(speed_ratio(rows, row, EXTERNAL), ".3f"),
+            _fmt(row.flops_per_s / 1e12, ".3f"), _fmt(row.mfu, ".1%"),
+            _fmt(row.peak_bytes / MB if row.peak_bytes is not None else None, ".0f"),
+            _fmt(row.step_peak_bytes / MB if row.step_peak_bytes is not None else None, ".0f"),
+            _fmt(row.warmup_s, ".1f"),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def targets_table(targets: list[Target]) -> str:
+    lines = ["| target | measured | threshold | met |", "|---|---|---|---|"]
+    for t in targets:
+        sign = "≥" if t.higher_is_better else "≤"
+        met = {True: "yes", False: "**no**", None: "-"}[t.met]
+        lines.append(f"| {t.name} | {_fmt(t.measured, '.3f')} | {sign} {t.threshold} | {met} |")
+    return "\n".join(lines)
+
+
+def write_json(path: str | Path, rows: list[Row], targets: list[Target], meta: dict[str, Any]) -> None:
+    payload = {
+        "meta": meta,
+        "rows": [r.to_dict() | {"ratio_vs_llama": _none(speed_ratio(rows, r)),
+                                "ratio_vs_hf_llama": _none(speed_ratio(rows, r, EXTERNAL))} for r in rows],
+        "targets": [asdict(t) | {"met": t.met} for t in targets],
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, default=_none))
+
+
+def _none(value):
+    return None if isinstance(value, float) and math.isnan(value) else value

@@ -1,0 +1,244 @@
+"""Run a benchmark: build every case, warm up, time side by side, measure memory.
+
+For each size and precision, all timed variants are built in one process (each
+model once; its eager and compiled steps share weights and optimizer), warmed up,
+then timed round-robin (measure.py). Memory-only variants follow, one at a time.
+A case that fails (e.g. a graph break under fullgraph compile) becomes a row with
+its error instead of stopping the run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import math
+import platform
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cem_ablate.bench.config import BenchConfig
+from cem_ablate.bench.measure import step_peak_bytes, time_interleaved, warm_up
+from cem_ablate.bench.results import Row
+from cem_ablate.bench.train_step import TrainStep, compiled_forward, hf_forward, make_optimizer
+from cem_ablate.bench.variants import BASELINE, Variant, model_mapping, parse_variant
+from cem_ablate.model import build_model, model_report
+
+Log = Callable[[str], None]
+
+
+def precision_name(precision: str) -> str:
+    """Our precision flag -> the Lightning string `device_peak_flops` takes."""
+    return "bf16-mixed" if precision == "bf16" else "32-true"
+
+
+class Case:
+    """One (variant, mode) of a size and precision: a row and the step that fills it."""
+
+    def __init__(self, row: Row, step: TrainStep | None):
+        self.row, self.step = row, step
+
+
+def _build_model(variant: Variant, cfg: BenchConfig, size: str, device: torch.device):
+    """(model, forward factory per mode, FLOP-report source); HF runs eager only (the
+    reference target is eager), and its FLOPs are those of the identical baseline."""
+    torch.manual_seed(cfg.seed)
+    if variant.external:
+        from cem_ablate.interop import to_hf_llama
+
+        llama = build_model(model_mapping(Variant(BASELINE, {}), size, cfg.seq_len, cfg.vocab_size))
+        model = to_hf_llama(llama).to(device).train()
+        return model, {"eager": lambda: hf_forward(model)}, llama
+    model = build_model(model_mapping(variant, size, cfg.seq_len, cfg.vocab_size)).to(device).train()
+    return model, {"eager": lambda: model, "compiled": lambda: compiled_forward(model)}, model
+
+
+def build_cases(variants: list[Variant], modes: list[str], cfg: BenchConfig, size: str, precision: str,
+                device: torch.device, memory_only: bool = False) -> list[Case]:
+    cases = []
+    for variant in variants:
+        try:
+            model, forwards, flop_source = _build_model(variant, cfg, size, device)
+            report = model_report(flop_source, cfg.seq_len)
+            optimizer = make_optimizer(model)
+        except Exception as err:  # a variant that cannot be built still gets its row
+            cases.append(Case(_row(variant, "eager", cfg, size, precision, 0, math.nan, memory_only,
+                                   error=_short(err)), None))
+            continue
+        for mode in modes:
+            if mode not in forwards:
+                continue
+            forward = forwards[mode]()
+            row = _row(variant, mode, cfg, size, precision, report.params_total, report.train_flops_per_token,
+                       memory_only)
+            cases.append(Case(row, TrainStep(model, forward, optimizer, precision, device)))
+    return cases
+
+
+def _row(variant, mode, cfg, size, precision, params, flops, memory_only, error=None) -> Row:
+    return Row(size=size, variant=variant.label, mode=mode, precision=precision,
+               tokens_per_step=cfg.batch_size * cfg.seq_len, params=params, train_flops_per_token=flops,
+               memory_only=memory_only, error=error)
+
+
+def _short(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}".strip().splitlines()[0]
+    return text[:300]
+
+
+def _safely(case: Case, action: Callable[[], Any], log: Log) -> Any:
+    try:
+        return action()
+    except Exception as err:
+        case.row.error = _short(err)
+        case.step = None
+        log(f"  {case.row.variant} ({case.row.mode}): failed: {case.row.error}")
+        return None
+
+
+class PeakMeter:
+    """The device's peak FLOP/s for a precision, the denominator of MFU.
+
+    GPUs: the published peak (`device_peak_flops`). CPUs: the matmul throughput
+    measured by `training.hardware.measure_matmul_flops`, sampled at the start and
+    after every timed round, keeping the highest: on a shared machine a single
+    measurement taken in a busy moment would understate the peak and inflate MFU.
+    With `peak: cached` the per-machine cached value of `device_peak_flops` is used.
+    """
+
+    def __init__(self, device: torch.device, precision: str, cached: bool):
+        from cem_ablate.training.hardware import device_peak_flops
+
+        self.device, self.precision = device, precision
+        self.measured = device.type == "cpu" and not cached
+        self.samples: list[float] = []
+        if not self.measured:
+            self.samples.append(device_peak_flops(device, precision_name(precision)))
+        else:
+            self.sample(warmup_s=2.0, measure_s=1.0)
+
+    def sample(self, warmup_s: float = 0.2, measure_s: float = 0.5) -> None:
+        if self.measured:
+            from cem_ablate.training.hardware import measure_matmul_flops
+
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+            self.samples.append(measure_matmul_flops(dtype, warmup_s=warmup_s, measure_s=measure_s))
+
+    @property
+    def peak(self) -> float:
+        return max(self.samples)
+
+
+def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, Any]]:
+    from cem_ablate.bench.compile_cache import configure_inductor_cache
+    from cem_ablate.bench.cpu_allocator import tune_cpu_allocator
+
+    device = torch.device(cfg.device)
+    meta = machine_facts(cfg, device)
+    meta["allocator_tuned"] = tune_cpu_allocator() if cfg.tune_allocator and device.type == "cpu" else False
+    if "compiled" in cfg.modes:
+        meta["inductor_cache"] = str(configure_inductor_cache())
+    timed = [parse_variant(v) for v in cfg.variants]
+    memory = [parse_variant(v) for v in cfg.memory_variants]
+    rows: list[Row] = []
+    for size in cfg.sizes:
+        for precision in cfg.precisions:
+            meter = PeakMeter(device, precision, cached=cfg.peak == "cached")
+            generator = torch.Generator().manual_seed(cfg.seed)
+            batch = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.seq_len + 1), generator=generator)
+            batch = batch.to(device)
+            log(f"[bench] size {size}, {precision}")
+            group: list[Row] = []
+            if timed:
+                group += _run_timed(timed, cfg, size, precision, device, meter, batch, log)
+            for variant in memory:
+                group += _run_memory_only(variant, cfg, size, precision, device, batch, log)
+            for row in group:
+                row.peak_flops = meter.peak
+            log(f"  peak {meter.peak / 1e9:.0f} GFLOP/s (max of {len(meter.samples)} samples)")
+            meta.setdefault("peak_flops", {})[f"{size}/{precision}"] = {
+                "peak": meter.peak, "samples": meter.samples,
+                "source": "measured matmul (max of samples)" if meter.measured else "device_peak_flops"}
+            rows += group
+    return rows, meta
+
+
+def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> list[Row]:
+    cases = build_cases(variants, cfg.modes, cfg, size, precision, device)
+    for case in cases:
+        if case.step is None:
+            continue
+        seconds = _safely(case, lambda: warm_up(case.step, batch, cfg.warmup_steps), log)
+        if seconds is not None:
+            case.row.warmup_s = seconds
+            log(f"  warm-up {case.row.variant:<22} {case.row.mode:<8} {seconds:6.1f} s")
+    live = [c for c in cases if c.step is not None]
+    timings = time_interleaved([c.step for c in live], batch, cfg.repeats, cfg.steps_per_sample,
+                               on_round=lambda r: (meter.sample(), log(f"  timed round {r + 1}/{cfg.repeats}")))
+    for case, timing in zip(live, timings):
+        case.row.step_s = timing.samples
+    for case in live:
+        case.row.state_bytes = case.step.state_bytes()
+        case.row.step_peak_bytes = _safely(case, lambda: step_peak_bytes(case.step, batch), log)
+    rows = [c.row for c in cases]
+    del cases, live
+    gc.collect()
+    return rows
+
+
+def _run_memory_only(variant, cfg, size, precision, device, batch, log) -> list[Row]:
+    cases = build_cases([variant], ["eager"], cfg, size, precision, device, memory_only=True)
+    for case in cases:
+        if case.step is None:
+            continue
+        if _safely(case, lambda: warm_up(case.step, batch, 1), log) is None:  # allocates AdamW state
+            continue
+        case.row.state_bytes = case.step.state_bytes()
+        case.row.step_peak_bytes = _safely(case, lambda: step_peak_bytes(case.step, batch), log)
+        if case.row.peak_bytes is not None:
+            log(f"  memory  {case.row.variant:<22} peak {case.row.peak_bytes / 2**20:8.0f} MB")
+    rows = [c.row for c in cases]
+    del cases
+    gc.collect()
+    return rows
+
+
+def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
+    from cem_ablate.config.schema import to_dict
+    from cem_ablate.training.hardware import cpu_model
+
+    facts: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": str(device),
+        "cpu": cpu_model(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "config": to_dict(cfg),
+        "git_commit": _git_commit(),
+        "step": "forward + cross-entropy (fp32 logits) + backward + clip 1.0 + AdamW (SPEC §7); "
+                "compiled = each block torch.compile(fullgraph=True)",
+        "memory_method": "torch.profiler memory events (CPU) / max_memory_allocated (CUDA); "
+                         "peak = weights + AdamW state + peak allocated inside the step",
+    }
+    try:
+        import transformers
+
+        facts["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    if device.type == "cuda":
+        facts["gpu"] = torch.cuda.get_device_name(device)
+    return facts
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None

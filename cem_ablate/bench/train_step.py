@@ -1,0 +1,90 @@
+"""One training step, the unit the benchmark times: forward, loss, backward, clip, AdamW.
+
+This is a plain PyTorch loop with the same math as the training engine's step
+(cem_ablate.training): next-token cross-entropy on float32 logits, gradient clipping
+at 1.0 and AdamW with betas (0.9, 0.95), eps 1e-9, weight decay 0.1 on matrices and
+embeddings only (SPEC §7), under `torch.autocast(bfloat16)` for bf16 ("bf16-mixed").
+Lightning's per-step bookkeeping is left out so the numbers measure the model.
+
+`compiled` mode compiles each block with `fullgraph=True` (the engine's
+`train.compile` also compiles per block), so a graph break fails loudly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-9}
+WEIGHT_DECAY = 0.1
+GRAD_CLIP = 1.0
+
+
+def decay_groups(model: nn.Module, weight_decay: float = WEIGHT_DECAY) -> list[dict]:
+    """SPEC §7 groups for any model: `parameter_groups` when it has one, else the same
+    rule (decay the weights of nn.Linear / nn.Embedding) for transformers models."""
+    if hasattr(model, "parameter_groups"):
+        return model.parameter_groups(weight_decay)
+    matrices = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if id(p) in matrices], "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) not in matrices], "weight_decay": 0.0}]
+
+
+def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The model's forward with every block compiled (fullgraph) and shared weights."""
+    blocks = [torch.compile(block, fullgraph=True) for block in model.blocks]
+
+    def forward(input_ids: torch.Tensor) -> torch.Tensor:
+        h = model.embed_tokens(input_ids)
+        for block in blocks:
+            h = block(h)
+        return model.lm_head(model.norm(h))
+
+    return forward
+
+
+def hf_forward(hf_model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    def forward(input_ids: torch.Tensor) -> torch.Tensor:
+        return hf_model(input_ids=input_ids, use_cache=False).logits
+
+    return forward
+
+
+class TrainStep:
+    """A callable doing one optimizer step on a fixed batch of token ids (B, J + 1)."""
+
+    def __init__(self, model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor],
+                 optimizer: torch.optim.Optimizer, precision: str, device: torch.device):
+        self.model = model
+        self.forward = forward
+        self.optimizer = optimizer
+        self.device = device
+        self.autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" \
+            else nullcontext
+
+    def __call__(self, batch: torch.Tensor) -> float:
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        with self.autocast():
+            logits = self.forward(inputs)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    def state_bytes(self) -> int:
+        """Bytes held between steps: weights and optimizer state (grads are freed)."""
+        tensors = {id(p): p for p in self.model.parameters()}
+        for state in self.optimizer.state.values():
+            tensors.update({id(t): t for t in state.values() if torch.is_tensor(t)})
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(decay_groups(model), **ADAMW)

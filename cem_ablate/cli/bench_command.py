@@ -1,0 +1,75 @@
+"""`cem-ablate bench`: training-step throughput, FLOP/s, MFU and peak memory of variants.
+
+Examples:
+    cem-ablate bench                               # the issue-5 comparison (long: see benchmarks/)
+    cem-ablate bench --quick                       # seconds: tiny model, eager fp32
+    cem-ablate bench --variants llama cem_attn_t2 --modes eager --precisions fp32 --repeats 3
+    cem-ablate bench --variants 'mine={mlp: {name: cem, steps: 3}}' --sizes tiny small
+"""
+
+from __future__ import annotations
+
+import argparse
+
+VARIANT_HELP = ("variant names: llama, hf_llama (transformers reference, eager), cem_<attn|mlp|full>_t<T> with "
+                "optional modifiers _ckpt _ref _nodiag _sdpa _perhead _exact _diag _identity, or "
+                "'label={yaml model sub-config}'")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = __doc__.split("\n", 2)[2]
+    add = parser.add_argument
+    add("--variants", nargs="+", metavar="V", help="timed variants; " + VARIANT_HELP)
+    add("--memory-variants", nargs="*", metavar="V", help="variants measured for peak memory only")
+    add("--sizes", nargs="+", metavar="S", help="'bench' (D 512, 6 layers, 8 heads) or a model size preset")
+    add("--modes", nargs="+", metavar="M", help="eager and/or compiled")
+    add("--precisions", nargs="+", metavar="P", help="fp32 and/or bf16 (autocast, bf16-mixed)")
+    for flag in ("batch-size", "seq-len", "vocab-size", "warmup-steps", "repeats", "steps-per-sample", "seed"):
+        add(f"--{flag}", type=int)
+    add("--device", help="cpu (default) or cuda[:i]")
+    add("--no-tune-allocator", action="store_true", help="keep glibc's default malloc thresholds")
+    add("--peak", help="CPU peak FLOP/s for MFU: 'measure' (default: matmul, max over the run) or 'cached'")
+    add("--quick", action="store_true", help="a seconds-long run: tiny model, short sequences, eager fp32")
+    add("--json", default="bench.json", help="where to write the results (default: bench.json)")
+    add("--markdown", help="also write the tables as markdown to this file")
+
+
+def config_mapping(args: argparse.Namespace) -> dict:
+    from cem_ablate.bench.config import QUICK
+
+    mapping = dict(QUICK) if args.quick else {}
+    for key in ("variants", "memory_variants", "sizes", "modes", "precisions", "batch_size", "seq_len",
+                "vocab_size", "warmup_steps", "repeats", "steps_per_sample", "seed", "device", "peak"):
+        value = getattr(args, key)
+        if value is not None:
+            mapping[key] = value
+    if args.no_tune_allocator:
+        mapping["tune_allocator"] = False
+    return mapping
+
+
+def run(args: argparse.Namespace) -> int:
+    from cem_ablate.bench.config import BenchConfig
+    from cem_ablate.config.schema import parse
+
+    cfg = parse(BenchConfig, config_mapping(args), "bench")  # every user error surfaces here
+
+    from cem_ablate.bench.results import evaluate_targets, table, targets_table, write_json
+    from cem_ablate.bench.runner import run_bench
+
+    rows, meta = run_bench(cfg, log=lambda line: print(line, flush=True))
+    targets = evaluate_targets(rows, size=cfg.sizes[0])
+    text = table(rows)
+    if targets:
+        text += "\n\nIssue-5 targets (fp32):\n\n" + targets_table(targets)
+    print()
+    print(text)
+    write_json(args.json, rows, targets, meta)
+    print(f"\nwrote {args.json}")
+    if args.markdown:
+        from pathlib import Path
+
+        Path(args.markdown).write_text(text + "\n")
+        print(f"wrote {args.markdown}")
+    return 1 if any(row.error for row in rows) else 0

@@ -1,0 +1,189 @@
+"""`cem-ablate bench`: variants, measurement primitives, targets, and an end-to-end quick run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from cem_ablate.bench.compile_cache import configure_inductor_cache
+from cem_ablate.bench.measure import step_peak_bytes, time_interleaved
+from cem_ablate.bench.results import Row, evaluate_targets, speed_ratio, table
+from cem_ablate.bench.runner import build_cases
+from cem_ablate.bench.config import BenchConfig
+from cem_ablate.bench.variants import model_mapping, parse_variant
+from cem_ablate.cli.main import main
+from cem_ablate.config.errors import ConfigError
+from cem_ablate.model import build_model
+
+
+def test_variant_names_map_to_model_configs():
+    v = parse_variant("cem_full_t4_ckpt_perhead")
+    assert v.sublayers["attention"] == {"name": "cem", "steps": 4, "checkpoint_steps": True,
+                                        "preconditioner": "diag_lowrank", "kq_diag": "per_head"}
+    assert v.sublayers["mlp"]["steps"] == 4 and v.sublayers["mlp"]["checkpoint_steps"] is True
+    assert set(parse_variant("cem_attn_t2").sublayers) == {"attention"}
+    assert parse_variant("cem_mlp_t1_ref").sublayers == {"mlp": {"name": "cem", "steps": 1, "impl": "reference",
+                                                                 "preconditioner": "diag_lowrank"}}
+    assert parse_variant("hf_llama").external and parse_variant("llama").sublayers == {}
+    custom = parse_variant("mine={mlp: {name: cem, steps: 3}}")
+    assert custom.label == "mine" and custom.sublayers == {"mlp": {"name": "cem", "steps": 3}}
+    mapping = model_mapping(parse_variant("cem_attn_t2_sdpa"), "bench", 512, 32000)
+    assert (mapping["d_model"], mapping["n_layers"], mapping["n_heads"]) == (512, 6, 8)
+    assert mapping["attention"]["kernel"] == "sdpa" and mapping["attention"]["kq_diag"] == "none"
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("cem_attn_t2_fast", "modifier 'fast'"),
+    ("gpt2", "unknown variant 'gpt2'"),
+    ("mine={attention: {name: cem, kq_diag: diagonal}}", "kq_diag"),
+])
+def test_bad_variants_are_config_errors(spec, match):
+    with pytest.raises(ConfigError, match=match):
+        model_mapping(parse_variant(spec), "tiny", 32, 100)
+
+
+def test_cli_reports_bad_input_as_one_line(capsys):
+    assert main(["bench", "--sizes", "huge"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: bench.sizes[0]: unknown size 'huge'") and "\n" not in err
+    assert main(["bench", "--variants", "cem_attn_t0"]) == 2
+    assert "T must be >= 1" in capsys.readouterr().err
+
+
+def test_step_peak_bytes_counts_tensor_allocations_inside_the_step():
+    def step(batch):
+        a = torch.ones(1_000_000)  # 4 MB
+        b = torch.ones(2_000_000)  # 8 MB, peak 12 MB
+        del a, b
+        c = torch.ones(500_000)  # 2 MB after the peak
+        return float(c[0])
+
+    assert step_peak_bytes(step, torch.zeros(1)) == 12_000_000
+
+
+def test_time_interleaved_rotates_and_samples_every_case():
+    order = []
+    steps = [lambda b, i=i: order.append(i) for i in range(3)]
+    timings = time_interleaved(steps, torch.zeros(1), repeats=3)
+    assert [len(t.samples) for t in timings] == [3, 3, 3]
+    assert order[:3] == [0, 1, 2] and order[3:6] == [1, 2, 0] and order[6:] == [2, 0, 1]
+
+
+def test_hf_reference_step_is_the_same_training_step_as_the_baseline():
+    """Same weights, same batch: the first losses of llama and hf_llama agree."""
+    cfg = BenchConfig(sizes=["tiny"], seq_len=16, batch_size=2, vocab_size=64)
+    cases = build_cases([parse_variant("llama"), parse_variant("hf_llama")], ["eager"], cfg, "tiny", "fp32",
+                        torch.device("cpu"))
+    assert [c.row.variant for c in cases] == ["llama", "hf_llama"]
+    assert cases[0].row.train_flops_per_token == cases[1].row.train_flops_per_token
+    assert cases[0].row.params == cases[1].row.params
+    batch = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(0))
+    losses = [case.step(batch) for case in cases]
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    assert all(case.step.state_bytes() > 0 for case in cases)
+
+
+def test_checkpointing_lowers_the_step_peak():
+    cfg = BenchConfig(sizes=["tiny"], seq_len=64, batch_size=2, vocab_size=64)
+    variants = [parse_variant("cem_full_t4"), parse_variant("cem_full_t4_ckpt")]
+    cases = build_cases(variants, ["eager"], cfg, "tiny", "fp32", torch.device("cpu"))
+    batch = torch.randint(0, 64, (2, 65), generator=torch.Generator().manual_seed(0))
+    peaks = []
+    for case in cases:
+        case.step(batch)  # allocates AdamW state
+        peaks.append(step_peak_bytes(case.step, batch))
+    assert peaks[1] < 0.7 * peaks[0]
+
+
+def _row(variant, tokens_s, mode="eager", peak=None, memory_only=False):
+    row = Row(size="bench", variant=variant, mode=mode, precision="fp32", tokens_per_step=1000, params=1,
+              train_flops_per_token=1e6, step_s=[1000 / tokens_s] if tokens_s else [], peak_flops=1e9,
+              memory_only=memory_only)
+    if peak is not None:
+        row.state_bytes, row.step_peak_bytes = 0, peak
+    return row
+
+
+def test_targets_are_ratios_of_medians():
+    rows = [_row("hf_llama", 500), _row("llama", 510), _row("cem_attn_t1", 520), _row("cem_attn_t2", 390),
+            _row("llama", 600, mode="compiled"), _row("cem_mlp_t2", 480, mode="compiled"),
+            _row("cem_full_t1", None, peak=100, memory_only=True),
+            _row("cem_full_t4_ckpt", None, peak=140, memory_only=True)]
+    assert speed_ratio(rows, rows[2]) == pytest.approx(520 / 510)
+    targets = {t.name: t for t in evaluate_targets(rows)}
+    assert targets["llama / hf_llama tokens/s, eager"].met
+    assert targets["cem_attn_t1 / llama tokens/s, eager"].met
+    assert not targets["cem_attn_t2 / llama tokens/s, eager"].met  # 0.765 < 0.8
+    assert not targets["cem_full_t4_ckpt / cem_full_t1 peak memory, eager"].met  # 1.4 > 1.3
+    assert targets["cem_mlp_t2 / llama tokens/s, compiled"].measured == pytest.approx(0.8)
+    assert targets["cem_mlp_t2 MFU, compiled"].measured == pytest.approx(0.48)
+    assert "cem_full_t4_ckpt (memory only)" in table(rows)
+
+
+def test_inductor_cache_goes_to_the_project_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("CEM_ABLATE_CACHE", str(tmp_path))
+    path = configure_inductor_cache()
+    assert path == tmp_path / "inductor" and path.is_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(path.resolve())
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    assert cache_dir() == str(path.resolve())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert configure_inductor_cache() == tmp_path / "mine"  # the user's choice wins
+
+
+ALLOCATOR_PROBE = """
+import resource, torch
+from cem_ablate.bench.cpu_allocator import tune_cpu_allocator
+
+def faults_per_alloc():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        torch.empty(16_000_000).fill_(1.0)  # 64 MB, above glibc's default mmap threshold
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
+
+default = faults_per_alloc()
+assert tune_cpu_allocator() is True
+for _ in range(3):  # the heap grows over the first rounds, then serves every tensor
+    faults_per_alloc()
+print(default, faults_per_alloc())
+"""
+
+
+def test_allocator_tuning_stops_page_faults_on_large_tensors():
+    """In a subprocess: the tuning is process-wide and irreversible."""
+    out = subprocess.run([sys.executable, "-c", ALLOCATOR_PROBE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    default, tuned = map(float, out.stdout.split())
+    assert default > 10_000  # every 64 MB tensor faults its ~16k pages in again
+    assert tuned < 0.1 * default
+
+
+def test_quick_bench_end_to_end(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--quick", "--variants", "hf_llama", "llama", "cem_attn_t1", "--memory-variants",
+                 "cem_full_t1", "cem_full_t2_ckpt", "--seq-len", "16", "--no-tune-allocator", "--json", str(out),
+                 "--markdown", str(tmp_path / "bench.md")])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "| tiny | cem_attn_t1 | eager | fp32 |" in printed and "Issue-5 targets" in printed
+    data = json.loads(out.read_text())
+    rows = {(r["variant"], r["memory_only"]): r for r in data["rows"]}
+    assert set(rows) == {("hf_llama", False), ("llama", False), ("cem_attn_t1", False), ("cem_full_t1", True),
+                         ("cem_full_t2_ckpt", True)}
+    for key in [("hf_llama", False), ("llama", False), ("cem_attn_t1", False)]:
+        row = rows[key]
+        assert len(row["step_s"]) == 2 and row["tokens_per_s_median"] > 0
+        assert 0 < row["mfu"] < 1 and row["peak_bytes"] > row["state_bytes"] > 0
+    assert rows[("llama", False)]["ratio_vs_llama"] == 1.0
+    assert math.isfinite(rows[("llama", False)]["ratio_vs_hf_llama"])
+    assert rows[("cem_full_t2_ckpt", True)]["peak_bytes"] > 0 and rows[("cem_full_t1", True)]["step_s"] == []
+    assert data["meta"]["allocator_tuned"] is False and data["meta"]["peak_flops"]["tiny/fp32"]["peak"] > 1e9
+    assert (tmp_path / "bench.md").read_text().startswith("| size | variant |")
