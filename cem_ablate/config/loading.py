@@ -36,6 +36,21 @@ def get_dotted(mapping: Mapping[str, Any], key: str, default: Any = None) -> Any
     return node
 
 
+def flatten_dotted(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}: the inverse of set_dotted, for MLflow params/tags.
+
+    An empty mapping stays a leaf, so a key set to {} is not lost.
+    """
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten_dotted(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
 def set_dotted(mapping: dict[str, Any], key: str, value: Any) -> None:
     """Set `a.b.c` in a nested dict, creating intermediate mappings."""
     parts = key.split(".")

@@ -109,14 +109,15 @@ class StudySession:
 
     def _create_parent(self, variant: Variant) -> str:
         from cem_ablate.study.estimates import estimate
-        from cem_ablate.tracking.study_runs import VariantRunInfo, flatten
+        from cem_ablate.config.loading import flatten_dotted
+        from cem_ablate.tracking.study_runs import VariantRunInfo
 
         probe = variant.run_config(self.spec.lr_search.lr_range[0], self.spec.seeds[0])
         resolved = probe.to_mapping()
         resolved.pop("name", None)
         for key in ("lr", "seed", "threads"):
             resolved["train"].pop(key, None)
-        params = flatten(resolved)
+        params = flatten_dotted(resolved)
         params.update({k: v for k, v in variant.axis_values.items() if k not in params})
         params["lr_search.method"] = self.spec.lr_search.method
         info = VariantRunInfo(

@@ -44,17 +44,6 @@ class VariantRunInfo:
     study_yaml: str = ""
 
 
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
 def _text(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     return text[:MAX_PARAM_CHARS]

@@ -85,7 +85,7 @@ def train_run(
                                     extra_callbacks, resume, progress)
     if is_rank_zero_process():
         folder.claim(cfg, resume)
-    from cem_ablate.training.run_tracking import default_tracking_uri
+    from cem_ablate.tracking.store import default_tracking_uri
 
     return _Session(cfg, folder, tracking_uri or default_tracking_uri(), experiment or cfg.name,
                     mlflow_run_id, list(extra_callbacks), resume, progress).run()
@@ -180,7 +180,7 @@ class _Session:
         return self._result("finished", metrics=metrics)
 
     def _open_tracking(self) -> None:
-        from cem_ablate.training.run_tracking import log_params, open_logger
+        from cem_ablate.tracking.training_run import log_params, open_logger
 
         run_id = self.mlflow_run_id or (self.folder.tracked_run(self.tracking_uri) if self.resume else None)
         self.logger = open_logger(self.tracking_uri, self.experiment, self.cfg.name, run_id)
@@ -219,7 +219,7 @@ class _Session:
     def _log_outcome(self, result: TrainResult) -> None:
         if self.logger is None:
             return
-        from cem_ablate.training.run_tracking import log_outcome
+        from cem_ablate.tracking.training_run import log_outcome
 
         summary = {"params": result.params, "flops_per_token": result.flops_per_token,
                    "tokens_per_sec_mean": result.tokens_per_sec, "mfu_mean": result.mfu,
@@ -232,9 +232,9 @@ class _Session:
 
 def run_params(cfg: RunConfig, budget: Budget, report: ModelReport, data_facts: Mapping[str, Any]) -> dict[str, Any]:
     """MLflow params of a run: the resolved config (dotted keys) and derived facts."""
-    from cem_ablate.training.run_tracking import flatten
+    from cem_ablate.config.loading import flatten_dotted
 
-    params = flatten(cfg.to_mapping())
+    params = flatten_dotted(cfg.to_mapping())
     params.update({
         "budget.tokens": budget.tokens, "budget.steps": budget.steps,
         "budget.accumulation": budget.accumulation, "budget.effective_batch": budget.effective_batch,
@@ -256,7 +256,7 @@ def _train_in_subprocess(cfg: RunConfig, folder: RunDirectory, tracking_uri: str
     """DDP for library callers: `python -m cem_ablate.training.launch`, result read back."""
     import subprocess
 
-    from cem_ablate.training.run_tracking import default_tracking_uri
+    from cem_ablate.tracking.store import default_tracking_uri
 
     if extra_callbacks:
         warnings.warn("extra_callbacks are not passed to a DDP run launched as a subprocess", stacklevel=3)

@@ -4,7 +4,8 @@ import pytest
 
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.readback import read_study
-from cem_ablate.tracking.study_runs import StudyTracker, VariantRunInfo, flatten
+from cem_ablate.config.loading import flatten_dotted
+from cem_ablate.tracking.study_runs import StudyTracker, VariantRunInfo
 
 
 @pytest.fixture
@@ -15,13 +16,8 @@ def uri(tmp_path):
 def info(key="cem-abc", name="cem", baselines=None):
     return VariantRunInfo(
         key=key, name=name, role="variant", labels={"variant": name, "model.size": "tiny"},
-        baselines=baselines or {}, params=flatten({"model": {"size": "tiny", "attention": {"name": "cem"}}}),
+        baselines=baselines or {}, params=flatten_dotted({"model": {"size": "tiny", "attention": {"name": "cem"}}}),
         metrics={"params_total": 1234, "flops_per_token": 5.0e4}, study_yaml="name: s\n")
-
-
-def test_flatten():
-    assert flatten({"a": {"b": 1, "c": {"d": "x"}}, "e": [1, 2], "f": {}}) == {"a.b": 1, "a.c.d": "x", "e": [1, 2],
-                                                                             "f": {}}
 
 
 def test_experiment_parent_and_child_are_found_not_duplicated(uri, tmp_path):

@@ -20,37 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-STATUS_TAG = "cem_ablate.status"  # same tag names as cem_ablate.tracking.tags
-REASON_TAG = "cem_ablate.reason"
-KIND_TAG = "cem_ablate.kind"
-
-
-def default_tracking_uri() -> str:
-    return f"sqlite:///{(Path.cwd() / 'mlruns' / 'mlflow.db').resolve()}"
-
-
-def quiet_mlflow() -> None:
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    warnings.filterwarnings("ignore", message=".*noload.*")
-    warnings.filterwarnings("ignore", category=FutureWarning, module="mlflow")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-
-
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
+from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.store import quiet_mlflow
 
 
 def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str | None):
     """An MLFlowLogger on an existing run (`run_id`) or a new one in `experiment`."""
     quiet_mlflow()
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
     from lightning.pytorch.loggers import MLFlowLogger
 
     artifact_location = None
@@ -64,7 +42,7 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
         tracking_uri=tracking_uri,
         run_id=run_id,
         artifact_location=artifact_location,
-        tags=None if run_id else {KIND_TAG: "train"},
+        tags=None if run_id else {T.KIND: "train"},
     )
     if run_id:  # a resumed or handed-in run may have been marked finished/killed
         logger.experiment.update_run(run_id, status="RUNNING")
@@ -97,6 +75,6 @@ def log_outcome(logger, status: str, reason: str | None, metrics: Mapping[str, f
     now = int(time.time() * 1000)
     batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
              if v is not None and math.isfinite(float(v))]
-    tags = [RunTag(STATUS_TAG, status)] + ([RunTag(REASON_TAG, reason[:5000])] if reason else [])
+    tags = [RunTag(T.STATUS, status)] + ([RunTag(T.REASON, reason[:5000])] if reason else [])
     client.log_batch(run_id, metrics=batch, tags=tags)
     client.set_terminated(run_id, "FAILED" if status == "failed" else "FINISHED")
