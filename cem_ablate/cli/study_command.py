@@ -26,14 +26,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", help="apply the study file's named overrides under `scale:` (e.g. smoke)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the study file, e.g. base.train.max_steps=50 (repeatable)")
-    parser.add_argument("--workers", type=int, default=1, help="local worker processes (default 1: in this process)")
+    parser.add_argument("--workers", type=int,
+                        help="local worker processes (default: the file's execution.workers, else 1: in this process)")
     parser.add_argument("--storage", help="Optuna storage URL shared by all workers and machines "
                                           "(default sqlite:///<cwd>/mlruns/optuna.db; e.g. postgresql://...)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///<cwd>/mlruns/mlflow.db; "
                                                "or a tracking server http://host:port)")
     parser.add_argument("--workdir", default="mlruns/studies",
                         help="run folders (checkpoints) and worker logs: <workdir>/<study>/ (default mlruns/studies)")
-    parser.add_argument("--threads", type=int, help="torch threads per worker (default: cores / workers)")
+    parser.add_argument("--threads", type=int,
+                        help="torch threads per worker (default: the file's execution.threads, else cores / workers)")
     parser.add_argument("--heartbeat", type=int, default=10, help="seconds between trial heartbeats (default 10)")
     parser.add_argument("--grace", type=int, default=60,
                         help="seconds without heartbeat before another machine retries a trial (default 60)")
@@ -59,7 +61,7 @@ def load_expanded(file: str, scale: str | None, overrides: list[str]):
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise ConfigError("--workers", f"must be at least 1, got {args.workers}.")
     if args.threads is not None and args.threads < 1:
         raise ConfigError("--threads", f"must be at least 1, got {args.threads}.")
@@ -93,18 +95,20 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
     from cem_ablate.tracking.store import default_tracking_uri
 
+    execution = expanded.spec.execution
+    workers = args.workers or execution.workers
     storage_url = args.storage or default_storage_url()
     sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created
     settings = StudySettings(
         storage=StorageSettings(storage_url, args.heartbeat, args.grace),
         tracking_uri=args.tracking_uri or default_tracking_uri(),
         workdir=Path(args.workdir).resolve(),
-        threads=args.threads,
-        progress=not is_worker and args.workers == 1 and console.is_terminal,
+        threads=args.threads or execution.threads,
+        progress=not is_worker and workers == 1 and console.is_terminal,
     )
     if is_worker:
         return run_worker(expanded, settings, args.worker)
-    code = run_study(expanded, settings, args.workers, echo=lambda line: print(line, flush=True))
+    code = run_study(expanded, settings, workers, echo=lambda line: print(line, flush=True))
     if not args.no_report:
         from cem_ablate.study.report import make_report
 

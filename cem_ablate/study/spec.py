@@ -13,6 +13,7 @@
     seeds: [0]
     scale:                                       # named overrides, --scale NAME
       smoke: {base.train.max_steps: 20}
+    execution: {workers: 2, threads: 1}          # defaults for --workers / --threads
 
 Dotted keys in `set`, `axes`, `baselines` address the run config (`model.mlp.name`);
 in `scale` and `--set` they address the study file itself (`base.train.lr`,
@@ -79,6 +80,22 @@ class LrSearchConfig:
 
 
 @dataclass(frozen=True)
+class ExecutionConfig:
+    """How this machine runs the trials; `--workers` / `--threads` override it.
+
+    Not part of any variant's identity: it changes speed, not results.
+    """
+
+    workers: int = 1  # local worker processes; 1 trains in the study process itself
+    threads: int | None = None  # torch threads per worker; null: cores / workers (1 worker: torch's default)
+
+    def validate(self, path: str) -> None:
+        require(self.workers >= 1, join(path, "workers"), f"must be at least 1, got {self.workers}.")
+        require(self.threads is None or self.threads >= 1, join(path, "threads"),
+                f"must be at least 1 (or null), got {self.threads}.")
+
+
+@dataclass(frozen=True)
 class VariantSpec:
     name: str
     set: dict[str, Any] = field(default_factory=dict)
@@ -99,6 +116,7 @@ class StudySpec:
     lr_search: LrSearchConfig = field(default_factory=LrSearchConfig)
     seeds: list[int] = field(default_factory=lambda: [0])
     scale: dict[str, dict[str, Any]] = field(default_factory=dict)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def validate(self, path: str) -> None:
         require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),

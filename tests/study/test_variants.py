@@ -99,6 +99,7 @@ def test_trial_config_gets_lr_and_seed():
     ({"variants": [{"name": "a"}, {"name": "a"}]}, "variants[1]"),
     ({"name": "has space"}, "name"),
     ({"axiss": {}}, "axiss"),
+    ({"execution": {"workers": 0}}, "execution.workers"),
 ])
 def test_malformed_studies_name_the_key(change, where):
     with pytest.raises(ConfigError) as err:
