@@ -32,10 +32,9 @@ kept selectable so tests can compare every kernel against it in float64.
 
 from __future__ import annotations
 
-import math
+import functools
 
 import torch
-import torch.nn.functional as F
 
 from components.alibi import alibi_slopes
 
@@ -54,14 +53,14 @@ def flex_attention_available() -> bool:
 FLEX_AVAILABLE = flex_attention_available()  # resolved once: kernel selection runs inside compiled graphs
 
 
-def select_kernel(device_type: str, has_kq_diag: bool, flex_available: bool | None = None) -> str:
-    """The fastest exact kernel for a device: flex on CUDA (it has a backward there),
-    blocked on CPU. `sdpa` is never chosen automatically for a KQ diagonal (its
-    learnable scores would need a mask that requires grad) and on CPU it was measured
-    slower than `blocked` at the benchmark sizes (benchmarks/README.md)."""
+def select_kernel(device_type: str, wide_values: bool = False, flex_available: bool | None = None) -> str:
+    """The kernel `kernel: auto` runs: flex on CUDA (it has a backward there), blocked
+    elsewhere and for `diag_update: exact`, whose values are D + d wide (untested with
+    flex). `sdpa` is never chosen automatically: it cannot take a KQ diagonal, and on
+    CPU it was not faster than `blocked` without one (benchmarks/README.md)."""
     if flex_available is None:
         flex_available = FLEX_AVAILABLE
-    if device_type == "cuda" and flex_available:
+    if device_type == "cuda" and flex_available and not wide_values:
         return "flex"
     return "blocked"
 
@@ -307,4 +306,13 @@ def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
         return q_idx >= kv_idx
 
     block_mask = create_block_mask(causal, B=None, H=None, Q_LEN=j, KV_LEN=j, device=q.device)
+    if q.is_cuda:  # the fused kernel needs compile; eager flex materializes the scores
+        flex_attention = _compiled_flex()
     return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,14 +76,30 @@ def _find(rows: list[Row], variant: str, key: tuple, memory_only: bool = False) 
     return None
 
 
-def speed_ratio(rows: list[Row], row: Row, reference: str = BASELINE, best: bool = False) -> float:
-    """tokens/s of `row` over the reference variant's, same size, mode and precision."""
+def speed_ratio(rows: list[Row], row: Row, reference: str = BASELINE, statistic: str = "paired") -> float:
+    """tokens/s of `row` over the reference variant's (same size, mode and precision).
+
+    paired (default): the median over timed rounds of the per-round ratio. Cases are
+    timed round-robin, so within a round the two steps ran seconds apart: the ratio
+    of neighbours cancels slow drifts in machine load that the ratio of two medians
+    keeps. median / best: ratio of median / best tokens/s.
+    """
     ref = _find(rows, reference, row.key)
-    if ref is None or not row.step_s:
+    if ref is None or not row.step_s or not ref.step_s:
         return math.nan
-    if best:
+    if statistic == "best":
         return row.tokens_per_s_best / ref.tokens_per_s_best
-    return row.tokens_per_s_median / ref.tokens_per_s_median
+    if statistic == "median" or len(ref.step_s) != len(row.step_s):
+        return row.tokens_per_s_median / ref.tokens_per_s_median
+    return statistics.median(r / s for r, s in zip(ref.step_s, row.step_s))
+
+
+def flop_bound_ratio(rows: list[Row], row: Row, reference: str = BASELINE) -> float:
+    """The tokens/s ratio if both ran at the same FLOP/s: reference FLOPs / row FLOPs."""
+    ref = _find(rows, reference, row.key)
+    if ref is None or row.memory_only:
+        return math.nan
+    return ref.train_flops_per_token / row.train_flops_per_token
 
 
 def memory_ratio(rows: list[Row], row: Row, reference: str) -> float:
@@ -116,7 +133,8 @@ MFU_TARGET = 0.5
 
 
 def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
-    """The issue's targets, on fp32 rows of `size` (eager ratios; compiled for MFU)."""
+    """The issue's targets on fp32 rows of `size`: speed ratios (paired, see
+    `speed_ratio`) eager and compiled, MFU compiled, peak memory ratios."""
     out = []
     for mode in ("eager", "compiled"):
         key = (size, mode, "fp32")
@@ -144,8 +162,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table(rows: list[Row]) -> str:
     """Markdown table: one line per timed case, then the memory-only cases."""
-    head = ("| size | variant | mode | prec | tokens/s med | tokens/s best | × llama | × hf_llama | "
-            "TFLOP/s | MFU | peak MB | step MB | warm-up s |")
+    head = ("| size | variant | mode | prec | tokens/s med | tokens/s best | × llama | × llama (med, best) | "
+            "× hf_llama | FLOP-bound × llama | GFLOP/s | MFU | peak MB | step MB | warm-up s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
         if row.error:
@@ -154,8 +172,11 @@ def table(rows: list[Row]) -> str:
         lines.append("| " + " | ".join([
             row.size, row.variant + (" (memory only)" if row.memory_only else ""), row.mode, row.precision,
             _fmt(row.tokens_per_s_median, ".0f"), _fmt(row.tokens_per_s_best, ".0f"),
-            _fmt(speed_ratio(rows, row), ".3f"), _fmt(speed_ratio(rows, row, EXTERNAL), ".3f"),
-            _fmt(row.flops_per_s / 1e12, ".3f"), _fmt(row.mfu, ".1%"),
+            _fmt(speed_ratio(rows, row), ".3f"),
+            f"{_fmt(speed_ratio(rows, row, statistic='median'), '.3f')}, "
+            f"{_fmt(speed_ratio(rows, row, statistic='best'), '.3f')}",
+            _fmt(speed_ratio(rows, row, EXTERNAL), ".3f"), _fmt(flop_bound_ratio(rows, row), ".3f"),
+            _fmt(row.flops_per_s / 1e9, ".1f"), _fmt(row.mfu, ".1%"),
             _fmt(row.peak_bytes / MB if row.peak_bytes is not None else None, ".0f"),
             _fmt(row.step_peak_bytes / MB if row.step_peak_bytes is not None else None, ".0f"),
             _fmt(row.warmup_s, ".1f"),
@@ -176,7 +197,10 @@ def write_json(path: str | Path, rows: list[Row], targets: list[Target], meta: d
     payload = {
         "meta": meta,
         "rows": [r.to_dict() | {"ratio_vs_llama": _none(speed_ratio(rows, r)),
-                                "ratio_vs_hf_llama": _none(speed_ratio(rows, r, EXTERNAL))} for r in rows],
+                                "ratio_vs_llama_of_medians": _none(speed_ratio(rows, r, statistic="median")),
+                                "ratio_vs_llama_best": _none(speed_ratio(rows, r, statistic="best")),
+                                "ratio_vs_hf_llama": _none(speed_ratio(rows, r, EXTERNAL)),
+                                "flop_bound_ratio_vs_llama": _none(flop_bound_ratio(rows, r))} for r in rows],
         "targets": [asdict(t) | {"met": t.met} for t in targets],
     }
     path = Path(path)

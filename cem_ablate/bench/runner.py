@@ -14,6 +14,7 @@ import gc
 import math
 import platform
 import subprocess
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,7 @@ def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, 
     from cem_ablate.bench.compile_cache import configure_inductor_cache
     from cem_ablate.bench.cpu_allocator import tune_cpu_allocator
 
+    warnings.filterwarnings("ignore", message=".*_prims_common.check.*", category=FutureWarning)  # inductor noise
     device = torch.device(cfg.device)
     meta = machine_facts(cfg, device)
     meta["allocator_tuned"] = tune_cpu_allocator() if cfg.tune_allocator and device.type == "cpu" else False

@@ -113,12 +113,17 @@ def test_flex_score_mod_equals_reference_forward(kq):
 
 
 def test_kernel_selection():
-    assert kernels.select_kernel("cuda", has_kq_diag=True, flex_available=True) == "flex"
-    assert kernels.select_kernel("cuda", has_kq_diag=False, flex_available=False) == "blocked"
-    assert kernels.select_kernel("cpu", has_kq_diag=True, flex_available=True) == "blocked"
-    assert kernels.select_kernel("cpu", has_kq_diag=False, flex_available=True) == "blocked"
+    assert kernels.select_kernel("cuda", flex_available=True) == "flex"
+    assert kernels.select_kernel("cuda", wide_values=True, flex_available=True) == "blocked"
+    assert kernels.select_kernel("cuda", flex_available=False) == "blocked"
+    assert kernels.select_kernel("cpu", flex_available=True) == "blocked"
+    cuda = torch.device("cuda")
+    if kernels.FLEX_AVAILABLE:
+        assert build_sublayer("attention", {"name": "cem", "kq_diag": "shared"}).resolved_kernel(cuda) == "flex"
+    exact = build_sublayer("attention", {"name": "cem", "kq_diag": "shared", "diag_update": "exact"})
+    assert exact.resolved_kernel(cuda) == "blocked"
     layer = build_sublayer("attention", {"name": "cem", "kernel": "sdpa"})
-    assert layer.resolved_kernel(torch.device("cuda")) == "sdpa"  # an explicit choice wins
+    assert layer.resolved_kernel(cuda) == "sdpa"  # an explicit choice wins
 
 
 @pytest.mark.parametrize("steps", [1, 3])
