@@ -96,6 +96,9 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
 def _run_here(session: StudySession, echo) -> None:
     from cem_ablate.study.worker import work
 
+    import torch
+
+    previous_threads = torch.get_num_threads()  # restored: the caller may be a notebook or a test
     set_torch_threads(session.settings.threads)
     quiet_lightning()
     state = {"snap": snapshot(session)}
@@ -107,7 +110,10 @@ def _run_here(session: StudySession, echo) -> None:
         echo(snap.line())
         state["snap"] = snap
 
-    work(session, 0, on_start=report, on_end=report)
+    try:
+        work(session, 0, on_start=report, on_end=report)
+    finally:
+        torch.set_num_threads(previous_threads)
 
 
 def _run_workers(session: StudySession, workers: int, echo) -> None:

@@ -119,7 +119,7 @@ def _wait_for_running_trial_after_a_complete_one(root, proc, timeout=180):
 @pytest.mark.slow
 def test_kill_minus_9_mid_trial_then_rerun_finishes_every_point_once(tmp_path, corpus, monkeypatch):
     grid = [1e-3, 4e-3]
-    path = write_study(tmp_path, name="killed", grid=grid, max_steps=60, corpus=corpus)
+    path = write_study(tmp_path, name="killed", grid=grid, max_steps=12, corpus=corpus)
     proc = _study_process(path, tmp_path)
     _wait_for_running_trial_after_a_complete_one(tmp_path, proc)
     proc.send_signal(signal.SIGKILL)  # a trial was claimed at most 0.2 s ago: it is mid-trial

@@ -36,6 +36,7 @@ def write_study(folder: Path, name: str = "tiny", grid=(1e-3, 4e-3), max_steps: 
         "baselines": {"llama": {"model.attention": "llama"}},
         "lr_search": {"method": "grid", "grid": list(grid)},
         "seeds": [0],
+        "execution": {"threads": 1},  # tiny models: one thread is faster, and steady under load
     }
     mapping["base"]["train"]["max_steps"] = max_steps
     if corpus is not None:
