@@ -30,10 +30,6 @@ def _si(value: float, units=(("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), 
     return f"{value:.3g}"
 
 
-def _tokens(value: float) -> str:
-    return _si(value, (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)))
-
-
 def _duration(hours: float) -> str:
     if hours >= 1:
         return f"{hours:.3g} h"
@@ -67,7 +63,7 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
         base = by_key.get(base_key) if base_key else None
         ratio = f"{est.params_total / base.estimate.params_total:.2f}x" if base else "-"
         table.add_row(row.variant.name + (" (baseline)" if row.variant.role == "baseline" else ""),
-                      base.variant.name if base else "-", f"{est.params_total:,}", ratio, _tokens(est.tokens),
+                      base.variant.name if base else "-", f"{est.params_total:,}", ratio, _si(est.tokens),
                       f"{est.steps:,}", _si(est.train_flops) + "FLOP", _duration(est.gpu_hours(gpu_tflops, mfu)),
                       str(row.trials))
     console.print(table)
