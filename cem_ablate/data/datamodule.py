@@ -9,7 +9,7 @@ Evaluation loaders are sequential and sharded across ranks.
 from __future__ import annotations
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from cem_ablate.data.sampler import ShardSampler, StreamBatchSampler
 
@@ -58,3 +58,24 @@ class ResumableDataModule(L.LightningDataModule):
             dataset, batch_size=self.eval_batch_size, sampler=ShardSampler(len(dataset), rank, world),
             num_workers=self.num_workers,
         )
+
+
+class InMemorySplitsDataModule(ResumableDataModule):
+    """A task whose three splits are generated tensors (the synthetic GP and MQAR tasks).
+
+    Subclasses fill `self.splits` ({"train", "validation", "test"} -> TensorDataset)
+    in `setup`.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.splits: dict[str, TensorDataset] | None = None
+
+    def train_dataloader(self) -> DataLoader:
+        return self.train_loader(self.splits["train"])
+
+    def val_dataloader(self) -> DataLoader:
+        return self.eval_loader(self.splits["validation"])
+
+    def test_dataloader(self) -> DataLoader:
+        return self.eval_loader(self.splits["test"])

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 from filelock import FileLock
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from cem_ablate.data.config import GPConfig, cache_root
-from cem_ablate.data.datamodule import ResumableDataModule
+from cem_ablate.data.datamodule import InMemorySplitsDataModule
 
 JITTER = 1e-6
 
@@ -78,26 +78,16 @@ def cached_gp(cfg: GPConfig, root: Path | None = None) -> dict[str, tuple[np.nda
         return {s: (npz[f"{s}_x"], npz[f"{s}_y"]) for s in ("train", "validation", "test")}
 
 
-class GPDataModule(ResumableDataModule):
+class GPDataModule(InMemorySplitsDataModule):
     def __init__(self, cfg: GPConfig, *, cache_dir: str | None = None, **loader_options: Any):
         super().__init__(**loader_options)
         self.cfg = cfg
         self.cache_dir = cache_dir
-        self.splits: dict[str, TensorDataset] | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is None:
             data = cached_gp(self.cfg, cache_root(self.cache_dir))
             self.splits = {s: TensorDataset(torch.from_numpy(x), torch.from_numpy(y)) for s, (x, y) in data.items()}
-
-    def train_dataloader(self) -> DataLoader:
-        return self.train_loader(self.splits["train"])
-
-    def val_dataloader(self) -> DataLoader:
-        return self.eval_loader(self.splits["validation"])
-
-    def test_dataloader(self) -> DataLoader:
-        return self.eval_loader(self.splits["test"])
 
     def describe(self) -> dict[str, Any]:
         c = self.cfg

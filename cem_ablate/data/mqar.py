@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from cem_ablate.data.config import DataConfig, MQARConfig
-from cem_ablate.data.datamodule import ResumableDataModule
+from cem_ablate.data.datamodule import InMemorySplitsDataModule
 
 IGNORE_INDEX = -100
 SPLIT_INDEX = {"train": 0, "validation": 1, "test": 2}
@@ -51,12 +51,11 @@ def generate_mqar(cfg: MQARConfig, seq_len: int, n: int, seed: int | list[int]) 
     return inputs, targets
 
 
-class MQARDataModule(ResumableDataModule):
+class MQARDataModule(InMemorySplitsDataModule):
     def __init__(self, cfg: DataConfig, **loader_options: Any):
         super().__init__(num_workers=cfg.num_workers, **loader_options)
         self.cfg = cfg.mqar
         self.seq_len = cfg.block_size
-        self.splits: dict[str, TensorDataset] | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:
@@ -66,15 +65,6 @@ class MQARDataModule(ResumableDataModule):
         for split, n in sizes.items():
             x, y = generate_mqar(self.cfg, self.seq_len, n, seed=[self.cfg.data_seed, SPLIT_INDEX[split]])
             self.splits[split] = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
-
-    def train_dataloader(self) -> DataLoader:
-        return self.train_loader(self.splits["train"])
-
-    def val_dataloader(self) -> DataLoader:
-        return self.eval_loader(self.splits["validation"])
-
-    def test_dataloader(self) -> DataLoader:
-        return self.eval_loader(self.splits["test"])
 
     def describe(self) -> dict[str, Any]:
         c = self.cfg
