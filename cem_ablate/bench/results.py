@@ -210,3 +210,12 @@ def write_json(path: str | Path, rows: list[Row], targets: list[Target], meta: d
 
 def _none(value):
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def read_json(path: str | Path) -> tuple[list[Row], dict[str, Any]]:
+    """Rows and meta of a results file written by `write_json` (to re-render tables)."""
+    payload = json.loads(Path(path).read_text())
+    names = {f for f in Row.__dataclass_fields__}
+    rows = [Row(**{k: (math.nan if v is None and k in ("warmup_s", "peak_flops", "train_flops_per_token") else v)
+                   for k, v in r.items() if k in names}) for r in payload["rows"]]
+    return rows, payload["meta"]

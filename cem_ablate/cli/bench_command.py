@@ -33,6 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--quick", action="store_true", help="a seconds-long run: tiny model, short sequences, eager fp32")
     add("--json", default="bench.json", help="where to write the results (default: bench.json)")
     add("--markdown", help="also write the tables as markdown to this file")
+    add("--render", metavar="JSON", help="measure nothing: print (and --markdown) the tables of a results file")
 
 
 def config_mapping(args: argparse.Namespace) -> dict:
@@ -50,26 +51,38 @@ def config_mapping(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cem_ablate.bench.config import BenchConfig
+    from cem_ablate.config.errors import ConfigError
     from cem_ablate.config.schema import parse
 
-    cfg = parse(BenchConfig, config_mapping(args), "bench")  # every user error surfaces here
+    if args.render:
+        if not Path(args.render).is_file():
+            raise ConfigError("--render", f"no results file at {args.render}.")
+        from cem_ablate.bench.results import read_json
+
+        rows, meta = read_json(args.render)
+        size = meta["config"]["sizes"][0]
+    else:
+        cfg = parse(BenchConfig, config_mapping(args), "bench")  # every user error surfaces here
+        from cem_ablate.bench.runner import run_bench
+
+        rows, meta = run_bench(cfg, log=lambda line: print(line, flush=True))
+        size = cfg.sizes[0]
 
     from cem_ablate.bench.results import evaluate_targets, table, targets_table, write_json
-    from cem_ablate.bench.runner import run_bench
 
-    rows, meta = run_bench(cfg, log=lambda line: print(line, flush=True))
-    targets = evaluate_targets(rows, size=cfg.sizes[0])
+    targets = evaluate_targets(rows, size=size)
     text = table(rows)
     if targets:
         text += "\n\nIssue-5 targets (fp32):\n\n" + targets_table(targets)
     print()
     print(text)
-    write_json(args.json, rows, targets, meta)
-    print(f"\nwrote {args.json}")
+    if not args.render:
+        write_json(args.json, rows, targets, meta)
+        print(f"\nwrote {args.json}")
     if args.markdown:
-        from pathlib import Path
-
         Path(args.markdown).write_text(text + "\n")
         print(f"wrote {args.markdown}")
     return 1 if any(row.error for row in rows) else 0

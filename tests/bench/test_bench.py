@@ -194,6 +194,8 @@ def test_quick_bench_end_to_end(tmp_path, capsys):
     assert rows[("cem_full_t2_ckpt", True)]["peak_bytes"] > 0 and rows[("cem_full_t1", True)]["step_s"] == []
     assert data["meta"]["allocator_tuned"] is False and data["meta"]["peak_flops"]["tiny/fp32"]["peak"] > 1e9
     assert (tmp_path / "bench.md").read_text().startswith("| size | variant |")
+    assert main(["bench", "--render", str(out)]) == 0  # the same tables, from the file alone
+    assert capsys.readouterr().out.strip() == printed.split("\n\n", 1)[1].rsplit("\n\nwrote", 1)[0].strip()
 
 
 def test_mfu_flops_are_flop_counter_plus_the_attention_scores_it_misses():
