@@ -9,9 +9,11 @@ docs/results.md. It reads the study exactly as `cem-ablate report STUDY_FILE` do
     python scripts/seed_table.py studies/table3_gp.yaml --out docs/figures/table3_gp \
         --x model.mlp.steps --group data.gp.kernel --metric "test RMSE"
 
-writes `<out>/seeds.md` (printed too) and, with `--x`, `<out>/seeds.png`: the metric's
-mean ± std against the axis `--x`, one line per value of the axis `--group`.
-Metric: the trial's objective (test perplexity for text, test RMSE for GP).
+writes `<out>/seeds.md` (printed too): one row per variant and learning rate, then
+one row per variant at its best learning rate (lowest mean); with `--x`, also
+`<out>/seeds.png`: the metric's mean ± std against the axis `--x`, one line per value
+of the axis `--group` and learning rate. Metric: the trial's objective (test
+perplexity for text, test RMSE for GP).
 """
 
 from __future__ import annotations
@@ -74,6 +76,15 @@ def _flops(value: float | None) -> str:
     return f"{value:.3g}"
 
 
+def best_rows(rows: list[SeedRow]) -> list[SeedRow]:
+    """Each variant at the learning rate with the lowest mean (the study's order)."""
+    best: dict[str, SeedRow] = {}
+    for row in rows:
+        if row.variant not in best or row.mean < best[row.variant].mean:
+            best[row.variant] = row
+    return list(best.values())
+
+
 def markdown(rows: list[SeedRow], metric: str) -> str:
     lines = [f"| variant | parameters | forward FLOPs/token | lr | seeds | {metric} mean ± std | "
              f"Δ vs baseline (same lr) | per seed |", "|---|---|---|---|---|---|---|---|"]
@@ -93,16 +104,18 @@ def plot(rows: list[SeedRow], x_key: str, group_key: str | None, metric: str, ti
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups: dict[str, list[SeedRow]] = {}
+    groups: dict[tuple[str, float], list[SeedRow]] = {}
     for row in rows:
         if x_key in row.labels:
-            groups.setdefault(row.labels.get(group_key, "") if group_key else "", []).append(row)
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for name, members in sorted(groups.items()):
+            groups.setdefault((row.labels.get(group_key, "") if group_key else "", row.lr), []).append(row)
+    several_lrs = len({lr for _, lr in groups}) > 1
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for (name, lr), members in sorted(groups.items()):
         members.sort(key=lambda r: float(r.labels[x_key]))
         xs = [float(r.labels[x_key]) for r in members]
+        label = ", ".join(part for part in (name, f"lr {lr:g}" if several_lrs else "") if part)
         ax.errorbar(xs, [r.mean for r in members], yerr=[r.std or 0.0 for r in members], marker="o",
-                    capsize=4, label=name or None)
+                    capsize=4, label=label or None)
     ax.set_xscale("log", base=2)
     xticks = sorted({float(r.labels[x_key]) for r in rows if x_key in r.labels})
     ax.set_xticks(xticks, [f"{v:g}" for v in xticks])
@@ -110,8 +123,8 @@ def plot(rows: list[SeedRow], x_key: str, group_key: str | None, metric: str, ti
     ax.set_ylabel(f"{metric} (mean ± std over seeds)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    if any(groups):
-        ax.legend(title=group_key)
+    if any(name for name, _ in groups) or several_lrs:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -148,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = seed_rows(records)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    text = markdown(rows, args.metric)
+    text = markdown(rows, args.metric) + "\nAt each variant's best learning rate:\n\n" + markdown(best_rows(rows), args.metric)
     (out / "seeds.md").write_text(f"# Study `{expanded.spec.name}`: {args.metric} over seeds\n\n" + text)
     print(text, end="")
     if args.x:
