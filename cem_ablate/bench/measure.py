@@ -98,3 +98,37 @@ def _walk(nodes):
         node = stack.pop()
         yield node
         stack.extend(node.children)
+
+
+class CPUContention:
+    """Share of wall time in which some runnable task waited for a CPU (Linux PSI,
+    /proc/pressure/cpu "some"), over a `with` block; None where PSI is unavailable.
+
+    The benchmark's own threads fit the cores, so a high share means other processes
+    competed for them: step times, and a matmul peak measured meanwhile, are then
+    inflated and jittery, and ratios and MFU from such a run are unreliable.
+    """
+
+    PATH = "/proc/pressure/cpu"
+
+    def __init__(self):
+        self.share: float | None = None
+
+    @classmethod
+    def _stall_us(cls) -> float | None:
+        try:
+            with open(cls.PATH) as f:
+                some = f.readline().split()
+            return float(dict(kv.split("=") for kv in some[1:])["total"])
+        except (OSError, KeyError, ValueError, IndexError):
+            return None
+
+    def __enter__(self):
+        self._start = (self._stall_us(), time.perf_counter())
+        return self
+
+    def __exit__(self, *exc):
+        stall, wall = self._stall_us(), time.perf_counter()
+        if stall is not None and self._start[0] is not None and wall > self._start[1]:
+            self.share = (stall - self._start[0]) / 1e6 / (wall - self._start[1])
+        return False

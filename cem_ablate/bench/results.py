@@ -29,6 +29,7 @@ class Row:
     step_peak_bytes: int | None = None  # peak allocated inside the step, above state
     peak_flops: float = math.nan  # device peak for this precision
     memory_only: bool = False
+    cpu_contention: float | None = None  # share of the timing phase other tasks waited for a CPU
     error: str | None = None
 
     @property
@@ -182,6 +183,19 @@ def table(rows: list[Row]) -> str:
             _fmt(row.warmup_s, ".1f"),
         ]) + " |")
     return "\n".join(lines)
+
+
+CONTENTION_WARNING = 0.10
+
+
+def contention_note(rows: list[Row]) -> str:
+    """A warning when other processes competed for the CPUs while cases were timed."""
+    shares = [r.cpu_contention for r in rows if r.cpu_contention is not None]
+    if not shares or max(shares) < CONTENTION_WARNING:
+        return ""
+    return (f"WARNING: other processes competed for the CPUs during timing (up to {max(shares):.0%} of the "
+            "time a task waited for a CPU): step times, ratios and MFU of this run are unreliable. "
+            "Rerun on an idle machine.")
 
 
 def targets_table(targets: list[Target]) -> str:

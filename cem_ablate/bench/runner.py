@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from cem_ablate.bench.config import BenchConfig
-from cem_ablate.bench.measure import step_peak_bytes, time_interleaved, warm_up
+from cem_ablate.bench.measure import CPUContention, step_peak_bytes, time_interleaved, warm_up
 from cem_ablate.bench.results import Row
 from cem_ablate.bench.train_step import TrainStep, compiled_forward, hf_forward, make_optimizer
 from cem_ablate.bench.variants import BASELINE, Variant, model_mapping, parse_variant
@@ -178,8 +178,13 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
             case.row.warmup_s = seconds
             log(f"  warm-up {case.row.variant:<22} {case.row.mode:<8} {seconds:6.1f} s")
     live = [c for c in cases if c.step is not None]
-    timings = time_interleaved([c.step for c in live], batch, cfg.repeats, cfg.steps_per_sample,
-                               on_round=lambda r: (meter.sample(), log(f"  timed round {r + 1}/{cfg.repeats}")))
+    with CPUContention() as contention:
+        timings = time_interleaved([c.step for c in live], batch, cfg.repeats, cfg.steps_per_sample,
+                                   on_round=lambda r: (meter.sample(), log(f"  timed round {r + 1}/{cfg.repeats}")))
+    if contention.share is not None:
+        log(f"  CPU contention while timing: {contention.share:.0%} of the time a task waited for a CPU")
+    for case in cases:
+        case.row.cpu_contention = contention.share
     for case, timing in zip(live, timings):
         case.row.step_s = timing.samples
     for case in live:

@@ -71,12 +71,14 @@ def run(args: argparse.Namespace) -> int:
         rows, meta = run_bench(cfg, log=lambda line: print(line, flush=True))
         size = cfg.sizes[0]
 
-    from cem_ablate.bench.results import evaluate_targets, table, targets_table, write_json
+    from cem_ablate.bench.results import contention_note, evaluate_targets, table, targets_table, write_json
 
     targets = evaluate_targets(rows, size=size)
     text = table(rows)
     if targets:
         text += "\n\nIssue-5 targets (fp32):\n\n" + targets_table(targets)
+    if note := contention_note(rows):
+        text += "\n\n" + note
     print()
     print(text)
     if not args.render:

@@ -212,3 +212,17 @@ def test_mfu_flops_are_flop_counter_plus_the_attention_scores_it_misses():
     d, layers, tokens = model.dims.d_model, model.dims.n_layers, 2 * 64
     sdpa = 4 * (64 + 1) / 2 * d * layers * tokens
     assert report.flops_per_token * tokens == pytest.approx(counter.get_total_flops() + sdpa, rel=1e-9)
+
+
+def test_cpu_contention_is_measured_and_flagged():
+    from cem_ablate.bench.measure import CPUContention
+    from cem_ablate.bench.results import contention_note
+
+    with CPUContention() as contention:
+        sum(range(100_000))
+    if os.path.exists(CPUContention.PATH):
+        assert contention.share is not None and contention.share >= 0
+    quiet, busy = _row("llama", 500), _row("llama", 500)
+    quiet.cpu_contention, busy.cpu_contention = 0.02, 0.6
+    assert contention_note([quiet]) == ""
+    assert "60%" in contention_note([quiet, busy]) and "unreliable" in contention_note([busy])
