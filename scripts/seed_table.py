@@ -9,11 +9,11 @@ docs/results.md. It reads the study exactly as `cem-ablate report STUDY_FILE` do
     python scripts/seed_table.py studies/table3_gp.yaml --out docs/figures/table3_gp \
         --x model.mlp.steps --group data.gp.kernel --metric "test RMSE"
 
-writes `<out>/seeds.md` (printed too): one row per variant and learning rate, then
-one row per variant at its best learning rate (lowest mean); with `--x`, also
-`<out>/seeds.png`: the metric's mean ± std against the axis `--x`, one line per value
-of the axis `--group` and learning rate. Metric: the trial's objective (test
-perplexity for text, test RMSE for GP).
+writes `<out>/seeds.md` (printed too): one row per variant and learning rate, then,
+with several learning rates, one row per variant at its best one (lowest mean); with
+`--x`, also `<out>/seeds.png`: the metric's mean ± std against the axis `--x`, one
+line per value of the axis `--group` and learning rate. Metric: the trial's
+objective (test perplexity for text, test RMSE for GP).
 """
 
 from __future__ import annotations
@@ -161,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = seed_rows(records)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    text = markdown(rows, args.metric) + "\nAt each variant's best learning rate:\n\n" + markdown(best_rows(rows), args.metric)
+    text = markdown(rows, args.metric)
+    if len({row.lr for row in rows}) > 1:
+        text += "\nAt each variant's best learning rate:\n\n" + markdown(best_rows(rows), args.metric)
     (out / "seeds.md").write_text(f"# Study `{expanded.spec.name}`: {args.metric} over seeds\n\n" + text)
     print(text, end="")
     if args.x:

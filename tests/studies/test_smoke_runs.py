@@ -57,10 +57,9 @@ def test_gp_smoke_runs_and_the_seed_table_reads_rmse(tmp_path, monkeypatch):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "seed_table.py"), str(ROOT / "studies" / "table3_gp.yaml"),
                     "--scale", "smoke", "--tracking-uri", uri, "--out", str(out), "--metric", "test RMSE",
                     "--x", "model.mlp.steps", "--group", "data.gp.kernel"], check=True, capture_output=True)
-    per_lr, best = (out / "seeds.md").read_text().split("At each variant's best learning rate:")
-    rows = [line for line in per_lr.splitlines() if line.startswith("| gp.kernel=")]
-    assert len(rows) == 8  # one learning rate at the smoke scale: each variant once in each table
-    assert [line for line in best.splitlines() if line.startswith("| gp.kernel=")] == rows
+    table = (out / "seeds.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| gp.kernel=")]
+    assert len(rows) == 8  # one learning rate at the smoke scale: one row per variant, no best-lr table
     # parameters are the same for every T; forward FLOPs grow with T
     params = {row.split("|")[2].strip() for row in rows}
     assert len(params) == 1
