@@ -24,12 +24,14 @@ class BenchConfig:
     memory_variants: list[str] = field(default_factory=lambda: list(DEFAULT_MEMORY_VARIANTS))
     sizes: list[str] = field(default_factory=lambda: ["bench"])
     modes: list[Literal["eager", "compiled"]] = field(default_factory=lambda: ["eager", "compiled"])
-    precisions: list[Literal["fp32", "bf16"]] = field(default_factory=lambda: ["fp32", "bf16"])
+    # None: fp32, plus bf16 where the device computes it natively (see `native_bf16`)
+    precisions: list[Literal["fp32", "bf16"]] | None = None
     batch_size: int = 4
     seq_len: int = 512
     vocab_size: int = 32000
     warmup_steps: int = 2
-    repeats: int = 5  # timed samples per case, interleaved across cases
+    repeats: int = 10  # timed samples per case, interleaved across cases (ratios of equal-work cases
+    #                   still move by a few % between runs on a shared host: benchmarks/README.md)
     steps_per_sample: int = 1
     device: str = "cpu"
     tune_allocator: bool = True
@@ -43,7 +45,9 @@ class BenchConfig:
                 "must be >= 1 (the first step allocates optimizer state and compiles).")
         require(bool(self.variants) or bool(self.memory_variants), join(path, "variants"),
                 "nothing to measure: give at least one variant or memory variant.")
-        require(bool(self.modes) and bool(self.precisions), join(path, "modes"), "needs at least one mode and precision.")
+        require(bool(self.modes), join(path, "modes"), "needs at least one mode.")
+        require(self.precisions is None or bool(self.precisions), join(path, "precisions"),
+                "needs at least one precision.")
         for i, size in enumerate(self.sizes):
             if size not in SIZES:
                 raise unknown(join(join(path, "sizes"), i), size, SIZES, what="size")
@@ -60,3 +64,20 @@ QUICK = {  # `--quick`: seconds, for tests and smoke checks
     "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_mlp_t2"],
     "memory_variants": ["cem_full_t1", "cem_full_t4_ckpt"],
 }
+
+
+def native_bf16(device: str) -> bool:
+    """Whether bf16 matmuls run natively: a CUDA GPU with bf16, or a CPU with
+    AVX512-BF16/AMX (oneDNN's check). Elsewhere autocast emulates bf16, and a bench
+    step took 50x its fp32 time (210 s vs 4 s on the 2-core AVX2 machine)."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def resolve_precisions(cfg: BenchConfig) -> list[str]:
+    if cfg.precisions is not None:
+        return list(cfg.precisions)
+    return ["fp32", "bf16"] if native_bf16(cfg.device) else ["fp32"]

@@ -17,7 +17,10 @@ peak counter is used.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -84,12 +87,37 @@ def step_peak_bytes(step: Callable[[torch.Tensor], float], batch: torch.Tensor) 
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _native_stderr_silenced():  # libkineto prints "USDT ... profiler_start" lines there
+        prof.start()
+    try:
         step(batch)
+    finally:
+        with _native_stderr_silenced():
+            prof.stop()
     totals = [(node.start_time_ns, node.typed[1].total_allocated)
               for node in _walk(prof.profiler.kineto_results.experimental_event_tree())
               if node.typed[0] == _EventType.Allocation]
     return max((total for _, total in sorted(totals)), default=0)
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """Point file descriptor 2 at /dev/null for the block: native libraries write to it
+    directly, past Python's sys.stderr."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 (e.g. a daemon): nothing to silence
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _walk(nodes):

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from cem_ablate.bench.config import BenchConfig
+from cem_ablate.bench.config import BenchConfig, native_bf16, resolve_precisions
 from cem_ablate.bench.measure import CPUContention, step_peak_bytes, time_interleaved, warm_up
 from cem_ablate.bench.results import Row
 from cem_ablate.bench.train_step import TrainStep, compiled_forward, hf_forward, make_optimizer
@@ -145,9 +145,15 @@ def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, 
         meta["inductor_cache"] = str(configure_inductor_cache())
     timed = [parse_variant(v) for v in cfg.variants]
     memory = [parse_variant(v) for v in cfg.memory_variants]
+    precisions = resolve_precisions(cfg)
+    meta["precisions"] = precisions
+    if "bf16" in precisions and not native_bf16(cfg.device):
+        log("[bench] note: this device has no native bf16; bf16 steps are emulated and very slow")
+    elif cfg.precisions is None and precisions == ["fp32"]:
+        log("[bench] fp32 only: this device has no native bf16 (ask for it with --precisions fp32 bf16)")
     rows: list[Row] = []
     for size in cfg.sizes:
-        for precision in cfg.precisions:
+        for precision in precisions:
             meter = PeakMeter(device, precision, cached=cfg.peak == "cached")
             generator = torch.Generator().manual_seed(cfg.seed)
             batch = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.seq_len + 1), generator=generator)

@@ -20,11 +20,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n", 2)[2]
     add = parser.add_argument
-    add("--variants", nargs="+", metavar="V", help="timed variants; " + VARIANT_HELP)
+    add("--variants", nargs="*", metavar="V", help="timed variants (none: memory only); " + VARIANT_HELP)
     add("--memory-variants", nargs="*", metavar="V", help="variants measured for peak memory only")
     add("--sizes", nargs="+", metavar="S", help="'bench' (D 512, 6 layers, 8 heads) or a model size preset")
     add("--modes", nargs="+", metavar="M", help="eager and/or compiled")
-    add("--precisions", nargs="+", metavar="P", help="fp32 and/or bf16 (autocast, bf16-mixed)")
+    add("--precisions", nargs="+", metavar="P",
+        help="fp32 and/or bf16 (autocast, bf16-mixed); default fp32, plus bf16 where the device has it natively")
     for flag in ("batch-size", "seq-len", "vocab-size", "warmup-steps", "repeats", "steps-per-sample", "seed"):
         add(f"--{flag}", type=int)
     add("--device", help="cpu (default) or cuda[:i]")

@@ -226,3 +226,26 @@ def test_cpu_contention_is_measured_and_flagged():
     quiet.cpu_contention, busy.cpu_contention = 0.02, 0.6
     assert contention_note([quiet]) == ""
     assert "60%" in contention_note([quiet, busy]) and "unreliable" in contention_note([busy])
+
+
+def test_memory_only_run_prints_no_profiler_chatter(tmp_path, capfd):
+    """`--variants` with no names measures memory only; libkineto's USDT lines stay hidden."""
+    out = tmp_path / "mem.json"
+    code = main(["bench", "--quick", "--variants", "--memory-variants", "cem_full_t1", "cem_full_t4_ckpt",
+                 "--no-tune-allocator", "--json", str(out)])
+    captured = capfd.readouterr()
+    assert code == 0
+    assert "USDT" not in captured.err + captured.out
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["variant"], r["memory_only"]) for r in rows] == [("cem_full_t1", True), ("cem_full_t4_ckpt", True)]
+    assert "| cem_full_t4_ckpt / cem_full_t1 peak memory, eager |" in captured.out
+
+
+def test_default_precisions_follow_native_bf16(monkeypatch):
+    from cem_ablate.bench import config as bench_config
+
+    monkeypatch.setattr(bench_config, "native_bf16", lambda device: False)
+    assert bench_config.resolve_precisions(BenchConfig()) == ["fp32"]
+    monkeypatch.setattr(bench_config, "native_bf16", lambda device: True)
+    assert bench_config.resolve_precisions(BenchConfig()) == ["fp32", "bf16"]
+    assert bench_config.resolve_precisions(BenchConfig(precisions=["bf16"])) == ["bf16"]
