@@ -77,15 +77,18 @@ def _find(rows: list[Row], variant: str, key: tuple, memory_only: bool = False) 
     return None
 
 
-def speed_ratio(rows: list[Row], row: Row, reference: str = BASELINE, statistic: str = "best") -> float:
+def speed_ratio(rows: list[Row], row: Row, reference: str = BASELINE, statistic: str = "paired") -> float:
     """tokens/s of `row` over the reference variant's (same size, mode and precision).
 
-    best (default, used for the targets): ratio of the best (fastest) samples. Other
-    processes and allocator or frequency hiccups only ever add time to a step, so the
-    fastest of several samples is the least disturbed estimate of what the code costs
-    (timeit's rule); on the shared 2-core machine single steps were seen to take 3x
-    their best. paired: median over rounds of the per-round ratio (cases are timed
-    round-robin, so this cancels slow drifts in load). median: ratio of medians.
+    paired (default, used for the targets): median over rounds of the per-round ratio.
+    Cases are timed round-robin, one step each per round, so a round's ratio compares
+    steps taken within a minute of each other, and the median over rounds discards
+    the rounds a burst of load hit unevenly. best: ratio of the fastest samples
+    (timeit's rule, valid when noise only ever adds time). On the shared 2-core host
+    it does not: matmul throughput itself swings 20-30% from second to second with no
+    steal or contention visible, and in one run every case stepped 10-28% faster in
+    the same round, so a best ratio mostly says which case caught that moment
+    (benchmarks/README.md). median: ratio of the medians.
     """
     ref = _find(rows, reference, row.key)
     if ref is None or not row.step_s or not ref.step_s:
@@ -94,7 +97,30 @@ def speed_ratio(rows: list[Row], row: Row, reference: str = BASELINE, statistic:
         return row.tokens_per_s_best / ref.tokens_per_s_best
     if statistic == "median" or len(ref.step_s) != len(row.step_s):
         return row.tokens_per_s_median / ref.tokens_per_s_median
-    return statistics.median(r / s for r, s in zip(ref.step_s, row.step_s))
+    return statistics.median(_round_ratios(ref, row))
+
+
+def _round_ratios(ref: Row, row: Row) -> list[float]:
+    return [r / s for r, s in zip(ref.step_s, row.step_s)]
+
+
+BOOTSTRAP_SAMPLES = 2000
+
+
+def paired_interval(rows: list[Row], row: Row, reference: str = BASELINE,
+                    level: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the paired ratio: rounds resampled with
+    replacement (seeded, so a results file always renders the same interval)."""
+    ref = _find(rows, reference, row.key)
+    if ref is None or not row.step_s or len(ref.step_s) != len(row.step_s):
+        return math.nan, math.nan
+    import numpy as np
+
+    ratios = np.asarray(_round_ratios(ref, row))
+    picks = np.random.default_rng(0).integers(0, len(ratios), size=(BOOTSTRAP_SAMPLES, len(ratios)))
+    medians = np.median(ratios[picks], axis=1)
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))
 
 
 def flop_bound_ratio(rows: list[Row], row: Row, reference: str = BASELINE) -> float:
@@ -119,7 +145,14 @@ class Target:
     measured: float
     threshold: float
     higher_is_better: bool = True
-    paired: float = math.nan  # speed targets: median of per-round ratios, a second opinion on the noise
+    low: float = math.nan  # speed targets: 95% bootstrap interval of the paired ratio
+    high: float = math.nan
+    best: float = math.nan  # speed targets: ratio of the best samples, for comparison
+
+    @property
+    def within_noise(self) -> bool:
+        """The threshold lies inside the measured interval: this run cannot tell."""
+        return self.low <= self.threshold <= self.high
 
     @property
     def met(self) -> bool | None:
@@ -137,7 +170,7 @@ MFU_TARGET = 0.5
 
 
 def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
-    """The issue's targets on fp32 rows of `size`: speed ratios (of best samples, see
+    """The issue's targets on fp32 rows of `size`: speed ratios (paired, see
     `speed_ratio`) eager and compiled, MFU compiled (median step), peak memory ratios."""
     out = []
     for mode in ("eager", "compiled"):
@@ -145,8 +178,10 @@ def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
         for variant, reference, threshold in SPEED_TARGETS:
             row = _find(rows, variant, key)
             if row is not None and (variant != BASELINE or mode == "eager"):
+                low, high = paired_interval(rows, row, reference)
                 out.append(Target(f"{variant} / {reference} tokens/s, {mode}", speed_ratio(rows, row, reference),
-                                  threshold, paired=speed_ratio(rows, row, reference, statistic="paired")))
+                                  threshold, low=low, high=high,
+                                  best=speed_ratio(rows, row, reference, statistic="best")))
     for row in rows:
         if row.size == size and row.mode == "compiled" and row.precision == "fp32" and not row.memory_only \
                 and row.variant != EXTERNAL and not row.error:
@@ -166,7 +201,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table(rows: list[Row]) -> str:
     """Markdown table: one line per timed case, then the memory-only cases."""
-    head = ("| size | variant | mode | prec | tokens/s med | tokens/s best | × llama | × llama (paired, med) | "
+    head = ("| size | variant | mode | prec | tokens/s med | tokens/s best | × llama | × llama (best, med) | "
             "× hf_llama | FLOP-bound × llama | GFLOP/s | MFU | MFU best | peak MB | step MB | warm-up s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
@@ -177,7 +212,7 @@ def table(rows: list[Row]) -> str:
             row.size, row.variant + (" (memory only)" if row.memory_only else ""), row.mode, row.precision,
             _fmt(row.tokens_per_s_median, ".0f"), _fmt(row.tokens_per_s_best, ".0f"),
             _fmt(speed_ratio(rows, row), ".3f"),
-            f"{_fmt(speed_ratio(rows, row, statistic='paired'), '.3f')}, "
+            f"{_fmt(speed_ratio(rows, row, statistic='best'), '.3f')}, "
             f"{_fmt(speed_ratio(rows, row, statistic='median'), '.3f')}",
             _fmt(speed_ratio(rows, row, EXTERNAL), ".3f"), _fmt(flop_bound_ratio(rows, row), ".3f"),
             _fmt(row.flops_per_s / 1e9, ".1f"), _fmt(row.mfu, ".1%"), _fmt(row.mfu_best, ".1%"),
@@ -202,12 +237,15 @@ def contention_note(rows: list[Row]) -> str:
 
 
 def targets_table(targets: list[Target]) -> str:
-    lines = ["| target | measured | paired | threshold | met |", "|---|---|---|---|---|"]
+    lines = ["| target | measured | 95% interval | best samples | threshold | met |", "|---|---|---|---|---|---|"]
     for t in targets:
         sign = "≥" if t.higher_is_better else "≤"
         met = {True: "yes", False: "**no**", None: "-"}[t.met]
-        lines.append(f"| {t.name} | {_fmt(t.measured, '.3f')} | {_fmt(t.paired, '.3f')} | {sign} {t.threshold} "
-                     f"| {met} |")
+        if t.met is not None and t.within_noise:
+            met += " (within noise)"
+        interval = "-" if math.isnan(t.low) else f"{t.low:.3f}-{t.high:.3f}"
+        lines.append(f"| {t.name} | {_fmt(t.measured, '.3f')} | {interval} | {_fmt(t.best, '.3f')} "
+                     f"| {sign} {t.threshold} | {met} |")
     return "\n".join(lines)
 
 
@@ -215,11 +253,12 @@ def write_json(path: str | Path, rows: list[Row], targets: list[Target], meta: d
     payload = {
         "meta": meta,
         "rows": [r.to_dict() | {"ratio_vs_llama": _none(speed_ratio(rows, r)),
-                                "ratio_vs_llama_paired": _none(speed_ratio(rows, r, statistic="paired")),
+                                "ratio_vs_llama_best": _none(speed_ratio(rows, r, statistic="best")),
                                 "ratio_vs_llama_of_medians": _none(speed_ratio(rows, r, statistic="median")),
                                 "ratio_vs_hf_llama": _none(speed_ratio(rows, r, EXTERNAL)),
                                 "flop_bound_ratio_vs_llama": _none(flop_bound_ratio(rows, r))} for r in rows],
-        "targets": [{k: _none(v) for k, v in asdict(t).items()} | {"met": t.met} for t in targets],
+        "targets": [{k: _none(v) for k, v in asdict(t).items()} | {"met": t.met, "within_noise": t.within_noise}
+                    for t in targets],
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

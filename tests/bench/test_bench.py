@@ -13,7 +13,7 @@ import torch
 
 from cem_ablate.bench.compile_cache import configure_inductor_cache
 from cem_ablate.bench.measure import step_peak_bytes, time_interleaved
-from cem_ablate.bench.results import Row, evaluate_targets, speed_ratio, table
+from cem_ablate.bench.results import Row, evaluate_targets, speed_ratio, table, targets_table
 from cem_ablate.bench.runner import build_cases
 from cem_ablate.bench.config import BenchConfig
 from cem_ablate.bench.variants import model_mapping, parse_variant
@@ -112,25 +112,33 @@ def _row(variant, tokens_s, mode="eager", peak=None, memory_only=False, flops=1e
     return row
 
 
-def test_target_ratios_use_best_samples():
+def test_target_ratios_are_paired_with_a_bootstrap_interval():
     rows = [_row("hf_llama", 500), _row("llama", [510, 170, 510]), _row("cem_attn_t1", [520, 170, 200]),
             _row("cem_attn_t2", [390, 130, 390], flops=1.25e6),
             _row("llama", 600, mode="compiled"), _row("cem_mlp_t2", 480, mode="compiled"),
             _row("cem_full_t1", None, peak=100, memory_only=True),
             _row("cem_full_t4_ckpt", None, peak=140, memory_only=True)]
-    assert speed_ratio(rows, rows[2]) == pytest.approx(520 / 510)  # best samples
-    # paired: rounds 1-2 ran side by side, their ratios (520/510, 1) outvote the noisy third
-    assert speed_ratio(rows, rows[2], statistic="paired") == pytest.approx(1.0)
+    # paired: per-round ratios (520/510, 1, 200/510); their median outvotes the noisy third round
+    assert speed_ratio(rows, rows[2]) == pytest.approx(1.0)
+    assert speed_ratio(rows, rows[2], statistic="best") == pytest.approx(520 / 510)
     assert speed_ratio(rows, rows[2], statistic="median") == pytest.approx(200 / 510)
     targets = {t.name: t for t in evaluate_targets(rows)}
-    assert targets["cem_attn_t1 / llama tokens/s, eager"].met
-    assert not targets["cem_attn_t2 / llama tokens/s, eager"].met  # 0.765 < 0.8
+    attn1 = targets["cem_attn_t1 / llama tokens/s, eager"]
+    assert attn1.met and attn1.best == pytest.approx(520 / 510)
+    assert attn1.low == pytest.approx(200 / 510) and attn1.high == pytest.approx(520 / 510)
+    assert attn1.within_noise  # 1.0 lies inside the interval: three rounds cannot tell
+    attn2 = targets["cem_attn_t2 / llama tokens/s, eager"]
+    assert not attn2.met and not attn2.within_noise  # 0.765 in every round, < 0.8
     assert not targets["cem_full_t4_ckpt / cem_full_t1 peak memory, eager"].met  # 1.4 > 1.3
     assert targets["cem_mlp_t2 / llama tokens/s, compiled"].measured == pytest.approx(0.8)
     assert targets["cem_mlp_t2 MFU, compiled"].measured == pytest.approx(0.48)
     text = table(rows)
     assert "cem_full_t4_ckpt (memory only)" in text
-    assert "| 0.765 | 0.765, 0.765 | 0.780 | 0.800 |" in text  # best, (paired, medians), hf, FLOP bound
+    assert "| 0.765 | 0.765, 0.765 | 0.780 | 0.800 |" in text  # paired, (best, medians), hf, FLOP bound
+    listed = targets_table(list(targets.values()))
+    assert "| cem_attn_t1 / llama tokens/s, eager | 1.000 | 0.392-1.020 | 1.020 | ≥ 1.0 | yes (within noise) |" \
+        in listed
+    assert "| cem_attn_t2 / llama tokens/s, eager | 0.765 | 0.765-0.765 | 0.765 | ≥ 0.8 | **no** |" in listed
 
 
 def test_inductor_cache_goes_to_the_project_cache(tmp_path, monkeypatch):
