@@ -26,8 +26,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--modes", nargs="+", metavar="M", help="eager and/or compiled")
     add("--precisions", nargs="+", metavar="P",
         help="fp32 and/or bf16 (autocast, bf16-mixed); default fp32, plus bf16 where the device has it natively")
-    for flag in ("batch-size", "seq-len", "vocab-size", "warmup-steps", "repeats", "steps-per-sample", "seed"):
-        add(f"--{flag}", type=int)
+    int_flags = {
+        "batch-size": "sequences per step (default 4)",
+        "seq-len": "tokens per sequence (default 512)",
+        "vocab-size": "vocabulary size (default 32000)",
+        "warmup-steps": "untimed steps per case first: AdamW state, compilation (default 2)",
+        "repeats": "timed rounds, one step per case each, order rotated (default 10)",
+        "steps-per-sample": "steps in one timed sample (default 1)",
+        "seed": "weights and batch seed (default 0)",
+    }
+    for flag, text in int_flags.items():
+        add(f"--{flag}", type=int, metavar="N", help=text)
     add("--device", help="cpu (default) or cuda[:i]")
     add("--no-tune-allocator", action="store_true", help="keep glibc's default malloc thresholds")
     add("--peak", help="CPU peak FLOP/s for MFU: 'measure' (default: matmul, max over the run) or 'cached'")
