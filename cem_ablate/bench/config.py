@@ -8,6 +8,7 @@ from typing import Literal
 from cem_ablate.bench.variants import SIZES, parse_variant
 from cem_ablate.config.errors import unknown
 from cem_ablate.config.schema import join, require
+from cem_ablate.training.hardware import native_bf16
 
 # The issue-5 comparison: the external reference, the baseline, CEM attention and CEM
 # MLP at T = 1 and 2 (paper defaults), and full CEM at T = 2 (Fig. 3a's model).
@@ -66,18 +67,9 @@ QUICK = {  # `--quick`: seconds, for tests and smoke checks
 }
 
 
-def native_bf16(device: str) -> bool:
-    """Whether bf16 matmuls run natively: a CUDA GPU with bf16, or a CPU with
-    AVX512-BF16/AMX (oneDNN's check). Elsewhere autocast emulates bf16, and a bench
-    step took 50x its fp32 time (210 s vs 4 s on the 2-core AVX2 machine)."""
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
 def resolve_precisions(cfg: BenchConfig) -> list[str]:
+    """The precisions to measure: as asked, else fp32 plus bf16 where it is native
+    (emulated bf16 took 50x the fp32 step on the 2-core AVX2 machine: 210 s vs 4 s)."""
     if cfg.precisions is not None:
         return list(cfg.precisions)
     return ["fp32", "bf16"] if native_bf16(cfg.device) else ["fp32"]

@@ -86,9 +86,9 @@ def speed_ratio(rows: list[Row], row: Row, reference: str = BASELINE, statistic:
     the rounds a burst of load hit unevenly. best: ratio of the fastest samples
     (timeit's rule, valid when noise only ever adds time). On the shared 2-core host
     it does not: matmul throughput itself swings 20-30% from second to second with no
-    steal or contention visible, and in one run every case stepped 10-28% faster in
-    the same round, so a best ratio mostly says which case caught that moment
-    (benchmarks/README.md). median: ratio of the medians.
+    steal or contention visible, and in one run every case stepped 7-20% faster than
+    its own median in the same round, so a best ratio mostly says which case caught
+    such a moment (benchmarks/README.md). median: ratio of the medians.
     """
     ref = _find(rows, reference, row.key)
     if ref is None or not row.step_s or not ref.step_s:

@@ -51,6 +51,15 @@ CPU_MATMUL_SIZE = 1024
 _measured: dict[str, float] = {}
 
 
+def native_bf16(device: str) -> bool:
+    """Whether bf16 matmuls run natively: a CUDA GPU with bf16, or a CPU with
+    AVX512-BF16/AMX (oneDNN's check). Elsewhere autocast emulates bf16, far slower
+    than fp32."""
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def precision_kind(precision: str) -> str:
     """Lightning precision string -> 'half' (bf16/fp16) or 'fp32'."""
     return "half" if precision.startswith(("bf16", "16")) else "fp32"

@@ -25,6 +25,7 @@ import torch
 
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
+from cem_ablate.training.hardware import native_bf16
 
 
 class _DropAdvertisement(logging.Filter):
@@ -48,7 +49,7 @@ def resolve_accelerator(train: TrainConfig) -> str:
 def resolve_precision(train: TrainConfig, accelerator: str) -> str:
     if train.precision != "auto":
         return train.precision
-    if accelerator == "gpu" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+    if accelerator == "gpu" and native_bf16("cuda"):
         return "bf16-mixed"
     return "32-true"
 
