@@ -41,6 +41,7 @@ class TrainConfig:
     warmup_frac: float = 0.05
     final_lr_frac: float = 0.1
     weight_decay: float = 0.1
+    decay_preconditioner: bool = False  # weight decay on preconditioner p, U, V too (SPEC §7: not decayed)
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-9
     grad_clip: float = 1.0
