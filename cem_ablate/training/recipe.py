@@ -1,7 +1,8 @@
 """The training recipe every task shares (SPEC §7): optimizer, schedule, divergence stop.
 
-AdamW with the model's parameter groups (decay on matrices and embeddings only),
-lr warmup then cosine to `final_lr_frac` of the peak, stepped per optimizer step.
+AdamW with the model's parameter groups (decay on matrices and embeddings only;
+`train.decay_preconditioner: true` moves the preconditioners' p, U, V into the decayed
+group, as a plain AdamW setup would: SPEC §7 leaves them undecayed), lr warmup then cosine to `final_lr_frac` of the peak, stepped per optimizer step.
 Gradient clipping is the Trainer's (`gradient_clip_val`).
 
 Divergence: a non-finite training loss on any rank stops the run cleanly. All ranks
@@ -17,6 +18,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from cem_ablate import registry
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
 from cem_ablate.training.schedule import warmup_cosine
@@ -34,9 +36,10 @@ class RecipeModule(L.LightningModule):
 
     def configure_optimizers(self):
         t = self.train_cfg
-        optimizer = torch.optim.AdamW(
-            self.model.parameter_groups(t.weight_decay), lr=t.lr, betas=t.betas, eps=t.eps
-        )
+        groups = self.model.parameter_groups(t.weight_decay)
+        if t.decay_preconditioner:
+            groups = decay_preconditioners(groups, self.model, t.weight_decay)
+        optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, eps=t.eps)
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: warmup_cosine(step, self.budget.steps, self.budget.warmup_steps, t.final_lr_frac),
@@ -67,3 +70,20 @@ class RecipeModule(L.LightningModule):
     @property
     def diverged(self) -> bool:
         return self.diverged_step is not None
+
+
+def preconditioner_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """p, U, V of every registered preconditioner module in `model` (SPEC §4)."""
+    kinds = tuple(spec.factory for spec in registry.all_specs()
+                  if spec.kind == "preconditioner" and isinstance(spec.factory, type))
+    return [p for m in model.modules() if isinstance(m, kinds) for p in m.parameters(recurse=False)]
+
+
+def decay_preconditioners(groups: list[dict], model: nn.Module, weight_decay: float) -> list[dict]:
+    """The same parameters with the preconditioners' moved into a decayed group."""
+    moved = {id(p) for p in preconditioner_parameters(model)}
+    out = [{**g, "params": [p for p in g["params"] if id(p) not in moved]} for g in groups]
+    out = [g for g in out if g["params"]]
+    if moved:
+        out.append({"params": preconditioner_parameters(model), "weight_decay": weight_decay})
+    return out
