@@ -1,28 +1,27 @@
 """Component registry: kind -> name -> (factory, typed options, description).
 
-Built-in components live in the top-level `components` package, one file per family;
-each file registers itself with the `register` decorator. Third-party packages plug in
-through the entry-point group `cem_ablate.components`: each entry point names a module
-(or a callable) that is imported (called) once, and registers its components the same
-way. Nothing in this package needs editing to add one.
+Every component, built-in or not, arrives through the entry-point group
+`cem_ablate.components`: each entry point names a module (or a callable) that is
+imported (called) once and registers its components with the `register` decorator.
+The built-in zoo (the top-level `components` package, one file per family) is the
+entry point `builtin` of this distribution (pyproject.toml), so this module never
+imports `components` and the two do not import each other. Nothing in this package
+needs editing to add a component.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from cem_ablate.config.errors import ConfigError, unknown
+from cem_ablate.config.errors import unknown
 from cem_ablate.config.schema import to_dict
 
 ENTRY_POINT_GROUP = "cem_ablate.components"
-
-# The kinds the model assembly understands; plugins may add more for their own use.
-KINDS = ("attention", "mlp", "preconditioner", "positional", "norm")
+BUILTIN_ENTRY_POINT = "builtin"  # the `components` package of this distribution
 
 
 @dataclass(frozen=True)
@@ -67,14 +66,18 @@ def register(kind: str, name: str, *, options: type | None = None, description: 
 
 
 def load_components() -> None:
-    """Import the built-in zoo and every installed plugin, once."""
+    """Import the built-in zoo and every installed plugin (all entry points), once."""
     global _loaded, _current_source
     if _loaded:
         return
     _loaded = True
-    importlib.import_module("components")
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        _current_source = f"plugin {ep.name} ({ep.value})"
+    points = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name != BUILTIN_ENTRY_POINT)
+    if not any(ep.name == BUILTIN_ENTRY_POINT for ep in points):
+        raise RuntimeError(f"the built-in components are not registered: entry point {BUILTIN_ENTRY_POINT!r} of "
+                           f"group {ENTRY_POINT_GROUP!r} is missing; reinstall cem-ablate (pip install -e .).")
+    for ep in points:
+        builtin = ep.name == BUILTIN_ENTRY_POINT
+        _current_source = "built-in" if builtin else f"plugin {ep.name} ({ep.value})"
         try:
             obj = ep.load()
             if callable(obj) and not isinstance(obj, type):
@@ -114,8 +117,3 @@ def format_listing(kinds: list[str] | None = None) -> str:
             for key, value in spec.option_defaults().items():
                 lines.append(f"      {key} = {value!r}")
     return "\n".join(lines)
-
-
-def options_error(spec: ComponentSpec, path: str, key: str) -> ConfigError:
-    fields = [f.name for f in dataclasses.fields(spec.options)] if spec.options else []
-    return unknown(path, key, fields, what=f"option of {spec.kind} {spec.name!r}")

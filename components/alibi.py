@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cem_ablate.registry import register
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -19,7 +18,6 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.pow(2.0, -8.0 * k / n_heads)
 
 
-@register("positional", "alibi", description="ALiBi slopes 2^(-8k/K) plus a learnable self-token bias per head.")
 class ALiBi(nn.Module):
     """Produces the causal (K, J, J) float bias; masked entries are -inf.
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cem_ablate.registry import register
 
 
-@register("norm", "rmsnorm", description="RMSNorm with learnable gain, as in Llama (SPEC §1).")
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cem_ablate.registry import register
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -13,7 +12,6 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-@register("positional", "rope", description="Rotary embedding, theta 10000, rotate-half (HF Llama) convention.")
 class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, theta: float = 10000.0):
         super().__init__()
