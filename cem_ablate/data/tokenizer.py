@@ -50,7 +50,7 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """Any tokenizer `tokenizers.Tokenizer` or `transformers.AutoTokenizer` can load."""
+    """A `tokenizers.Tokenizer`: a BPE trained here, or a Hugging Face fast tokenizer."""
 
     def __init__(self, spec: str, backend, eos_id: int, vocab_size: int, fingerprint: str):
         self.spec = spec
@@ -60,11 +60,8 @@ class HFTokenizer:
         self.fingerprint = fingerprint
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        if hasattr(self._backend, "encode_batch"):  # tokenizers.Tokenizer
-            encodings = self._backend.encode_batch(texts, add_special_tokens=False)
-            return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
-        ids = self._backend(texts, add_special_tokens=False)["input_ids"]
-        return [np.asarray(x, dtype=np.int64) for x in ids]
+        encodings = self._backend.encode_batch(texts, add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._backend.decode(list(ids))
@@ -112,17 +109,66 @@ def _trained_bpe(
 
 
 def _pretrained(spec: str) -> HFTokenizer:
+    """A Hugging Face tokenizer by Hub id or local folder, through `tokenizers` alone.
+
+    `tokenizer.json` holds the vocabulary and the pipeline; the EOS token is named in
+    `tokenizer_config.json` (as `transformers` reads it). `tokenizers` and
+    `huggingface_hub` are runtime dependencies, so a plain install can load any fast
+    tokenizer; offline, the first load of a Hub id fails with one clear message.
+    """
+    from tokenizers import Tokenizer
+
+    tokenizer_file, config = _tokenizer_files(spec)
     try:
-        from transformers import AutoTokenizer
-    except ImportError:  # pragma: no cover - transformers is a test extra
-        raise ConfigError("data.tokenizer", f"{spec!r} needs the `transformers` package.") from None
-    try:
-        backend = AutoTokenizer.from_pretrained(spec)
-    except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ConfigError("data.tokenizer", f"cannot load tokenizer {spec!r}: {first}") from None
-    if backend.eos_token_id is None:
+        backend = Tokenizer.from_file(str(tokenizer_file))
+    except Exception as err:  # noqa: BLE001 - any parse error is the file's fault
+        raise ConfigError("data.tokenizer", f"cannot read {tokenizer_file} for {spec!r}: {err}") from None
+    eos_id = _eos_id(backend, config)
+    if eos_id is None:
         raise ConfigError("data.tokenizer", f"tokenizer {spec!r} has no EOS token to join documents.")
-    vocab = backend.get_vocab()
+    vocab = backend.get_vocab(with_added_tokens=True)
     digest = hashlib.sha256("\n".join(f"{k}\t{v}" for k, v in sorted(vocab.items())).encode())
-    return HFTokenizer(spec, backend, backend.eos_token_id, len(backend), "hf-" + digest.hexdigest()[:16])
+    return HFTokenizer(spec, backend, eos_id, backend.get_vocab_size(with_added_tokens=True),
+                       "hf-" + digest.hexdigest()[:16])
+
+
+def _tokenizer_files(spec: str) -> tuple[Path, dict]:
+    """(tokenizer.json, tokenizer_config.json contents) from a local folder or the Hub."""
+    import json
+
+    local = Path(spec).expanduser()
+    if local.is_dir() or local.is_file():
+        folder = local if local.is_dir() else local.parent
+        tokenizer_file = local if local.is_file() else local / "tokenizer.json"
+        if not tokenizer_file.exists():
+            raise ConfigError("data.tokenizer", f"{spec!r} has no tokenizer.json (a fast tokenizer is needed).")
+        config_file = folder / "tokenizer_config.json"
+        return tokenizer_file, json.loads(config_file.read_text()) if config_file.exists() else {}
+    from huggingface_hub import hf_hub_download
+
+    try:
+        tokenizer_file = Path(hf_hub_download(spec, "tokenizer.json"))
+    except Exception as err:  # noqa: BLE001 - offline, unknown id, gated: all one message
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError("data.tokenizer", f"cannot load tokenizer {spec!r} from the Hugging Face Hub "
+                          f"({type(err).__name__}: {first}); offline, download it once where the Hub is "
+                          "reachable (it is cached) or name a local folder with tokenizer.json.") from None
+    try:
+        config = json.loads(Path(hf_hub_download(spec, "tokenizer_config.json")).read_text())
+    except Exception:  # noqa: BLE001 - optional: EOS then comes from the usual token names
+        config = {}
+    return tokenizer_file, config
+
+
+EOS_NAMES = ("</s>", "<|endoftext|>", "<eos>", "<|end_of_text|>")
+
+
+def _eos_id(backend, config: dict) -> int | None:
+    eos = config.get("eos_token")
+    if isinstance(eos, dict):  # AddedToken serialized as a mapping
+        eos = eos.get("content")
+    for name in ([eos] if isinstance(eos, str) else []) + list(EOS_NAMES):
+        token_id = backend.token_to_id(name)
+        if token_id is not None:
+            return token_id
+    return None
