@@ -1,0 +1,335 @@
+"""Seeds, intervals and verdicts: how sure a study is that a variant beats its baseline.
+
+Every objective of the platform is minimized (text: test perplexity, GP: test RMSE,
+MQAR: recall error = 1 - recall accuracy; `TrainResult.objective`), so "better" always
+means a lower value. All arithmetic is float64; distributions come from scipy.stats.
+
+Per variant (`variant_stats`):
+- per learning rate: mean, sample std (ddof=1; None for one seed) and n over seeds;
+- lr* and objective*: minimum of the Akima curve through the seed means (SPEC §8,
+  `study.akima`), with 95% percentile-bootstrap intervals over seeds when n >= 2.
+  The resampled unit is a seed (all its learning rates together, as they share the
+  initialization and data order), and the Akima curve is refitted per resample.
+
+Per variant and baseline (`compare`): the paired difference Δ = variant - baseline,
+pairing trials of the same learning rate and seed (same init and data order, so the
+seed-to-seed noise largely cancels), at two grid points:
+- "baseline lr*": the grid learning rate nearest (in log2 lr, the axis of the fit) to
+  the baseline's Akima lr*: "does the variant beat the tuned baseline as a drop-in?";
+- "own lr*": the grid learning rate nearest to the variant's own Akima lr*, against
+  the baseline at that same learning rate.
+Each gets a 95% t-interval (`scipy.stats.ttest_rel(...).confidence_interval`), a
+verdict (`better` when the interval lies below 0, `worse` above, else `unresolved`)
+and the number of seeds needed (`seeds_needed`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from cem_ablate.study.akima import AkimaFit, fit_akima
+
+LEVEL = 0.95
+N_RESAMPLES = 9999  # scipy's default; cheap here: fits are cached per distinct resample
+BOOTSTRAP_SEED = 0  # a report is reproducible: the same trials give the same intervals
+MAX_SEEDS_NEEDED = 100_000  # beyond this, "needs more seeds than anyone will train": None
+
+BETTER, WORSE, UNRESOLVED = "better", "worse", "unresolved"
+AT_BASELINE_OPTIMUM, AT_OWN_OPTIMUM = "baseline lr*", "own lr*"
+
+# The objective of each task (TrainResult.objective), all minimized.
+OBJECTIVE_NAMES = {"text": "test perplexity", "gp": "test RMSE", "mqar": "recall error"}
+OBJECTIVE_SHORT = {"text": "ppl", "gp": "RMSE", "mqar": "recall err"}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One finished trial: its learning rate, seed and final objective."""
+
+    lr: float
+    seed: int
+    value: float
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    level: float = LEVEL
+    method: str = ""  # "t", "percentile bootstrap"
+    widened: bool = False  # percentile interval stretched to include the estimate (see `_bootstrap_optimum`)
+
+    def contains(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+
+@dataclass(frozen=True)
+class LrStats:
+    lr: float
+    seeds: tuple[int, ...]
+    values: tuple[float, ...]  # in the order of `seeds`
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(np.asarray(self.values, dtype=np.float64)))
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation (ddof=1); None for a single seed."""
+        return float(np.std(np.asarray(self.values, dtype=np.float64), ddof=1)) if self.n > 1 else None
+
+    def by_seed(self) -> dict[int, float]:
+        return dict(zip(self.seeds, self.values))
+
+
+@dataclass(frozen=True)
+class Optimum:
+    fit: AkimaFit  # through the seed means
+    n_seeds: int
+    lr_interval: Interval | None  # None with a single seed
+    objective_interval: Interval | None
+
+    @property
+    def lr_star(self) -> float:
+        return self.fit.lr_star
+
+    @property
+    def objective_star(self) -> float:
+        return self.fit.ppl_star
+
+    @property
+    def edge(self) -> str | None:
+        """"low"/"high" when the minimum is an end of a grid of >= 2 points (lr* is then
+        only a bound); a one-point grid has no edge to speak of."""
+        return self.fit.edge if self.fit.n_points > 1 else None
+
+
+@dataclass(frozen=True)
+class VariantStats:
+    by_lr: tuple[LrStats, ...]  # sorted by lr
+    optimum: Optimum | None  # None when no trial finished
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(sorted({s for row in self.by_lr for s in row.seeds}))
+
+    @property
+    def n_seeds(self) -> int:
+        return len(self.seeds)
+
+    def at(self, lr: float) -> LrStats | None:
+        return next((row for row in self.by_lr if row.lr == lr), None)
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    at: str  # AT_BASELINE_OPTIMUM or AT_OWN_OPTIMUM
+    lr: float  # the grid learning rate both are compared at
+    seeds: tuple[int, ...]  # the seeds finished by both at `lr`
+    delta: float | None  # mean of (variant - baseline) over those seeds
+    std: float | None  # std of the differences (ddof=1)
+    interval: Interval | None  # 95% t-interval of the mean difference (n >= 2)
+    p_value: float | None
+    verdict: str
+    seeds_needed: int | None  # see `seeds_needed`
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def resolved(self) -> bool:
+        return self.verdict != UNRESOLVED
+
+
+@dataclass(frozen=True)
+class Comparison:
+    at_baseline_optimum: PairedDelta | None
+    at_own_optimum: PairedDelta | None
+
+    @property
+    def verdict(self) -> str:
+        """The headline verdict: at the baseline's lr* (the tuned baseline)."""
+        return self.at_baseline_optimum.verdict if self.at_baseline_optimum else UNRESOLVED
+
+
+# -- per variant -------------------------------------------------------------------------
+
+
+def observations(trials: Iterable) -> list[Observation]:
+    """Finished trials (objects with lr, seed, status, ppl: `TrialPoint`, `TrialRecord`)
+    -> observations; diverged, failed, pruned and running trials carry no value."""
+    out = []
+    for t in trials:
+        if getattr(t, "status", "finished") != "finished":
+            continue
+        lr, seed, value = t.lr, t.seed, t.ppl
+        if lr is None or seed is None or value is None or not (math.isfinite(lr) and lr > 0 and math.isfinite(value)):
+            continue
+        out.append(Observation(float(lr), int(seed), float(value)))
+    return out
+
+
+def by_lr(obs: Iterable[Observation]) -> tuple[LrStats, ...]:
+    grouped: dict[float, dict[int, float]] = defaultdict(dict)
+    for o in obs:
+        grouped[o.lr][o.seed] = o.value  # one trial per (lr, seed): a slot finishes once
+    return tuple(LrStats(lr, tuple(sorted(grouped[lr])), tuple(grouped[lr][s] for s in sorted(grouped[lr])))
+                 for lr in sorted(grouped))
+
+
+def _fit_for_seeds(rows: tuple[LrStats, ...], seeds: Iterable[int], method: str) -> AkimaFit | None:
+    """Akima fit of the mean curve over `seeds` (a multiset: a seed drawn twice counts twice)."""
+    seeds = list(seeds)
+    points = []
+    for row in rows:
+        values = row.by_seed()
+        drawn = [values[s] for s in seeds if s in values]
+        if drawn:
+            points.append((row.lr, float(np.mean(np.asarray(drawn, dtype=np.float64)))))
+    return fit_akima(points, method=method)
+
+
+def _bootstrap_optimum(rows: tuple[LrStats, ...], seeds: tuple[int, ...], fit: AkimaFit, method: str,
+                       n_resamples: int, rng_seed: int) -> tuple[Interval, Interval]:
+    """95% percentile-bootstrap intervals of lr* and objective*, seeds resampled.
+
+    scipy.stats.bootstrap with a non-vectorized statistic over the seed positions: each
+    resample is a multiset of seeds whose mean curve is refitted. With 2-6 seeds there
+    are only 3-462 distinct multisets, so fits are cached. Percentile, not BCa: BCa's
+    jackknife and bias correction break down on such discrete bootstrap distributions
+    (a point mass gives an infinite bias term). lr* is resampled on log2(lr), the axis
+    of the fit. The Akima minimum of a mean curve is not monotone in the seeds: on a
+    bumpy curve the full-data estimate can fall outside the resamples' 2.5-97.5%
+    range; the interval is then widened to include it (and says so) rather than
+    report an interval that excludes its own estimate.
+    """
+    from scipy.stats import bootstrap
+
+    cache: dict[tuple[int, ...], tuple[float, float]] = {}
+
+    def statistic(positions: np.ndarray) -> np.ndarray:
+        key = tuple(sorted(int(p) for p in positions))
+        if key not in cache:
+            f = _fit_for_seeds(rows, (seeds[p] for p in key), method)
+            cache[key] = (math.log2(f.lr_star), f.ppl_star) if f is not None else (math.nan, math.nan)
+        return np.asarray(cache[key], dtype=np.float64)
+
+    result = bootstrap((np.arange(len(seeds)),), statistic, n_resamples=n_resamples, vectorized=False,
+                       confidence_level=LEVEL, method="percentile", rng=np.random.default_rng(rng_seed))
+    low, high = result.confidence_interval
+    estimates = (math.log2(fit.lr_star), fit.ppl_star)
+    out = []
+    for lo, hi, est in zip(low, high, estimates):
+        widened = not (lo <= est <= hi)
+        out.append((min(lo, est), max(hi, est), widened))
+    (lr_lo, lr_hi, lr_w), (obj_lo, obj_hi, obj_w) = out
+    return (Interval(2.0**lr_lo, 2.0**lr_hi, LEVEL, "percentile bootstrap", lr_w),
+            Interval(float(obj_lo), float(obj_hi), LEVEL, "percentile bootstrap", obj_w))
+
+
+def variant_stats(obs: Iterable[Observation], method: str = "akima", n_resamples: int = N_RESAMPLES,
+                  rng_seed: int = BOOTSTRAP_SEED) -> VariantStats:
+    rows = by_lr(obs)
+    seeds = tuple(sorted({s for row in rows for s in row.seeds}))
+    fit = _fit_for_seeds(rows, seeds, method)
+    if fit is None:
+        return VariantStats(rows, None)
+    lr_interval = objective_interval = None
+    if len(seeds) >= 2:
+        lr_interval, objective_interval = _bootstrap_optimum(rows, seeds, fit, method, n_resamples, rng_seed)
+    return VariantStats(rows, Optimum(fit, len(seeds), lr_interval, objective_interval))
+
+
+# -- variant vs baseline -------------------------------------------------------------------
+
+
+def nearest_lr(lrs: Iterable[float], target: float) -> float | None:
+    """The grid learning rate nearest `target` in log2(lr) (the fit's axis); ties: the lower."""
+    lrs = sorted(lrs)
+    return min(lrs, key=lambda lr: abs(math.log2(lr) - math.log2(target))) if lrs else None
+
+
+def seeds_needed(delta: float, std: float, level: float = LEVEL, cap: int = MAX_SEEDS_NEEDED) -> int | None:
+    """Seeds a paired t-test needs to resolve `delta` at spread `std` of the differences.
+
+    Definition: the smallest n >= 2 whose two-sided t-interval half-width,
+    t_{(1+level)/2, n-1} * std / sqrt(n), is below |delta| -- i.e. if the next seeds
+    showed the same mean difference and spread, the interval would exclude 0. (A
+    precision criterion, not 80%-power: with the true Δ equal to the observed one, such
+    an n resolves it about half the time.) None when delta is 0 or beyond `cap`.
+    """
+    from scipy.stats import t
+
+    if not math.isfinite(delta) or delta == 0.0 or not math.isfinite(std):
+        return None
+    if std == 0.0:
+        return 2
+    n = np.arange(2, cap + 1, dtype=np.float64)
+    half_width = t.ppf(0.5 + level / 2.0, n - 1.0) * std / np.sqrt(n)
+    below = np.flatnonzero(half_width < abs(delta))
+    return int(n[below[0]]) if below.size else None
+
+
+def verdict_of(interval: Interval | None) -> str:
+    """Minimized objective: an interval of Δ = variant - baseline below 0 is better."""
+    if interval is None:
+        return UNRESOLVED
+    if interval.high < 0.0:
+        return BETTER
+    if interval.low > 0.0:
+        return WORSE
+    return UNRESOLVED
+
+
+def paired_delta(variant: LrStats | None, baseline: LrStats | None, at: str, lr: float,
+                 level: float = LEVEL) -> PairedDelta:
+    """Δ = variant - baseline over the seeds both finished at `lr`, with a t-interval."""
+    from scipy.stats import ttest_rel
+
+    v = variant.by_seed() if variant is not None else {}
+    b = baseline.by_seed() if baseline is not None else {}
+    seeds = tuple(sorted(set(v) & set(b)))
+    if not seeds:
+        return PairedDelta(at, lr, seeds, None, None, None, None, UNRESOLVED, None)
+    xv = np.asarray([v[s] for s in seeds], dtype=np.float64)
+    xb = np.asarray([b[s] for s in seeds], dtype=np.float64)
+    diffs = xv - xb
+    delta = float(np.mean(diffs))
+    if len(seeds) == 1:  # no spread to judge by
+        return PairedDelta(at, lr, seeds, delta, None, None, None, UNRESOLVED, None)
+    std = float(np.std(diffs, ddof=1))
+    if std == 0.0:  # identical differences: t is undefined (scipy gives NaN); the interval is the point
+        interval = Interval(delta, delta, level, "t")
+        p_value = 0.0 if delta != 0.0 else 1.0
+    else:
+        result = ttest_rel(xv, xb)
+        ci = result.confidence_interval(level)
+        interval = Interval(float(ci.low), float(ci.high), level, "t")
+        p_value = float(result.pvalue)
+    return PairedDelta(at, lr, seeds, delta, std, interval, p_value, verdict_of(interval),
+                       seeds_needed(delta, std, level))
+
+
+def compare(variant: VariantStats, baseline: VariantStats) -> Comparison:
+    """Paired Δ at the baseline's lr* grid point and at the variant's own lr* grid point."""
+
+    def at(target: float | None, lrs: Iterable[float], label: str) -> PairedDelta | None:
+        lr = nearest_lr(lrs, target) if target is not None else None
+        return None if lr is None else paired_delta(variant.at(lr), baseline.at(lr), label, lr)
+
+    return Comparison(
+        at((baseline.optimum.lr_star if baseline.optimum else None), [r.lr for r in baseline.by_lr],
+           AT_BASELINE_OPTIMUM),
+        at((variant.optimum.lr_star if variant.optimum else None), [r.lr for r in variant.by_lr],
+           AT_OWN_OPTIMUM),
+    )

@@ -1,0 +1,154 @@
+"""Statistics over seeds, checked against independent computations (numpy, scipy.stats)."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from cem_ablate.study.akima import fit_akima
+from cem_ablate.study.statistics import (
+    AT_BASELINE_OPTIMUM, AT_OWN_OPTIMUM, BETTER, UNRESOLVED, WORSE, Interval, Observation, by_lr, compare,
+    nearest_lr, observations, paired_delta, seeds_needed, variant_stats, verdict_of)
+from cem_ablate.study.trials import TrialPoint
+
+GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+
+
+def bowl(lr, center=2.0**-9.3, floor=20.0, curvature=1.0):
+    return floor + curvature * (math.log2(lr) - math.log2(center)) ** 2
+
+
+def make_obs(seeds, offset=0.0, noise=0.3, rng_seed=1, center=2.0**-9.3, grid=GRID):
+    """A parabola in log2(lr) plus a per-seed shift (shared across lrs) plus small noise."""
+    rng = np.random.default_rng(rng_seed)
+    shift = {s: rng.normal(0, 1.0) for s in seeds}
+    return [Observation(lr, s, bowl(lr, center) + offset + shift[s] + noise * rng.normal())
+            for lr in grid for s in seeds]
+
+
+def test_mean_std_n_per_lr_match_numpy_by_hand():
+    obs = make_obs([0, 1, 2, 3])
+    rows = by_lr(obs)
+    assert [r.lr for r in rows] == GRID
+    for row in rows:
+        values = [o.value for o in obs if o.lr == row.lr]
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        assert row.n == 4 and row.seeds == (0, 1, 2, 3)
+        assert row.mean == pytest.approx(mean, rel=1e-12)
+        assert row.std == pytest.approx(std, rel=1e-12)
+        assert isinstance(row.mean, float) and isinstance(row.std, float)
+    single = by_lr([Observation(1e-3, 0, 5.0)])[0]
+    assert single.std is None and single.mean == 5.0
+
+
+def test_observations_keep_only_finished_finite_trials():
+    points = [TrialPoint(0, "a", 1e-3, 0, "finished", 10.0), TrialPoint(1, "b", 1e-3, 1, "diverged", None),
+              TrialPoint(2, "c", 2e-3, 0, "finished", math.inf), TrialPoint(3, "d", 2e-3, 1, "running", None)]
+    assert observations(points) == [Observation(1e-3, 0, 10.0)]
+
+
+def test_optimum_is_the_akima_fit_of_seed_means_with_a_bootstrap_interval_around_it():
+    obs = make_obs([0, 1, 2, 3, 4])
+    s = variant_stats(obs, n_resamples=2000)
+    means = [(lr, np.mean([o.value for o in obs if o.lr == lr])) for lr in GRID]
+    fit = fit_akima(means)
+    assert s.optimum.lr_star == pytest.approx(fit.lr_star, rel=1e-12)
+    assert s.optimum.objective_star == pytest.approx(fit.ppl_star, rel=1e-12)
+    assert s.optimum.n_seeds == 5 and s.optimum.edge is None
+    lo, hi = s.optimum.lr_interval, s.optimum.objective_interval
+    assert lo.contains(s.optimum.lr_star) and lo.low < lo.high and not lo.widened
+    assert hi.contains(s.optimum.objective_star) and hi.low < hi.high
+    assert 1e-3 < lo.low and lo.high < 4e-3  # a clear bowl: lr* stays between the neighbours of its minimum
+    assert variant_stats(obs, n_resamples=2000) == s  # seeded: the same trials give the same intervals
+
+
+def test_bootstrap_resamples_seeds_and_refits():
+    # Two seeds whose own optima differ: the interval spans both seeds' optima.
+    a = [Observation(lr, 0, bowl(lr, center=1e-3)) for lr in GRID]
+    b = [Observation(lr, 1, bowl(lr, center=4e-3)) for lr in GRID]
+    s = variant_stats(a + b, n_resamples=500)
+    lr_a, lr_b = fit_akima((o.lr, o.value) for o in a).lr_star, fit_akima((o.lr, o.value) for o in b).lr_star
+    assert s.optimum.lr_interval.low == pytest.approx(lr_a, rel=1e-9)
+    assert s.optimum.lr_interval.high == pytest.approx(lr_b, rel=1e-9)
+    assert s.optimum.lr_interval.contains(s.optimum.lr_star)
+
+
+def test_single_seed_has_no_interval_and_a_one_point_grid_is_no_edge():
+    s = variant_stats(make_obs([0]))
+    assert s.optimum.lr_interval is None and s.optimum.objective_interval is None
+    one = variant_stats([Observation(1e-3, 0, 7.0), Observation(1e-3, 1, 8.0)], n_resamples=200)
+    assert one.optimum.edge is None and one.optimum.lr_star == 1e-3
+    assert variant_stats([]).optimum is None
+    monotone = variant_stats([Observation(lr, 0, 10.0 - i) for i, lr in enumerate(GRID)])
+    assert monotone.optimum.edge == "high"
+
+
+def test_paired_delta_equals_ttest_rel_and_verdicts_follow_the_interval():
+    seeds = [0, 1, 2, 3]
+    base = make_obs(seeds)
+    for offset, expected in ((-2.0, BETTER), (2.0, WORSE), (0.01, UNRESOLVED)):
+        var = make_obs(seeds, offset=offset, rng_seed=1, noise=0.3)
+        var = [Observation(o.lr, o.seed, o.value + 0.2 * np.sin(7 * o.seed + o.lr * 1e3)) for o in var]
+        bs, vs = variant_stats(base, n_resamples=200), variant_stats(var, n_resamples=200)
+        c = compare(vs, bs)
+        d = c.at_baseline_optimum
+        assert d.at == AT_BASELINE_OPTIMUM
+        assert d.lr == nearest_lr(GRID, bs.optimum.lr_star)
+        xv = [next(o.value for o in var if o.lr == d.lr and o.seed == s) for s in seeds]
+        xb = [next(o.value for o in base if o.lr == d.lr and o.seed == s) for s in seeds]
+        ref = stats.ttest_rel(xv, xb)
+        ci = ref.confidence_interval(0.95)
+        diffs = np.subtract(xv, xb)
+        assert d.delta == pytest.approx(diffs.mean(), rel=1e-12)
+        assert d.std == pytest.approx(diffs.std(ddof=1), rel=1e-12)
+        assert (d.interval.low, d.interval.high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+        assert d.p_value == pytest.approx(ref.pvalue, rel=1e-12)
+        assert d.verdict == expected and c.verdict == expected
+        assert c.at_own_optimum.at == AT_OWN_OPTIMUM
+        assert c.at_own_optimum.lr == nearest_lr(GRID, vs.optimum.lr_star)
+
+
+def test_pairs_only_seeds_finished_by_both():
+    base = [Observation(1e-3, s, 10.0 + s) for s in (0, 1, 2)]
+    var = [Observation(1e-3, s, 9.0 + s + 0.1 * s * s) for s in (1, 2, 3)]
+    d = paired_delta(by_lr(var)[0], by_lr(base)[0], AT_BASELINE_OPTIMUM, 1e-3)
+    assert d.seeds == (1, 2) and d.n == 2
+    assert d.delta == pytest.approx(np.mean([-1 + 0.1, -1 + 0.4]))
+    none = paired_delta(None, by_lr(base)[0], AT_BASELINE_OPTIMUM, 1e-3)
+    assert none.n == 0 and none.delta is None and none.verdict == UNRESOLVED
+    one = paired_delta(by_lr(var[:1])[0], by_lr(base)[0], AT_BASELINE_OPTIMUM, 1e-3)
+    assert one.n == 1 and one.interval is None and one.verdict == UNRESOLVED
+
+
+def test_verdict_flips_with_the_sign_and_the_spread():
+    assert verdict_of(Interval(-2.0, -0.1)) == BETTER
+    assert verdict_of(Interval(0.1, 2.0)) == WORSE
+    assert verdict_of(Interval(-0.1, 0.1)) == UNRESOLVED
+    assert verdict_of(None) == UNRESOLVED
+    tight = [Observation(1e-3, s, 10.0 + s) for s in range(4)]
+    shifted = [Observation(1e-3, s, 10.0 + s - 0.5 + 0.01 * (-1) ** s) for s in range(4)]
+    noisy = [Observation(1e-3, s, 10.0 + s - 0.5 + 2.0 * (-1) ** s) for s in range(4)]
+    assert paired_delta(by_lr(shifted)[0], by_lr(tight)[0], "x", 1e-3).verdict == BETTER
+    assert paired_delta(by_lr(noisy)[0], by_lr(tight)[0], "x", 1e-3).verdict == UNRESOLVED
+
+
+def test_seeds_needed_is_the_smallest_n_whose_t_half_width_is_below_delta():
+    for delta, std in ((0.5, 1.0), (0.1, 0.3), (2.0, 0.5), (-0.7, 1.3)):
+        n = seeds_needed(delta, std)
+        half = lambda k: stats.t.ppf(0.975, k - 1) * std / math.sqrt(k)  # noqa: E731
+        assert half(n) < abs(delta)
+        assert n == 2 or half(n - 1) >= abs(delta)
+    # Large-n limit: the normal approximation n ~ (1.96 sd / Δ)^2.
+    assert seeds_needed(0.01, 1.0) == pytest.approx((1.959964 / 0.01) ** 2, rel=0.01)
+    assert seeds_needed(0.5, 1.0) < seeds_needed(0.25, 1.0)  # a smaller effect needs more seeds
+    assert seeds_needed(0.0, 1.0) is None
+    assert seeds_needed(1.0, 0.0) == 2
+
+
+def test_a_resolved_delta_needs_no_more_seeds_than_it_has():
+    base = [Observation(1e-3, s, 10.0 + s) for s in range(5)]
+    var = [Observation(1e-3, s, 9.0 + s + 0.05 * (-1) ** s) for s in range(5)]
+    d = paired_delta(by_lr(var)[0], by_lr(base)[0], "x", 1e-3)
+    assert d.verdict == BETTER and d.seeds_needed <= d.n
