@@ -38,14 +38,10 @@ def default_run_dir(cfg: RunConfig, root: str | Path = "runs") -> Path:
 
 
 def is_rank_zero_process() -> bool:
-    """Whether this process is (or will become) global rank 0, from the launcher's env.
+    """Whether this process is (or will become) global rank 0 (see training.rank)."""
+    from cem_ablate.training.rank import is_global_rank_zero
 
-    Lightning's launcher, torchrun and SLURM set these variables for every rank;
-    before any launch the process is rank 0.
-    """
-    if "RANK" in os.environ:
-        return int(os.environ["RANK"]) == 0
-    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    return is_global_rank_zero()
 
 
 def write_atomically(path: Path, text: str) -> None:
