@@ -187,7 +187,7 @@ def by_lr(obs: Iterable[Observation]) -> tuple[LrStats, ...]:
                  for lr in sorted(grouped))
 
 
-def _fit_for_seeds(rows: tuple[LrStats, ...], seeds: Iterable[int], method: str) -> AkimaFit | None:
+def fit_for_seeds(rows: tuple[LrStats, ...], seeds: Iterable[int], method: str) -> AkimaFit | None:
     """Akima fit of the mean curve over `seeds` (a multiset: a seed drawn twice counts twice)."""
     seeds = list(seeds)
     points = []
@@ -220,7 +220,7 @@ def _bootstrap_optimum(rows: tuple[LrStats, ...], seeds: tuple[int, ...], fit: A
     def statistic(positions: np.ndarray) -> np.ndarray:
         key = tuple(sorted(int(p) for p in positions))
         if key not in cache:
-            f = _fit_for_seeds(rows, (seeds[p] for p in key), method)
+            f = fit_for_seeds(rows, (seeds[p] for p in key), method)
             cache[key] = (math.log2(f.lr_star), f.ppl_star) if f is not None else (math.nan, math.nan)
         return np.asarray(cache[key], dtype=np.float64)
 
@@ -241,7 +241,7 @@ def variant_stats(obs: Iterable[Observation], method: str = "akima", n_resamples
                   rng_seed: int = BOOTSTRAP_SEED) -> VariantStats:
     rows = by_lr(obs)
     seeds = tuple(sorted({s for row in rows for s in row.seeds}))
-    fit = _fit_for_seeds(rows, seeds, method)
+    fit = fit_for_seeds(rows, seeds, method)
     if fit is None:
         return VariantStats(rows, None)
     lr_interval = objective_interval = None
