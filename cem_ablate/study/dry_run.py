@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cem_ablate.study.estimates import VariantEstimate, estimate
+from cem_ablate.study.spec import SequentialSeeds, initial_seeds
 from cem_ablate.study.trials import plan_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant
 
@@ -13,13 +14,15 @@ from cem_ablate.study.variants import ExpandedStudy, Variant
 class PlanRow:
     variant: Variant
     estimate: VariantEstimate
-    trials: int
+    trials: int  # the worst case: with sequential seeds, every variant at `max` seeds
+    min_trials: int  # sequential seeds: every Δ resolved with `min` seeds (else = trials)
 
 
 def plan(expanded: ExpandedStudy) -> list[PlanRow]:
     spec = expanded.spec
-    n_trials = len(plan_slots(spec.lr_search, spec.seeds))
-    return [PlanRow(v, estimate(v.run_config(spec.lr_search.lr_range[0], spec.seeds[0])), n_trials)
+    n_trials = len(plan_slots(spec.lr_search, list(spec.seeds)))
+    n_min = len(plan_slots(spec.lr_search, initial_seeds(spec.seeds)))
+    return [PlanRow(v, estimate(v.run_config(spec.lr_search.lr_range[0], spec.seeds[0])), n_trials, n_min)
             for v in expanded.variants]
 
 
@@ -38,14 +41,21 @@ def _duration(hours: float) -> str:
     return f"{hours * 3600:.2g} s"
 
 
+def seeds_text(seeds) -> str:
+    if isinstance(seeds, SequentialSeeds):
+        return (f"seeds 0..{seeds.min - 1}, one more to a variant and its baseline while their Δ is "
+                f"unresolved, up to 0..{seeds.max - 1}")
+    return f"seeds {list(seeds)}"
+
+
 def lr_plan_text(expanded: ExpandedStudy) -> str:
     search = expanded.spec.lr_search
-    seeds = expanded.spec.seeds
+    seeds = seeds_text(expanded.spec.seeds)
     if search.method == "grid":
         lrs = ", ".join(f"{lr:g}" for lr in search.grid)
-        return f"learning rates (grid, {search.interpolation} fit): {lrs}; seeds {seeds}"
+        return f"learning rates (grid, {search.interpolation} fit): {lrs}; {seeds}"
     return (f"learning rates ({search.method}, {search.n_trials} draws per seed, log-uniform "
-            f"[{search.low:g}, {search.high:g}], {search.interpolation} fit); seeds {seeds}")
+            f"[{search.low:g}, {search.high:g}], {search.interpolation} fit); {seeds}")
 
 
 def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console) -> None:
@@ -65,11 +75,14 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
         table.add_row(row.variant.name + (" (baseline)" if row.variant.role == "baseline" else ""),
                       base.variant.name if base else "-", f"{est.params_total:,}", ratio, _si(est.tokens),
                       f"{est.steps:,}", _si(est.train_flops) + "FLOP", _duration(est.gpu_hours(gpu_tflops, mfu)),
-                      str(row.trials))
+                      str(row.trials) if row.min_trials == row.trials else f"{row.min_trials}-{row.trials}")
     console.print(table)
     console.print(lr_plan_text(expanded))
     total_trials = sum(r.trials for r in rows)
     total_flops = sum(r.trials * r.estimate.train_flops for r in rows)
     total_hours = sum(r.trials * r.estimate.gpu_hours(gpu_tflops, mfu) for r in rows)
-    console.print(f"total: {total_trials} trials, {_si(total_flops)}FLOP of training, "
+    worst = ""
+    if any(r.min_trials != r.trials for r in rows):
+        worst = f" in the worst case (every Δ unresolved; {sum(r.min_trials for r in rows)} if all resolve at once)"
+    console.print(f"total: {total_trials} trials{worst}, {_si(total_flops)}FLOP of training, "
                   f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")

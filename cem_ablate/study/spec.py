@@ -10,7 +10,7 @@
     baselines:                                   # name -> overrides turning a variant
       llama: {model.attention: llama, model.mlp: llama}   # into its baseline
     lr_search: {method: grid, grid: [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]}
-    seeds: [0]
+    seeds: [0]                                   # or {min: 2, max: 6, until: resolved}
     scale:                                       # named overrides, --scale NAME
       smoke: {base.train.max_steps: 20}
     execution: {workers: 2, threads: 1}          # defaults for --workers / --threads
@@ -23,6 +23,7 @@ in `scale` and `--set` they address the study file itself (`base.train.lr`,
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -96,6 +97,44 @@ class ExecutionConfig:
 
 
 @dataclass(frozen=True)
+class SequentialSeeds(Sequence):
+    """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (issue 11).
+
+    Every variant and its baseline start with seeds 0..min-1; while their paired Δ at
+    the baseline's lr* is unresolved (`study.statistics`), both get the next seed, up
+    to seeds 0..max-1. As a sequence it is every seed the study may train (Optuna's
+    choices for the seed, probes, the dry run's worst case); `initial` the first ones.
+    Checked in `StudySpec.validate`, where an error keeps its key path.
+    """
+
+    min: int = 2
+    max: int | None = None
+    until: Literal["resolved"] | None = None
+
+    @property
+    def initial(self) -> list[int]:
+        return list(range(self.min))
+
+    def __getitem__(self, i):
+        return list(range(self.max if self.max is not None else self.min))[i]
+
+    def __len__(self) -> int:
+        return self.max if self.max is not None else self.min
+
+    def validate_seeds(self, path: str) -> None:
+        require(self.until is not None, join(path, "until"),
+                "is required in the mapping form of seeds (until: resolved); or give a list of seeds.")
+        require(self.max is not None, join(path, "max"), "is required with until: resolved.")
+        require(self.min >= 1, join(path, "min"), f"must be at least 1, got {self.min}.")
+        require(self.max >= self.min, join(path, "max"), f"must be at least min ({self.min}), got {self.max}.")
+
+
+def initial_seeds(seeds: list[int] | SequentialSeeds) -> list[int]:
+    """The seeds every variant trains first (all of them, for a list)."""
+    return seeds.initial if isinstance(seeds, SequentialSeeds) else list(seeds)
+
+
+@dataclass(frozen=True)
 class VariantSpec:
     name: str
     set: dict[str, Any] = field(default_factory=dict)
@@ -114,7 +153,7 @@ class StudySpec:
     axes: dict[str, list[Any]] = field(default_factory=dict)
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     lr_search: LrSearchConfig = field(default_factory=LrSearchConfig)
-    seeds: list[int] = field(default_factory=lambda: [0])
+    seeds: list[int] | SequentialSeeds = field(default_factory=lambda: [0])
     scale: dict[str, dict[str, Any]] = field(default_factory=dict)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
@@ -126,9 +165,14 @@ class StudySpec:
         for i, name in enumerate(names):
             require(name not in names[:i], join(join(path, "variants"), i),
                     f"variant name {name!r} is used twice.")
-        require(len(self.seeds) > 0, join(path, "seeds"), "must hold at least one seed.")
-        require(len(set(self.seeds)) == len(self.seeds), join(path, "seeds"),
-                f"holds a seed twice: {self.seeds}.")
+        if isinstance(self.seeds, SequentialSeeds):
+            self.seeds.validate_seeds(join(path, "seeds"))
+        else:
+            require(len(self.seeds) > 0, join(path, "seeds"), "must hold at least one seed.")
+            for i, seed in enumerate(self.seeds):
+                require(seed >= 0, join(join(path, "seeds"), i), f"seeds must be >= 0, got {seed}.")
+            require(len(set(self.seeds)) == len(self.seeds), join(path, "seeds"),
+                    f"holds a seed twice: {self.seeds}.")
         for key, values in self.axes.items():
             where = join(join(path, "axes"), key)
             require(len(values) > 0, where, "an axis needs at least one value.")

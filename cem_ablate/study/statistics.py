@@ -245,7 +245,7 @@ def variant_stats(obs: Iterable[Observation], method: str = "akima", n_resamples
     if fit is None:
         return VariantStats(rows, None)
     lr_interval = objective_interval = None
-    if len(seeds) >= 2:
+    if len(seeds) >= 2 and n_resamples > 0:  # n_resamples=0: no intervals (sequential seeds' check)
         lr_interval, objective_interval = _bootstrap_optimum(rows, seeds, fit, method, n_resamples, rng_seed)
     return VariantStats(rows, Optimum(fit, len(seeds), lr_interval, objective_interval))
 

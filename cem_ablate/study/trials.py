@@ -37,12 +37,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from cem_ablate.study.spec import LrSearchConfig
+from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds
 from cem_ablate.study.storage import claim_lock
 
 SLOT_ATTR = "slot"
 STATUS_ATTR = "status"
 WORKER_ATTR = "worker"
+SEEDS_ATTR = "seeds_active"  # sequential seeds: how many seeds (0..n-1) the variant trains now
 
 FINISHED, DIVERGED, FAILED, PRUNED, KILLED, DUPLICATE = (
     "finished", "diverged", "failed", "pruned", "killed", "duplicate")
@@ -167,13 +168,37 @@ class HeartbeatThread:
 class VariantTrials:
     """The Optuna study of one variant and the slots it must finish."""
 
-    def __init__(self, study, storage_url: str, slots: list[Slot], lr_search: LrSearchConfig):
+    def __init__(self, study, storage_url: str, slots: list[Slot], lr_search: LrSearchConfig,
+                 sequential: SequentialSeeds | None = None):
         self.study = study
         self.storage = study._storage
         self.storage_url = storage_url
-        self.slots = slots
+        self._slots = slots  # with sequential seeds: the slots of every seed up to max
         self.lr_search = lr_search
+        self.sequential = sequential
         self.study_id = self.storage.get_study_id_from_name(study.study_name)
+
+    @property
+    def slots(self) -> list[Slot]:
+        """The slots to finish; with sequential seeds, those of the seeds active now."""
+        if self.sequential is None:
+            return self._slots
+        n = self.active_seeds()
+        return [s for s in self._slots if s.seed < n]
+
+    def active_seeds(self) -> int:
+        """Sequential seeds: seeds 0..n-1 are planned (stored in the Optuna study, so every
+        worker and a rerun see the same number)."""
+        attrs = self.storage.get_study_user_attrs(self.study_id)
+        return int(attrs.get(SEEDS_ATTR, self.sequential.min))
+
+    def plan_seeds(self, n: int) -> bool:
+        """Plan seeds 0..n-1 (never fewer than now, never more than max); True if it grew."""
+        target = min(n, self.sequential.max)
+        if target <= self.active_seeds():
+            return False
+        self.study.set_user_attr(SEEDS_ATTR, target)
+        return True
 
     @classmethod
     def open(cls, storage, storage_url: str, study_name: str, lr_search: LrSearchConfig,
@@ -187,7 +212,8 @@ class VariantTrials:
             study, created = optuna.create_study(load_if_exists=False, **kwargs), True
         except optuna.exceptions.DuplicatedStudyError:
             study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
-        return cls(study, storage_url, plan_slots(lr_search, seeds), lr_search), created
+        sequential = seeds if isinstance(seeds, SequentialSeeds) else None
+        return cls(study, storage_url, plan_slots(lr_search, seeds), lr_search, sequential), created
 
     # -- reading ---------------------------------------------------------------------
 

@@ -1,0 +1,40 @@
+"""Sequential seeds (`seeds: {min, max, until: resolved}`, issue 11).
+
+When every planned trial is final, each variant whose paired Δ against a baseline is
+still unresolved (`study.statistics.compare`, at the baseline's lr* grid point) gets
+one more seed, and so does that baseline, up to `max`. The coordinator then runs the
+new slots and asks again. A Δ with no paired seed at all (the variant diverged at the
+baseline's lr*) is not something more seeds resolve: it is left alone.
+"""
+
+from __future__ import annotations
+
+from cem_ablate.study.spec import SequentialSeeds
+from cem_ablate.study.statistics import UNRESOLVED, compare, observations, variant_stats
+
+
+def add_seeds(session) -> list[str]:
+    """Plan the next seed where a Δ is unresolved; one line per variant that got one."""
+    seeds = session.spec.seeds
+    if not isinstance(seeds, SequentialSeeds):
+        return []
+    method = session.spec.lr_search.interpolation
+    stats = {v.key: variant_stats(observations(session.trials[v.key].points()), method, n_resamples=0)
+             for v in session.variants}
+    targets: dict[str, int] = {}
+    for v in session.variants:
+        for base_key in v.baselines.values():
+            if base_key not in stats:
+                continue
+            delta = compare(stats[v.key], stats[base_key]).at_baseline_optimum
+            if delta is None or delta.delta is None or delta.verdict != UNRESOLVED:
+                continue
+            n = session.trials[v.key].active_seeds() + 1  # the pair moves together: same seeds
+            for key in (v.key, base_key):
+                targets[key] = max(targets.get(key, 0), n)
+    lines = []
+    names = {v.key: v.name for v in session.variants}
+    for key, n in targets.items():
+        if session.trials[key].plan_seeds(n):
+            lines.append(f"{names[key]}: a Δ is unresolved, now seeds 0..{n - 1} (max {seeds.max})")
+    return lines

@@ -1,0 +1,119 @@
+"""Seeds in study files: validation, sequential seeds' slots, the add-a-seed rule, dry run."""
+
+from types import SimpleNamespace
+
+import optuna
+import pytest
+import yaml
+
+from cem_ablate.cli.main import main
+from cem_ablate.config import ConfigError
+from cem_ablate.study.sequential import add_seeds
+from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds, parse_study
+from cem_ablate.study.trials import TrialPoint, VariantTrials
+from tests.study.tiny_study import write_study
+
+SEQUENTIAL = {"min": 2, "max": 4, "until": "resolved"}
+
+
+@pytest.mark.parametrize("seeds, where", [
+    ([], "seeds: must hold at least one seed"),
+    ([0, -1], "seeds[1]: seeds must be >= 0"),
+    ([1, 2, 1], "seeds: holds a seed twice"),
+    ({"min": 2, "until": "resolved"}, "seeds.max: is required with until: resolved"),
+    ({"min": 2, "max": 6}, "seeds.until: is required"),
+    ({"min": 0, "max": 3, "until": "resolved"}, "seeds.min: must be at least 1"),
+    ({"min": 4, "max": 3, "until": "resolved"}, "seeds.max: must be at least min"),
+    ({"min": 2, "max": 3, "until": "forever"}, "seeds: expected"),
+])
+def test_bad_seeds_name_the_key(seeds, where):
+    with pytest.raises(ConfigError) as err:
+        parse_study({"name": "s", "base": {}, "seeds": seeds})
+    assert str(err.value).startswith(where), str(err.value)
+
+
+@pytest.mark.parametrize("seeds, expected", [
+    ({"min": 2, "until": "resolved"}, "seeds.max: is required with until: resolved."),
+    ([0, 0], "seeds: holds a seed twice: [0, 0]."),
+])
+def test_bad_seeds_at_the_command_line_print_one_line_and_create_nothing(tmp_path, monkeypatch, capsys, seeds,
+                                                                         expected):
+    monkeypatch.chdir(tmp_path)
+    path = write_study(tmp_path, seeds=seeds)
+    assert main(["study", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {path}: {expected}\n"
+    assert not (tmp_path / "mlruns").exists() and not list(tmp_path.glob("runs*"))
+
+
+def test_sequential_seeds_are_a_sequence_of_every_possible_seed():
+    seeds = parse_study({"name": "s", "base": {}, "seeds": SEQUENTIAL}).seeds
+    assert isinstance(seeds, SequentialSeeds)
+    assert list(seeds) == [0, 1, 2, 3] and seeds.initial == [0, 1] and seeds[0] == 0 and len(seeds) == 4
+
+
+def test_slots_grow_with_the_planned_seeds():
+    storage = optuna.storages.InMemoryStorage()
+    search = LrSearchConfig(grid=[1e-3, 2e-3])
+    trials, created = VariantTrials.open(storage, "", "v", search, SequentialSeeds(2, 4, "resolved"))
+    assert created and trials.active_seeds() == 2
+    assert sorted({s.seed for s in trials.slots}) == [0, 1] and len(trials.slots) == 4
+    assert trials.plan_seeds(3) and trials.active_seeds() == 3 and len(trials.slots) == 6
+    assert not trials.plan_seeds(3)  # never fewer, no change
+    assert trials.plan_seeds(9) and trials.active_seeds() == 4  # capped at max
+    again, created = VariantTrials.open(storage, "", "v", search, SequentialSeeds(2, 4, "resolved"))
+    assert not created and again.active_seeds() == 4  # stored: every worker and a rerun agree
+    plain, _ = VariantTrials.open(storage, "", "w", search, [0, 1, 2])
+    assert len(plain.slots) == 6
+
+
+class FakeTrials:
+    def __init__(self, values, n=2):
+        self.values, self.n = values, n
+
+    def points(self):
+        return [TrialPoint(i, "", lr, s, "finished", v) for i, ((lr, s), v) in enumerate(self.values.items())
+                if s < self.n]
+
+    def active_seeds(self):
+        return self.n
+
+    def plan_seeds(self, n, max_seeds=4):  # as VariantTrials.plan_seeds: grows only, capped at max
+        n = min(n, max_seeds)
+        grew = n > self.n
+        self.n = max(self.n, n)
+        return grew
+
+
+def fake_session(variant_offsets, noise):
+    grid = [1e-3, 2e-3, 4e-3]
+    base = {(lr, s): 10.0 + (lr * 1e3 - 2) ** 2 + s for lr in grid for s in range(6)}
+    variants = [SimpleNamespace(key="llama", name="llama", baselines={})]
+    trials = {"llama": FakeTrials(base)}
+    for name, offset in variant_offsets.items():
+        variants.append(SimpleNamespace(key=name, name=name, baselines={"llama": "llama"}))
+        trials[name] = FakeTrials({k: v + offset + noise * (-1) ** k[1] for k, v in base.items()})
+    spec = SimpleNamespace(seeds=SequentialSeeds(2, 4, "resolved"), lr_search=LrSearchConfig(grid=grid))
+    return SimpleNamespace(spec=spec, variants=variants, trials=trials)
+
+
+def test_only_unresolved_pairs_get_a_seed_and_baselines_move_with_them():
+    session = fake_session({"clear": -3.0, "close": -0.05}, noise=0.1)
+    lines = add_seeds(session)
+    assert session.trials["clear"].n == 2  # resolved (Δ -3, differences ± 0.1): no more seeds
+    assert session.trials["close"].n == 3 and session.trials["llama"].n == 3
+    assert len(lines) == 2 and any(line.startswith("close:") for line in lines)
+    add_seeds(session), add_seeds(session)
+    assert session.trials["close"].n == 4 and not add_seeds(session)  # max reached: nothing more
+    assert add_seeds(SimpleNamespace(spec=SimpleNamespace(seeds=[0, 1]))) == []  # a list of seeds: never
+
+
+def test_dry_run_states_the_worst_case(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write_study(tmp_path, grid=[1e-3, 2e-3, 4e-3], seeds=SEQUENTIAL)
+    assert main(["study", str(path), "--dry-run"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "total: 24 trials in the worst case" in out and "12 if all resolve at once" in out
+    assert "6-12" in out and "up to 0..3" in out
+    assert not (tmp_path / "mlruns").exists()
+    assert yaml.safe_load(path.read_text())["seeds"] == SEQUENTIAL
