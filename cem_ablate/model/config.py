@@ -161,6 +161,9 @@ def parse_sublayer(kind: str, value: Any, path: str) -> SublayerConfig:
         )
     opts = {k: v for k, v in value.items() if k not in GENERIC_SUBLAYER_KEYS}
     options = parse(spec.options, opts, path) if spec.options else None
+    check_steps = getattr(options, "check_steps", None)  # options bounded by T (e.g. backprop_steps)
+    if callable(check_steps):
+        check_steps(steps if depth_mode == "recursion" else 1, path)
     return SublayerConfig(kind, name, steps, depth_mode, options)
 
 
