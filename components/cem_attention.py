@@ -9,6 +9,8 @@ re-normalizes the state, u = RMSNorm(x^t), and moves
     x^{t+1} = x^t + eta Σ_k P_k W_Q^kT o_k(u)      (= x - grad E at u when delta = 0).
 With `diag_update: exact` the KQ-diagonal term of the gradient,
 Σ_k P_k (delta_k ⊙ Σ_j p_ijk c_j), is added (Algorithm 1 leaves it out: `paper`).
+`recursion_state` (x^0 = h or c) and `backprop_steps` (truncated backpropagation)
+are the shared recursion options of `components.energy_recursion`.
 
 Two code paths compute the same function (tests hold them to 1e-9 in float64):
 `impl: reference` builds the (B, K, J, J) scores explicitly and lets autograd
@@ -35,7 +37,7 @@ from cem_ablate.config.schema import require
 from cem_ablate.registry import register
 from components.alibi import ALiBi
 from components.cem_attention_kernels import causal_alibi, cem_attention_core, select_kernel
-from components.energy_recursion import EnergyRecursion
+from components.energy_recursion import EnergyRecursion, RecursionOptions
 from components.linear import linear
 from components.norm import RMSNorm
 from components.preconditioner import PreconditionerConfig, build_preconditioner
@@ -44,7 +46,7 @@ ATTENTION_PRECONDITIONER_RANK = 4  # paper, Appendix C.4
 
 
 @dataclass(frozen=True)
-class CEMAttentionOptions:
+class CEMAttentionOptions(RecursionOptions):
     preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
     kq_diag: Literal["none", "shared", "per_head"] = "none"
     diag_update: Literal["paper", "exact"] = "paper"
@@ -56,6 +58,7 @@ class CEMAttentionOptions:
 
     def validate(self, path: str) -> None:
         require(self.step_size > 0, f"{path}.step_size", f"must be > 0, got {self.step_size}.")
+        self.validate_recursion(path)
         require(self.kernel != "sdpa" or self.kq_diag == "none", f"{path}.kernel",
                 "'sdpa' needs kq_diag: none (a learnable KQ diagonal would need a mask that requires "
                 "grad, which SDPA does not take); use 'blocked' or 'auto'.")
@@ -71,7 +74,8 @@ class CEMAttentionOptions:
           description="CEM attention: tied W_Q/W_K, ALiBi + self bias, KQ diagonal, T energy-descent steps.")
 class CEMAttention(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMAttentionOptions, steps: int = 1):
-        super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps)
+        super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps,
+                         options.recursion_state, options.backprop_steps)
         self.impl, self.kernel = options.impl, options.kernel
         d_model, self.n_heads, self.head_dim = dims.d_model, dims.n_heads, dims.head_dim
         self.tau = math.sqrt(self.head_dim)
@@ -134,9 +138,10 @@ class CEMAttention(EnergyRecursion):
         readout = self.readout()
 
         def step(x, t):
-            return x + self.step_size * self.descent_direction(self.norm(x), c, keys, bias, readout)
+            u = c if t == 0 and self.recursion_state == "normalized" else self.norm(x)  # u^0 = c
+            return x + self.step_size * self.descent_direction(u, c, keys, bias, readout)
 
-        return self.descend(h, step)
+        return self.descend(h, c, step)
 
     def descent_direction(self, u, c, keys, bias, readout):
         """Σ_k P_k W_Q^kT o_k(u) (+ the exact KQ-diagonal term): shape (B, J, D)."""
@@ -172,7 +177,7 @@ class CEMAttention(EnergyRecursion):
         kernel = self.resolved_kernel(h.device)
 
         def step(x, t):
-            u = c if t == 0 else self.norm(x)  # x^0 = h, so RMSNorm(x^0) is the context
+            u = c if t == 0 else self.norm(x)  # u^0 = c under both recursion states
             q = self._split_heads(self.w_q(u)).contiguous()
             qe = None
             if delta is not None:  # extra queries of the KQ-diagonal score, e = qe · c
@@ -187,14 +192,18 @@ class CEMAttention(EnergyRecursion):
                 x = x + self.step_size * self.precond.apply((scaled * ctx).transpose(1, 2)).sum(-2)
             return x
 
-        return self.descend(h, step)
+        return self.descend(h, c, step)
 
     def energy(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E(x | norm(h)) summed over positions and heads: shape (B,)."""
         c, keys, bias = self._context(h)
         return -self.tau * torch.logsumexp(self._scores(x, c, keys, bias), dim=-1).sum(dim=(1, 2))
 
-    def flops_per_token(self, seq_len: int) -> float:
+    def flops_once(self, seq_len: int) -> float:
+        d = self.w_q.in_features
+        return 2 * d * d  # W_K c once per block
+
+    def flops_per_step(self, seq_len: int) -> float:
         d = self.w_q.in_features
         ctx = (seq_len + 1) / 2  # causal average of keys per query
         per_step = 2 * d * d + 2 * ctx * d + 2 * ctx * d + 2 * d * d  # W_Q u, q·k, p·v, read-out
@@ -203,4 +212,4 @@ class CEMAttention(EnergyRecursion):
             per_step += heads * (d + 2 * ctx * d)
             if self.diag_update == "exact":
                 per_step += self.n_heads * (2 * ctx * d + d)
-        return 2 * d * d + self.steps * per_step  # W_K c once per block
+        return per_step

@@ -10,7 +10,9 @@ gate_proj = V, down_proj = V^T, up_proj = W: two D_m x D matrices instead of thr
 them to 1e-9 in float64). Both compute gamma once and fold P into the read-out,
 (D_m, D) = V P (NOTES.md: far cheaper than applying P to every token); the fast path
 also folds eta into that matrix and reuses the context c = RMSNorm(h) as the first
-query state (x^0 = h), saving one norm and one scaling pass per block.
+query state (u^0 = c), saving one norm and one scaling pass per block.
+`recursion_state` (x^0 = h or c) and `backprop_steps` (truncated backpropagation)
+are the shared recursion options of `components.energy_recursion` (SPEC §3).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.schema import require
 from cem_ablate.registry import register
-from components.energy_recursion import EnergyRecursion
+from components.energy_recursion import EnergyRecursion, RecursionOptions
 from components.linear import linear
 from components.norm import RMSNorm
 from components.preconditioner import PreconditionerConfig, build_preconditioner
@@ -49,7 +51,7 @@ def silu_integral(z: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class CEMMLPOptions:
+class CEMMLPOptions(RecursionOptions):
     preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
     step_size: float = 1.0
     learnable_step_size: bool = False
@@ -59,6 +61,7 @@ class CEMMLPOptions:
 
     def validate(self, path: str) -> None:
         require(self.step_size > 0, f"{path}.step_size", f"must be > 0, got {self.step_size}.")
+        self.validate_recursion(path)
         require(self.width_multiplier > 0, f"{path}.width_multiplier",
                 f"must be > 0, got {self.width_multiplier}.")
 
@@ -78,7 +81,8 @@ class CEMMLPParamMatchedOptions(CEMMLPOptions):
           description="CEM MLP: tied W/V (two D x D_m matrices), gamma once, T energy-descent steps.")
 class CEMMLP(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMMLPOptions, steps: int = 1):
-        super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps)
+        super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps,
+                         options.recursion_state, options.backprop_steps)
         self.impl = options.impl
         d_model = dims.d_model
         d_mlp = round(dims.d_mlp * options.width_multiplier)
@@ -99,24 +103,28 @@ class CEMMLP(EnergyRecursion):
             readout = self.readout()
 
             def step(x, t):
-                return x + self.step_size * ((gamma * F.silu(self.v(self.norm(x)))) @ readout)
+                u = c if t == 0 and self.recursion_state == "normalized" else self.norm(x)  # u^0 = c
+                return x + self.step_size * ((gamma * F.silu(self.v(u))) @ readout)
         else:
             readout = self.scaled_readout(self.readout())
 
             def step(x, t):
-                u = c if t == 0 else self.norm(x)  # x^0 = h, so RMSNorm(x^0) = c
+                u = c if t == 0 else self.norm(x)  # u^0 = c under both recursion states
                 return x + (gamma * F.silu(self.v(u))) @ readout
 
-        return self.descend(h, step)
+        return self.descend(h, c, step)
 
     def energy(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """xi(x | norm(h)) summed over positions: shape (B,)."""
         gamma = self.w(self.norm(h))
         return -(gamma * silu_integral(self.v(x))).sum(dim=(1, 2))
 
-    def flops_per_token(self, seq_len: int) -> float:
+    def flops_once(self, seq_len: int) -> float:
+        return 2 * self.v.in_features * self.v.out_features  # gamma = W c once per block
+
+    def flops_per_step(self, seq_len: int) -> float:
         d, m = self.v.in_features, self.v.out_features
-        return 2 * d * m + self.steps * (2 * d * m + 2 * m * d + 2 * m)
+        return 2 * d * m + 2 * m * d + 2 * m
 
 
 register("mlp", "cem_param_matched", options=CEMMLPParamMatchedOptions,

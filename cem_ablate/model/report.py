@@ -3,7 +3,10 @@
 FLOPs follow each module's `flops_per_token(seq_len)`: recursion steps are counted T
 times and plain reuse `repeats` times, because tied weights are used more than once
 (6·N understates CEM compute). Attention scores use the causal average context
-(J+1)/2. Training FLOPs per token are 3x the forward count (backward = 2x forward).
+(J+1)/2. Backward FLOPs are 2x the forward count of what is differentiated: a module
+with `backward_flops_per_token(seq_len)` says so itself (CEM sublayers with
+`backprop_steps: k < T` run the first T - k steps forward only, SPEC §2); training
+FLOPs per token are forward + backward (3x forward when every step is differentiated).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ class ModelReport:
     flops_per_token: float  # forward
     flops_by_module: dict[str, float] = field(default_factory=dict)
     seq_len: int = 0
+    backward_flops_per_token: float | None = None  # None: 2x forward
 
     @property
     def train_flops_per_token(self) -> float:
-        return 3.0 * self.flops_per_token
+        backward = self.backward_flops_per_token
+        return self.flops_per_token + (2.0 * self.flops_per_token if backward is None else backward)
 
     def to_dict(self) -> dict:
         return asdict(self) | {"train_flops_per_token": self.train_flops_per_token}
@@ -61,14 +66,24 @@ def model_report(model: nn.Module, seq_len: int) -> ModelReport:
         by_component[key] = by_component.get(key, 0) + param.numel()
 
     flops: dict[str, float] = {}
+    backward = 0.0
     for i, block in enumerate(model.blocks):
-        flops[f"blocks.{i}.attention"] = block.attention_repeats * block.attention.flops_per_token(seq_len)
-        flops[f"blocks.{i}.mlp"] = block.mlp_repeats * block.mlp.flops_per_token(seq_len)
+        for kind, module, repeats in (("attention", block.attention, block.attention_repeats),
+                                      ("mlp", block.mlp, block.mlp_repeats)):
+            flops[f"blocks.{i}.{kind}"] = repeats * module.flops_per_token(seq_len)
+            backward += repeats * _backward_flops(module, seq_len)
     flops["lm_head"] = 2.0 * model.lm_head.in_features * model.lm_head.out_features
+    backward += 2.0 * flops["lm_head"]
     return ModelReport(
         params_total=sum(by_component.values()),
         params_by_component={k: v for k, v in by_component.items() if v or k != "other"},
         flops_per_token=float(sum(flops.values())),
         flops_by_module=flops,
         seq_len=seq_len,
+        backward_flops_per_token=backward,
     )
+
+
+def _backward_flops(module: nn.Module, seq_len: int) -> float:
+    count = getattr(module, "backward_flops_per_token", None)
+    return count(seq_len) if callable(count) else 2.0 * module.flops_per_token(seq_len)

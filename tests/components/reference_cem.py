@@ -64,7 +64,30 @@ def attention_energy(layer, x, h):
     return -math.sqrt(d) * torch.logsumexp(s, dim=-1).sum(dim=(1, 2))
 
 
-def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0):
+def recursion(h, gain, steps, update, recursion_state="raw", backprop_steps=None):
+    """SPEC §2's recursion around a step x -> x + update(u), written out literally.
+
+    raw: x0 = h, u = RMSNorm(x) every step (u0 = c); output x^T.
+    normalized: x0 = c, u0 = c, u = RMSNorm(x) later; output h + (x^T - x0).
+    backprop_steps k: the first T - k updates under torch.no_grad(), added as a constant.
+    `update(u)` returns eta * P * (-grad E at u); `gain` is the RMSNorm gain.
+    """
+    k = steps if backprop_steps is None else backprop_steps
+    c = rms_norm(h, gain)
+    x0 = c if recursion_state == "normalized" else h
+    x = x0
+    with torch.no_grad():
+        for t in range(steps - k):
+            x = x + update(c if t == 0 else rms_norm(x, gain))
+        constant = x - x0
+    x = x0 + constant
+    for t in range(steps - k, steps):
+        x = x + update(c if t == 0 else rms_norm(x, gain))
+    return h + (x - x0) if recursion_state == "normalized" else x
+
+
+def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0, recursion_state="raw",
+                      backprop_steps=None):
     B, J, D = h.shape
     K = layer.n_heads
     d = D // K
@@ -72,11 +95,10 @@ def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0):
     Wk = layer.w_k.weight.view(K, d, D)
     c = rms_norm(h, layer.norm.weight)
     delta = getattr(layer, "kq_diag", None)
-    x = h
-    for _ in range(steps):
-        u = rms_norm(x, layer.norm.weight)
+
+    def update(u):
         p = torch.softmax(attention_scores(layer, u, c), dim=-1)
-        update = torch.zeros_like(x)
+        total = torch.zeros_like(u)
         for k in range(K):
             values = c @ Wk[k].T  # keys = values
             o = p[:, k] @ values  # (B, J, d)
@@ -84,9 +106,10 @@ def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0):
             if delta is not None and diag_update == "exact":
                 dk = delta if delta.dim() == 1 else delta[k]
                 g = g + dk * (p[:, k] @ c)
-            update = update + g @ dense_preconditioner(layer.precond, D, k).T
-        x = x + step_size * update
-    return x
+            total = total + g @ dense_preconditioner(layer.precond, D, k).T
+        return step_size * total
+
+    return recursion(h, layer.norm.weight, steps, update, recursion_state, backprop_steps)
 
 
 def silu_integral_closed_form(z: np.ndarray) -> np.ndarray:
@@ -102,14 +125,14 @@ def mlp_energy(layer, x, h):
     return -(gamma * phi).sum(dim=(1, 2))
 
 
-def mlp_forward(layer, h, steps, step_size=1.0):
+def mlp_forward(layer, h, steps, step_size=1.0, recursion_state="raw", backprop_steps=None):
     D = h.shape[-1]
     c = rms_norm(h, layer.norm.weight)
     gamma = c @ layer.w.weight.T
     P = dense_preconditioner(layer.precond, D)
-    x = h
-    for _ in range(steps):
-        u = rms_norm(x, layer.norm.weight)
+
+    def update(u):
         g = (gamma * F.silu(u @ layer.v.weight.T)) @ layer.v.weight  # V^T(gamma ⊙ SiLU(V u))
-        x = x + step_size * g @ P.T
-    return x
+        return step_size * g @ P.T
+
+    return recursion(h, layer.norm.weight, steps, update, recursion_state, backprop_steps)

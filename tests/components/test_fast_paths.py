@@ -139,6 +139,22 @@ def test_mlp_checkpointing_and_learnable_step_size():
     assert_same_function(fast, ref, random_stream())
 
 
+@pytest.mark.parametrize("kind,sub", [
+    ("attention", {"name": "cem", "kq_diag": "shared", "preconditioner": "diag"}),
+    ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "learnable_step_size": True}),
+    ("mlp", {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 3}}),
+], ids=["attention-shared", "attention-exact", "mlp"])
+@pytest.mark.parametrize("state,k,ckpt", [("normalized", None, False), ("normalized", 2, True), ("raw", 1, False),
+                                          ("raw", 2, True)])
+def test_recursion_options_fast_equals_reference(kind, sub, state, k, ckpt):
+    """recursion_state and backprop_steps (issue 12) through the fast path, with checkpointing."""
+    opts = {"steps": 3, "recursion_state": state, "checkpoint_steps": ckpt}
+    if k is not None:
+        opts["backprop_steps"] = k
+    fast, ref = pair(kind, {**sub, **opts})
+    assert_same_function(fast, ref, random_stream())
+
+
 def test_checkpointing_keeps_the_energy_trace():
     layer = build_sublayer("attention", {"name": "cem", "steps": 3, "step_size": 0.05, "checkpoint_steps": True})
     layer.track_energy = True

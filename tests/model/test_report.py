@@ -38,3 +38,28 @@ def test_cem_uses_more_compute_per_parameter_than_6n_suggests():
     report = flops(attention={"name": "cem", "steps": 2}, mlp={"name": "cem", "steps": 2})
     non_embedding = report.params_total - report.params_by_component["embedding"]
     assert report.flops_per_token > 2 * non_embedding
+
+
+def test_truncated_backprop_drops_the_backward_of_frozen_steps():
+    """backprop_steps: k runs T - k steps forward only (SPEC §2): same forward FLOPs,
+    2x forward-of-a-step less backward per frozen step, per CEM sublayer."""
+    sub = {"name": "cem", "steps": 4}
+    full = flops(attention=sub, mlp=sub)
+    truncated = flops(attention={**sub, "backprop_steps": 1}, mlp={**sub, "backprop_steps": 1})
+    assert truncated.flops_per_token == full.flops_per_token
+    assert full.train_flops_per_token == pytest.approx(3 * full.flops_per_token)
+    one_step = {"name": "cem", "steps": 1}
+    two_steps = {"name": "cem", "steps": 2}
+    # forward FLOPs of one step of every CEM sublayer in the model
+    per_step = flops(attention=two_steps, mlp=two_steps).flops_per_token \
+        - flops(attention=one_step, mlp=one_step).flops_per_token
+    assert per_step > 0
+    frozen = 4 - 1
+    assert full.train_flops_per_token - truncated.train_flops_per_token == pytest.approx(2 * frozen * per_step)
+
+
+def test_normalized_state_costs_the_same_flops():
+    raw = flops(attention={"name": "cem", "steps": 2}, mlp={"name": "cem", "steps": 2})
+    normalized = flops(attention={"name": "cem", "steps": 2, "recursion_state": "normalized"},
+                       mlp={"name": "cem", "steps": 2, "recursion_state": "normalized"})
+    assert normalized.flops_by_module == raw.flops_by_module  # norms and adds are not counted
