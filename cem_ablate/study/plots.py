@@ -1,12 +1,19 @@
 """Figures in the paper's style (matplotlib, Agg backend: no display needed).
 
+The y axis is the task's objective, named (`metric`: test perplexity, test RMSE,
+recall error). With several seeds (`SweepSeries.stats`, `study.statistics`) every
+point is a seed mean with ± std error bars, a shaded band spans mean ± std across
+learning rates, and the star carries the bootstrap intervals of lr* and objective*.
+
 - `plot_variant_fit`: one variant's learning-rate sweep: points, Akima curve, star at
   the optimum, diverged runs as crosses on the top edge (logged on the parent run).
-- `plot_ppl_vs_lr`: Fig. 3a: perplexity vs learning rate for every variant, Akima
+- `plot_ppl_vs_lr`: Fig. 3a: objective vs learning rate for every variant, Akima
   curves and stars; baselines orange, CEM variants in blues; marker per model size.
-- `plot_ppl_vs_params`: Fig. 2: optimal perplexity vs parameters; baselines are pink
+- `plot_ppl_vs_params`: Fig. 2: optimal objective vs parameters; baselines are pink
   diamonds, variants dots, each variant linked to its baseline by a line; the token
-  budget above each marker.
+  budget above each marker; error bars: the objective* interval.
+- `plot_scaling`: objective* vs parameters and vs training FLOPs per family with the
+  fitted power laws (`study.scaling`).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cem_ablate.study.akima import AkimaFit
+from cem_ablate.study.statistics import VariantStats
 
 BASELINE_COLOR = "#e8743b"  # paper: orange baselines in Fig. 3a
 BASELINE_DIAMOND = "#e377c2"  # paper: pink diamonds for baselines in Fig. 2
@@ -36,6 +44,8 @@ class SweepSeries:
     tokens: float | None = None
     group: str = ""  # e.g. model size: one marker shape per group
     baseline_name: str | None = None  # name of the series this variant is compared with
+    stats: VariantStats | None = None  # seed means, spreads and intervals
+    metric: str = "test perplexity"  # the task's objective, for axis labels
 
 
 def _pyplot():
@@ -66,18 +76,36 @@ def _markers(series: list[SweepSeries]) -> dict[str, str]:
 def _draw_sweep(ax, s: SweepSeries, color: str, marker: str, label: str | None) -> None:
     if s.fit is not None and len(s.fit.curve_lrs) > 1:
         ax.plot(s.fit.curve_lrs, s.fit.curve_ppls, color=color, lw=1.5, alpha=0.9)
-    if s.finished:
+    rows = s.stats.by_lr if s.stats is not None else ()
+    if any(r.n > 1 for r in rows):  # seeds: mean ± std, a band, the single seeds faintly
+        lrs = [r.lr for r in rows]
+        means = [r.mean for r in rows]
+        stds = [r.std or 0.0 for r in rows]
+        ax.fill_between(lrs, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)],
+                        color=color, alpha=0.15, lw=0)
+        ax.errorbar(lrs, means, yerr=stds, fmt=marker, color=color, ms=5, capsize=3, zorder=3, label=label)
+        if s.finished:
+            xs, ys = zip(*s.finished)
+            ax.scatter(xs, ys, color=color, marker=".", s=8, alpha=0.4, zorder=2)
+    elif s.finished:
         xs, ys = zip(*sorted(s.finished))
         ax.scatter(xs, ys, color=color, marker=marker, s=28, zorder=3, label=label)
     if s.fit is not None:
         ax.scatter([s.fit.lr_star], [s.fit.ppl_star], marker="*", s=220, color=color,
                    edgecolor="black", linewidth=0.7, zorder=4)
-    if s.diverged:  # on the upper edge: their perplexity is not finite
+        optimum = s.stats.optimum if s.stats is not None else None
+        if optimum is not None and optimum.lr_interval is not None:  # the star's 95% bootstrap intervals
+            lo, hi = optimum.lr_interval, optimum.objective_interval
+            ax.errorbar([s.fit.lr_star], [s.fit.ppl_star],
+                        xerr=[[max(s.fit.lr_star - lo.low, 0.0)], [max(lo.high - s.fit.lr_star, 0.0)]],
+                        yerr=[[max(s.fit.ppl_star - hi.low, 0.0)], [max(hi.high - s.fit.ppl_star, 0.0)]],
+                        fmt="none", ecolor="black", elinewidth=0.8, capsize=2, zorder=4)
+    if s.diverged:  # on the upper edge: their objective is not finite
         ax.scatter(s.diverged, [1.0] * len(s.diverged), marker="x", color=color, s=40, zorder=3,
                    transform=ax.get_xaxis_transform(), clip_on=False)
 
 
-def _finish_lr_axes(ax, title: str, lrs: list[float] = ()) -> None:
+def _finish_lr_axes(ax, title: str, lrs: list[float] = (), metric: str = "test perplexity") -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     ax.set_xscale("log", base=2)
@@ -86,7 +114,7 @@ def _finish_lr_axes(ax, title: str, lrs: list[float] = ()) -> None:
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("learning rate")
-    ax.set_ylabel("test perplexity")
+    ax.set_ylabel(metric)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
 
@@ -98,10 +126,10 @@ def plot_variant_fit(s: SweepSeries, path: str | Path) -> Path:
     _draw_sweep(ax, s, color, "o", None)
     title = s.name
     if s.fit is not None:
-        title += f"\nlr* = {s.fit.lr_star:.3g}, ppl* = {s.fit.ppl_star:.4g}"
-        if s.fit.at_edge:
+        title += f"\nlr* = {s.fit.lr_star:.3g}, {s.metric}* = {s.fit.ppl_star:.4g}"
+        if s.fit.at_edge and s.fit.n_points > 1:  # a one-point grid has no edge
             title += f" (at the {s.fit.edge} edge of the grid)"
-    _finish_lr_axes(ax, title, [lr for lr, _ in s.finished] + s.diverged)
+    _finish_lr_axes(ax, title, [lr for lr, _ in s.finished] + s.diverged, s.metric)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
@@ -116,8 +144,9 @@ def plot_ppl_vs_lr(series: list[SweepSeries], path: str | Path, title: str = "")
     for s in series:
         label = s.name + (f" [{s.group}]" if s.group and len(markers) > 1 else "")
         _draw_sweep(ax, s, colors[s.name], markers[s.group], label)
-    _finish_lr_axes(ax, title or "Perplexity vs learning rate (stars: Akima optima)",
-                    [lr for s in series for lr, _ in s.finished] + [lr for s in series for lr in s.diverged])
+    metric = series[0].metric if series else "test perplexity"
+    _finish_lr_axes(ax, title or f"{metric} vs learning rate (stars: Akima optima)",
+                    [lr for s in series for lr, _ in s.finished] + [lr for s in series for lr in s.diverged], metric)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     path = Path(path)
@@ -155,6 +184,12 @@ def plot_ppl_vs_params(series: list[SweepSeries], path: str | Path, title: str =
         label = s.name if s.name not in seen_labels else None
         seen_labels.add(s.name)
         ax.scatter([s.params], [s.fit.ppl_star], zorder=3, edgecolor="black", linewidth=0.5, label=label, **style)
+        optimum = s.stats.optimum if s.stats is not None else None
+        if optimum is not None and optimum.objective_interval is not None:
+            iv = optimum.objective_interval
+            ax.errorbar([s.params], [s.fit.ppl_star], yerr=[[max(s.fit.ppl_star - iv.low, 0.0)],
+                                                             [max(iv.high - s.fit.ppl_star, 0.0)]],
+                        fmt="none", ecolor=style["color"], capsize=3, zorder=2)
         text = _tokens_text(s.tokens)
         if text:
             ax.annotate(text, (s.params, s.fit.ppl_star), textcoords="offset points", xytext=(0, 7),
@@ -164,12 +199,62 @@ def plot_ppl_vs_params(series: list[SweepSeries], path: str | Path, title: str =
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(EngFormatter(places=0))
     ax.xaxis.set_minor_formatter(EngFormatter(places=0))
+    metric = series[0].metric if series else "test perplexity"
     ax.set_xlabel("parameters")
-    ax.set_ylabel("test perplexity at lr* (Akima)")
-    ax.set_title(title or "Perplexity vs parameters (variants linked to their baselines)")
+    ax.set_ylabel(f"{metric} at lr* (Akima)")
+    ax.set_title(title or f"{metric} vs parameters (variants linked to their baselines)")
     ax.grid(True, which="both", alpha=0.3)
     if plotted:
         ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_scaling(summary, path: str | Path, metric: str = "test perplexity", title: str = "") -> Path:
+    """Objective* vs parameters and vs training FLOPs per family, with the power laws."""
+    import numpy as np
+
+    from cem_ablate.study.scaling import FLOPS, PARAMS, SATURATING
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=120)
+    families = list(summary.points)
+    baseline_families = {m.baseline_family for ms in summary.points.values() for m in ms if m.baseline_family}
+    colors, i = {}, 0
+    for f in families:
+        if f in baseline_families:
+            colors[f] = BASELINE_COLOR
+        else:
+            colors[f] = VARIANT_COLORS[i % len(VARIANT_COLORS)]
+            i += 1
+    for ax, axis in zip(axes, (PARAMS, FLOPS)):
+        for family in families:
+            members = [m for m in summary.points[family] if m.stats.optimum is not None]
+            if not members:
+                continue
+            xs = [m.params if axis == PARAMS else m.train_flops for m in members]
+            ys = [m.stats.optimum.objective_star for m in members]
+            low = [y - (m.stats.optimum.objective_interval.low if m.stats.optimum.objective_interval else y)
+                   for m, y in zip(members, ys)]
+            high = [(m.stats.optimum.objective_interval.high if m.stats.optimum.objective_interval else y) - y
+                    for m, y in zip(members, ys)]
+            law = summary.laws.get((family, axis))
+            form = "a·x^-b + c" if law is not None and law.form == SATURATING else "log-log line"
+            label = family + (f" ({form}, b = {law.b:.2f})" if law else "")
+            ax.errorbar(xs, ys, yerr=[low, high], fmt="D" if family in baseline_families else "o",
+                        color=colors[family], capsize=3, label=label, zorder=3)
+            if law is not None:
+                grid = np.geomspace(min(xs), max(xs), 100)
+                ax.plot(grid, [law(x) for x in grid], color=colors[family], lw=1.2, alpha=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel(axis)
+        ax.set_ylabel(f"{metric} at lr*")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle(title or f"{metric}: scaling per family (power-law fits)")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
