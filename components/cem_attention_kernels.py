@@ -251,31 +251,42 @@ def _add_diagonal(bias: torch.Tensor, beta: torch.Tensor, r0: int) -> torch.Tens
 
 
 class SDPAAlibiAttention(torch.autograd.Function):
-    """PyTorch's CPU flash kernel with the constant ALiBi + beta mask (no KQ diagonal).
+    """PyTorch's SDPA kernels with the constant ALiBi + beta mask (no KQ diagonal): the
+    CPU flash kernel on CPU, the memory-efficient (CUTLASS) kernel on CUDA, the only
+    CUDA SDPA kernel that takes a float mask and returns the logsumexp.
 
-    The mask is built from a detached beta so the flash kernel is used; the exact beta
+    The mask is built from a detached beta so the fused kernel is used; the exact beta
     gradient is Σ_i dS_iik = Σ_i p_iik (dO_i · v_i - dO_i · O_i), with the diagonal
     probability p_iik = exp(s_iik - logsumexp_i) recovered from the kernel's logsumexp.
+    The mask has q's dtype (both kernels require it): in bf16 an ALiBi bias -m (i - j)
+    is rounded to 8 significant bits, as with any bf16 mask given to SDPA.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, self_bias, alibi, scale):
-        j = q.shape[-2]
         ctx.tied = v is None
         v = k if v is None else v
+        k, v = k.to(q.dtype), v.to(q.dtype)
         mask = _add_diagonal(alibi.to(q.dtype), self_bias.detach().to(q.dtype), 0).unsqueeze(0)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, False, attn_mask=mask, scale=scale)
-        ctx.save_for_backward(q, k, v, out, lse, mask, self_bias)
+        if q.is_cuda:
+            out, lse, extra = _efficient_forward(q, k, v, mask, scale)
+        else:
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+            extra = ()
+        ctx.save_for_backward(q, k, v, out, lse, mask, self_bias, *extra)
         ctx.scale = scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, mask, self_bias = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_q, grad_k, grad_v = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            grad_out, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=ctx.scale)
+        q, k, v, out, lse, mask, self_bias, *extra = ctx.saved_tensors
+        grad_out = grad_out.to(q.dtype).contiguous()
+        if q.is_cuda:
+            grad_q, grad_k, grad_v = _efficient_backward(grad_out, q, k, v, out, lse, mask, extra, ctx.scale)
+        else:
+            grad_q, grad_k, grad_v = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                grad_out, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=ctx.scale)
         sdtype = torch.float32 if _low_precision(q.dtype) else q.dtype
         s_diag = ctx.scale * (q * k).sum(-1, dtype=sdtype) + self_bias.to(sdtype)[:, None]  # ALiBi is 0 on i = j
         p_diag = torch.exp(s_diag - lse.to(sdtype))
@@ -285,11 +296,50 @@ class SDPAAlibiAttention(torch.autograd.Function):
         return grad_q, grad_k, grad_v, ds_diag.sum((0, 2)).to(self_bias.dtype), None, None
 
 
+# CUDA memory-efficient SDPA (CUTLASS) input rules, as F.scaled_dot_product_attention
+# applies them before calling the kernel: head dims a multiple of 16 bytes' worth of
+# elements, the mask's rows 16-element aligned; its logsumexp rows are padded to 32.
+_MEM_EFF_BIAS_ALIGNMENT = 16
+
+
+def _pad_last(t: torch.Tensor, multiple: int) -> torch.Tensor:
+    pad = -t.shape[-1] % multiple
+    return torch.nn.functional.pad(t, (0, pad)) if pad else t
+
+
+def _efficient_forward(q, k, v, mask, scale):
+    b, heads, j, d = q.shape
+    align = 16 // q.element_size()  # zero columns change neither q·k (scale is explicit) nor the kept outputs
+    qp, kp, vp = (_pad_last(t, align) for t in (q, k, v))
+    bias = _pad_last(mask, _MEM_EFF_BIAS_ALIGNMENT)[..., :j].expand(b, heads, j, j)
+    out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
+        qp, kp, vp, bias, True, 0.0, False, scale=scale)
+    return out[..., :v.shape[-1]], lse[..., :j], (out, lse, seed, offset)
+
+
+def _efficient_backward(grad_out, q, k, v, out, lse, mask, extra, scale):
+    out_padded, lse_padded, seed, offset = extra
+    b, heads, j, d = q.shape
+    align = 16 // q.element_size()
+    qp, kp, vp = (_pad_last(t, align) for t in (q, k, v))
+    bias = _pad_last(mask, _MEM_EFF_BIAS_ALIGNMENT)[..., :j].expand(b, heads, j, j)
+    grad_q, grad_k, grad_v, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+        _pad_last(grad_out, align).contiguous(), qp, kp, vp, bias, out_padded, lse_padded, seed, offset, 0.0,
+        [True, True, True, False], False, scale=scale)
+    return grad_q[..., :d], grad_k[..., :d], grad_v[..., :v.shape[-1]]
+
+
 def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
-    """FlexAttention (GPU training; CPU forward only): ALiBi, beta and e in a score_mod."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    """FlexAttention (GPU training; CPU forward only): ALiBi, beta and e in a score_mod.
+
+    beta and e reach the kernel as captured tensors that require grad; FlexAttention
+    differentiates such buffers (beta[h]: a gather, e[b, h, i, j]: a dense read).
+    e is materialized as (B, 1|K, J, J) in the score precision, read once per score.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
 
     heads, j = q.shape[1], q.shape[2]
+    k, v = k.to(q.dtype), v.to(q.dtype)  # autocast may leave c-derived values in float32
     sdtype = torch.float32 if _low_precision(q.dtype) else q.dtype
     slopes = alibi_slopes(heads).to(dtype=sdtype, device=q.device)
     beta = self_bias.to(sdtype)
@@ -302,13 +352,30 @@ def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
             score = score + e[b, h if e_per_head else 0, q_idx, kv_idx]
         return score
 
-    def causal(b, h, q_idx, kv_idx):
-        return q_idx >= kv_idx
+    attend = flex_attention
+    if q.is_cuda and not torch.compiler.is_compiling():
+        attend = _compiled_flex()  # eager flex materializes the scores; inside a compiled graph inductor fuses it
+    return attend(q, k, v, score_mod=score_mod, block_mask=_causal_block_mask(j, q.device), scale=scale)
 
-    block_mask = create_block_mask(causal, B=None, H=None, Q_LEN=j, KV_LEN=j, device=q.device)
-    if q.is_cuda:  # the fused kernel needs compile; eager flex materializes the scores
-        flex_attention = _compiled_flex()
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+_BLOCK_MASKS: dict[tuple[int, str], object] = {}
+
+
+def _causal_block_mask(seq_len: int, device: torch.device):
+    """The causal BlockMask of a length, built once per (length, device) outside compiled
+    graphs (building it costs a (J, J) pass); traced afresh inside them."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if torch.compiler.is_compiling():
+        return create_block_mask(_causal, B=None, H=None, Q_LEN=seq_len, KV_LEN=seq_len, device=device)
+    key = (seq_len, str(device))
+    if key not in _BLOCK_MASKS:
+        _BLOCK_MASKS[key] = create_block_mask(_causal, B=None, H=None, Q_LEN=seq_len, KV_LEN=seq_len, device=device)
+    return _BLOCK_MASKS[key]
 
 
 @functools.cache

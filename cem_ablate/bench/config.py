@@ -57,6 +57,15 @@ class BenchConfig:
             require(len(labels) == len(set(labels)), join(path, key), f"duplicate variant labels in {labels}.")
         require(self.device in ("cpu", "cuda") or self.device.startswith("cuda:"), join(path, "device"),
                 f"expected cpu or cuda[:i], got {self.device!r}.")
+        if self.device.startswith("cuda"):
+            import torch
+
+            require(torch.cuda.is_available(), join(path, "device"),
+                    f"{self.device} was asked for, but there is no CUDA device (torch.cuda.is_available() is "
+                    f"False; torch {torch.__version__}).")
+            index = int(self.device.partition(":")[2] or 0)
+            require(index < torch.cuda.device_count(), join(path, "device"),
+                    f"{self.device}: there is no CUDA device {index} ({torch.cuda.device_count()} visible).")
 
 
 QUICK = {  # `--quick`: seconds, for tests and smoke checks
@@ -64,6 +73,22 @@ QUICK = {  # `--quick`: seconds, for tests and smoke checks
     "modes": ["eager"], "precisions": ["fp32"],
     "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_mlp_t2"],
     "memory_variants": ["cem_full_t1", "cem_full_t4_ckpt"],
+}
+
+
+# `--gpu`: the issue-14 GPU bench. The paper's 86M and 162M at sequence 2048 in bf16
+# (Lightning's bf16-mixed), eager and compiled, 8 sequences (16k tokens) per step.
+# Targets: Llama compiled MFU, Llama vs HF Llama, CEM attention T = 1 and every T = 2
+# variant vs Llama (the latter against its FLOP-bound ratio), T = 8 checkpointed
+# memory vs T = 1 (results.GPU_TARGETS). `cem_attn_t1_blocked` is CEM attention on
+# the blocked kernel, the kernel that runs where FlexAttention is not used
+# (`diag_update: exact`), beside the same layer on flex (`cem_attn_t1`).
+GPU = {
+    "device": "cuda", "sizes": ["86M", "162M"], "seq_len": 2048, "batch_size": 8, "precisions": ["bf16"],
+    "modes": ["eager", "compiled"], "warmup_steps": 2, "repeats": 5, "steps_per_sample": 2,
+    "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_attn_t2", "cem_mlp_t1", "cem_mlp_t2", "cem_full_t2",
+                 "cem_attn_t1_blocked"],
+    "memory_variants": ["cem_full_t1", "cem_full_t8_ckpt"],
 }
 
 

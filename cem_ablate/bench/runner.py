@@ -51,7 +51,12 @@ def _build_model(variant: Variant, cfg: BenchConfig, size: str, device: torch.de
         from cem_ablate.interop import to_hf_llama
 
         llama = build_model(model_mapping(Variant(BASELINE, {}), size, cfg.seq_len, cfg.vocab_size))
-        model = to_hf_llama(llama).to(device).train()
+        model = to_hf_llama(llama)
+        if hasattr(model, "set_attn_implementation"):  # the external reference runs torch SDPA
+            model.set_attn_implementation("sdpa")
+        else:
+            model.config._attn_implementation = "sdpa"
+        model = model.to(device).train()
         return model, {"eager": lambda: hf_forward(model)}, llama
     model = build_model(model_mapping(variant, size, cfg.seq_len, cfg.vocab_size)).to(device).train()
     return model, {"eager": lambda: model, "compiled": lambda: compiled_forward(model)}, model
@@ -151,6 +156,7 @@ def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, 
         log("[bench] note: this device has no native bf16; bf16 steps are emulated and very slow")
     elif cfg.precisions is None and precisions == ["fp32"]:
         log("[bench] fp32 only: this device has no native bf16 (ask for it with --precisions fp32 bf16)")
+    meta["attention_kernels"] = {v.label: attention_kernel(v, device) for v in timed + memory}
     rows: list[Row] = []
     for size in cfg.sizes:
         for precision in precisions:
@@ -219,6 +225,23 @@ def _run_memory_only(variant, cfg, size, precision, device, batch, log) -> list[
     return rows
 
 
+def attention_kernel(variant: Variant, device: torch.device) -> str:
+    """Which attention kernel a variant runs on the device: flex / blocked / sdpa for
+    CEM attention (its `kernel`, `auto` resolved), sdpa for Llama."""
+    attention = variant.sublayers.get("attention")
+    if not attention or attention.get("name", "llama") == "llama":
+        return "sdpa (torch)"
+    if attention.get("impl") == "reference":
+        return "reference (explicit scores)"
+    from components.cem_attention_kernels import select_kernel
+
+    kernel = attention.get("kernel", "auto")
+    if kernel != "auto":
+        return kernel
+    wide = attention.get("kq_diag", "none") != "none" and attention.get("diag_update") == "exact"
+    return select_kernel(device.type, wide_values=wide)
+
+
 def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
     from cem_ablate.config.schema import to_dict
     from cem_ablate.training.hardware import cpu_model
@@ -244,7 +267,19 @@ def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
     except ImportError:
         pass
     if device.type == "cuda":
-        facts["gpu"] = torch.cuda.get_device_name(device)
+        from cem_ablate.training.hardware import gpu_peak_flops
+
+        props = torch.cuda.get_device_properties(device)
+        name = torch.cuda.get_device_name(device)
+        facts.update(gpu=name, cuda=torch.version.cuda, gpu_capability=f"{props.major}.{props.minor}",
+                     gpu_memory_gib=round(props.total_memory / 2**30, 1), gpu_multiprocessors=props.multi_processor_count,
+                     gpu_peak_bf16_tflops=gpu_peak_flops(name, "bf16-mixed") / 1e12)
+        try:
+            import triton
+
+            facts["triton"] = triton.__version__
+        except ImportError:
+            pass
     return facts
 
 

@@ -67,7 +67,9 @@ class TrainStep:
         self.autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" \
             else nullcontext
 
-    def __call__(self, batch: torch.Tensor) -> float:
+    def __call__(self, batch: torch.Tensor) -> float | torch.Tensor:
+        """The step's loss: a float on CPU; on CUDA the detached loss tensor, since
+        reading it would make every step wait for the GPU (the timer synchronizes)."""
         inputs, targets = batch[:, :-1], batch[:, 1:]
         with self.autocast():
             logits = self.forward(inputs)
@@ -76,7 +78,7 @@ class TrainStep:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return loss.detach() if loss.is_cuda else float(loss.detach())
 
     def state_bytes(self) -> int:
         """Bytes held between steps: weights and optimizer state (grads are freed)."""

@@ -11,7 +11,8 @@ Variant names:
         defaults are the paper's recommendation: attention kq_diag shared,
         diag_lowrank preconditioners (rank 4 attention, 16 MLP), diag_update paper
         mods: ckpt (checkpoint_steps), ref (impl: reference), nodiag (kq_diag none),
-              sdpa (kq_diag none + the SDPA flash kernel), perhead (kq_diag per_head),
+              sdpa (kq_diag none + the SDPA kernel), blocked / flex (that attention
+              kernel instead of `auto`), perhead (kq_diag per_head),
               exact (diag_update exact), diag / identity (preconditioner)
     <label>={yaml}        any model sub-config, e.g. 'mine={mlp: {name: cem, steps: 3}}'
 
@@ -37,7 +38,7 @@ EXTERNAL = "hf_llama"
 BASELINE = "llama"
 
 _CEM_NAME = re.compile(r"^cem_(attn|mlp|full)_t(\d+)((?:_[a-z]+)*)$")
-MODIFIERS = ("ckpt", "ref", "nodiag", "sdpa", "perhead", "exact", "diag", "identity")
+MODIFIERS = ("ckpt", "ref", "nodiag", "sdpa", "blocked", "flex", "perhead", "exact", "diag", "identity")
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,9 @@ def _cem_sublayers(part: str, steps: int, mods: list[str], path: str) -> dict[st
     attention = dict(common, kq_diag="shared")
     if "nodiag" in mods or "sdpa" in mods:
         attention["kq_diag"] = "none"
-    if "sdpa" in mods:
-        attention["kernel"] = "sdpa"
+    for kernel in ("sdpa", "blocked", "flex"):
+        if kernel in mods:
+            attention["kernel"] = kernel
     if "perhead" in mods:
         attention["kq_diag"] = "per_head"
     if "exact" in mods:

@@ -3,6 +3,8 @@
 Examples:
     cem-ablate bench                               # the issue-5 comparison (long: see benchmarks/)
     cem-ablate bench --quick                       # seconds: tiny model, eager fp32
+    cem-ablate bench --gpu                         # issue 14 on a GPU: 86M + 162M, seq 2048, bf16, eager +
+                                                   # compiled -> benchmarks/results/gpu-<device>.{json,md}
     cem-ablate bench --variants llama cem_attn_t2 --modes eager --precisions fp32 --repeats 3
     cem-ablate bench --variants 'mine={mlp: {name: cem, steps: 3}}' --sizes tiny small
 """
@@ -41,15 +43,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--no-tune-allocator", action="store_true", help="keep glibc's default malloc thresholds")
     add("--peak", help="CPU peak FLOP/s for MFU: 'measure' (default: matmul, max over the run) or 'cached'")
     add("--quick", action="store_true", help="a seconds-long run: tiny model, short sequences, eager fp32")
-    add("--json", default="bench.json", help="where to write the results (default: bench.json)")
-    add("--markdown", help="also write the tables as markdown to this file")
+    add("--gpu", action="store_true",
+        help="the issue-14 GPU bench: 86M and 162M, sequence 2048, batch 8, bf16, eager and compiled, "
+             "HF Llama reference, GPU targets; writes benchmarks/results/gpu-<device>.{json,md} "
+             "(other flags still override)")
+    add("--json", help="where to write the results (default: bench.json; with --gpu "
+                       "benchmarks/results/gpu-<device>.json)")
+    add("--markdown", help="also write the tables as markdown to this file (with --gpu: beside the JSON)")
     add("--render", metavar="JSON", help="measure nothing: print (and --markdown) the tables of a results file")
 
 
 def config_mapping(args: argparse.Namespace) -> dict:
-    from cem_ablate.bench.config import QUICK
+    from cem_ablate.bench.config import GPU, QUICK
 
-    mapping = dict(QUICK) if args.quick else {}
+    mapping = dict(QUICK) if args.quick else dict(GPU) if args.gpu else {}
     for key in ("variants", "memory_variants", "sizes", "modes", "precisions", "batch_size", "seq_len",
                 "vocab_size", "warmup_steps", "repeats", "steps_per_sample", "seed", "device", "peak"):
         value = getattr(args, key)
@@ -81,20 +88,56 @@ def run(args: argparse.Namespace) -> int:
         rows, meta = run_bench(cfg, log=lambda line: print(line, flush=True))
         size = cfg.sizes[0]
 
-    from cem_ablate.bench.results import contention_note, evaluate_targets, table, targets_table, write_json
+    from cem_ablate.bench.results import (
+        contention_note, evaluate_gpu_targets, evaluate_targets, table, targets_table, write_json)
 
-    targets = evaluate_targets(rows, size=size)
+    on_gpu = str(meta.get("device", "cpu")).startswith("cuda")
+    if on_gpu:
+        precision = "bf16" if "bf16" in meta.get("precisions", ["bf16"]) else "fp32"
+        targets = evaluate_gpu_targets(rows, meta["config"]["sizes"], precision)
+        title = f"Issue-14 GPU targets ({precision}, {meta.get('gpu', 'GPU')})"
+    else:
+        targets = evaluate_targets(rows, size=size)
+        title = "Issue-5 targets (fp32)"
     text = table(rows)
     if targets:
-        text += "\n\nIssue-5 targets (fp32):\n\n" + targets_table(targets)
+        text += f"\n\n{title}:\n\n" + targets_table(targets)
     if note := contention_note(rows):
         text += "\n\n" + note
     print()
     print(text)
+    json_path, markdown_path = args.json, args.markdown
+    if args.gpu and not args.render and on_gpu:
+        from cem_ablate.training.hardware import gpu_slug
+
+        stem = Path("benchmarks") / "results" / f"gpu-{gpu_slug(meta.get('gpu', 'gpu'))}"
+        json_path = json_path or str(stem.with_suffix(".json"))
+        markdown_path = markdown_path or str(Path(json_path).with_suffix(".md"))
     if not args.render:
-        write_json(args.json, rows, targets, meta)
-        print(f"\nwrote {args.json}")
-    if args.markdown:
-        Path(args.markdown).write_text(text + "\n")
-        print(f"wrote {args.markdown}")
+        json_path = json_path or "bench.json"
+        write_json(json_path, rows, targets, meta)
+        print(f"\nwrote {json_path}")
+    if markdown_path:
+        header = facts_header(meta) if on_gpu else ""
+        Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(markdown_path).write_text(header + text + "\n")
+        print(f"wrote {markdown_path}")
     return 1 if any(row.error for row in rows) else 0
+
+
+def facts_header(meta: dict) -> str:
+    """The markdown file's first lines on a GPU: device, software, setup, kernels."""
+    cfg = meta["config"]
+    kernels = ", ".join(f"{k}: {v}" for k, v in meta.get("attention_kernels", {}).items())
+    return (f"# `cem-ablate bench` on {meta.get('gpu')} ({meta.get('date')}, commit {meta.get('git_commit')})\n\n"
+            f"- device: {meta.get('gpu')}, compute capability {meta.get('gpu_capability')}, "
+            f"{meta.get('gpu_memory_gib')} GiB, {meta.get('gpu_multiprocessors')} SMs; MFU against the dense bf16 "
+            f"peak {meta.get('gpu_peak_bf16_tflops')} TFLOP/s (training/hardware.py)\n"
+            f"- software: torch {meta.get('torch')} (CUDA {meta.get('cuda')}), triton {meta.get('triton')}, "
+            f"transformers {meta.get('transformers')}, Python {meta.get('python')}\n"
+            f"- setup: sizes {', '.join(cfg['sizes'])}, sequence {cfg['seq_len']}, batch {cfg['batch_size']}, "
+            f"vocabulary {cfg['vocab_size']}, {', '.join(meta.get('precisions', []))}, "
+            f"modes {', '.join(cfg['modes'])}; {cfg['warmup_steps']} warm-up steps, {cfg['repeats']} timed rounds "
+            f"of {cfg['steps_per_sample']} steps; peak MB = weights + AdamW state + the step's "
+            f"torch.cuda.max_memory_allocated above what was held before it\n"
+            f"- attention kernels: {kernels}\n\n")

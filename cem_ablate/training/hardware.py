@@ -25,9 +25,10 @@ from cem_ablate.data.config import cache_root
 # matters: the first name found in the device name wins.
 GPU_PEAK_TFLOPS: list[tuple[str, tuple[float, float, float]]] = [
     ("H100 PCIe", (756.0, 378.0, 51.0)),
-    ("H100", (989.0, 494.0, 67.0)),  # SXM
-    ("H200", (989.0, 494.0, 67.0)),
-    ("GH200", (989.0, 494.0, 67.0)),
+    ("H100 NVL", (835.0, 418.0, 60.0)),
+    ("H100", (989.0, 494.0, 67.0)),  # SXM ("NVIDIA H100 80GB HBM3")
+    ("GH200", (989.0, 494.0, 67.0)),  # before "H200", which its name contains
+    ("H200", (989.0, 494.0, 67.0)),  # same compute as the H100 SXM, more and faster memory
     ("B200", (2250.0, 1100.0, 80.0)),
     ("A100", (312.0, 156.0, 19.5)),
     ("A800", (312.0, 156.0, 19.5)),
@@ -73,6 +74,15 @@ def gpu_peak_flops(name: str, precision: str) -> float:
             uses_tf32 = torch.get_float32_matmul_precision() != "highest"
             return (tf32 if uses_tf32 else fp32) * 1e12
     return math.nan
+
+
+def gpu_slug(name: str) -> str:
+    """A short file-name form of a GPU: its peak-table key ('h100', 'h100-pcie'), else
+    the sanitized device name ('NVIDIA GeForce RTX 2080' -> 'nvidia-geforce-rtx-2080')."""
+    for key, _ in GPU_PEAK_TFLOPS:
+        if key.lower() in name.lower():
+            return key.lower().replace(" ", "-")
+    return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split()) or "gpu"
 
 
 def device_peak_flops(device: torch.device | str, precision: str) -> float:

@@ -257,3 +257,76 @@ def test_default_precisions_follow_native_bf16(monkeypatch):
     monkeypatch.setattr(bench_config, "native_bf16", lambda device: True)
     assert bench_config.resolve_precisions(BenchConfig()) == ["fp32", "bf16"]
     assert bench_config.resolve_precisions(BenchConfig(precisions=["bf16"])) == ["bf16"]
+
+
+def _gpu_row(variant, tokens_s, mode="eager", size="86M", peak=None, memory_only=False, flops=1e6):
+    row = _row(variant, tokens_s, mode=mode, peak=peak, memory_only=memory_only, flops=flops)
+    row.size, row.precision, row.peak_flops = size, "bf16", 1e9
+    return row
+
+
+def test_gpu_targets_of_issue_14():
+    from cem_ablate.bench.results import evaluate_gpu_targets
+
+    rows = [_gpu_row("hf_llama", 500), _gpu_row("llama", 520), _gpu_row("cem_attn_t1", 460),
+            _gpu_row("cem_attn_t2", 300, flops=1.5e6),  # FLOP bound 0.667; 300/520 = 0.577 = 0.865 of it
+            _gpu_row("llama", 400, mode="compiled"), _gpu_row("cem_full_t2", 280, mode="compiled", flops=1.4e6),
+            _gpu_row("cem_attn_t1_blocked", 100),  # no target of its own
+            _gpu_row("cem_full_t1", None, peak=100, memory_only=True),
+            _gpu_row("cem_full_t8_ckpt", None, peak=150, memory_only=True)]
+    targets = {t.name: t for t in evaluate_gpu_targets(rows, ["86M"])}
+    assert set(targets) == {
+        "86M: llama / hf_llama tokens/s, eager", "86M: cem_attn_t1 / llama tokens/s, eager",
+        "86M: cem_attn_t2 / llama tokens/s ÷ FLOP bound 0.667, eager",
+        "86M: cem_full_t2 / llama tokens/s ÷ FLOP bound 0.714, compiled",
+        "86M: llama MFU, compiled", "86M: cem_full_t8_ckpt / cem_full_t1 peak memory, eager"}
+    assert targets["86M: llama / hf_llama tokens/s, eager"].measured == pytest.approx(520 / 500)
+    attn1 = targets["86M: cem_attn_t1 / llama tokens/s, eager"]
+    assert attn1.measured == pytest.approx(460 / 520) and not attn1.met  # 0.885 < 0.9
+    attn2 = targets["86M: cem_attn_t2 / llama tokens/s ÷ FLOP bound 0.667, eager"]
+    assert attn2.measured == pytest.approx(300 / 520 * 1.5) and not attn2.met
+    full2 = targets["86M: cem_full_t2 / llama tokens/s ÷ FLOP bound 0.714, compiled"]
+    assert full2.measured == pytest.approx(280 / 400 * 1.4) and full2.met  # 0.98 >= 0.9
+    mfu = targets["86M: llama MFU, compiled"]
+    assert mfu.measured == pytest.approx(0.4) and mfu.threshold == 0.45 and not mfu.met
+    memory = targets["86M: cem_full_t8_ckpt / cem_full_t1 peak memory, eager"]
+    assert memory.measured == pytest.approx(1.5) and memory.met
+
+
+def test_cuda_bench_without_a_gpu_is_one_error_line(tmp_path):
+    """Issue 14's CPU acceptance: exit 2, one line saying there is no CUDA device, nothing written."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    for flags in (["--device", "cuda"], ["--gpu"]):
+        proc = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "bench", *flags], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: bench.device: ") and "no CUDA device" in lines[0]
+        assert proc.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_gpu_slugs_name_result_files():
+    from cem_ablate.training.hardware import gpu_peak_flops, gpu_slug
+
+    assert gpu_slug("NVIDIA H100 80GB HBM3") == "h100" and gpu_slug("NVIDIA H100 PCIe") == "h100-pcie"
+    assert gpu_slug("NVIDIA H200") == "h200" and gpu_slug("NVIDIA GH200 480GB") == "gh200"
+    assert gpu_slug("Some GPU 9000") == "some-gpu-9000"
+    assert gpu_peak_flops("NVIDIA H100 80GB HBM3", "bf16-mixed") == 989e12
+    assert gpu_peak_flops("NVIDIA H200", "bf16-mixed") == 989e12
+
+
+def test_attention_kernel_names_per_device():
+    from cem_ablate.bench.runner import attention_kernel
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert attention_kernel(parse_variant("llama"), cuda) == "sdpa (torch)"
+    assert attention_kernel(parse_variant("cem_attn_t1"), cpu) == "blocked"
+    assert attention_kernel(parse_variant("cem_mlp_t2"), cuda) == "sdpa (torch)"
+    assert attention_kernel(parse_variant("cem_attn_t1_blocked"), cuda) == "blocked"
+    assert attention_kernel(parse_variant("cem_attn_t1_exact"), cuda) == "blocked"
+    assert attention_kernel(parse_variant("cem_attn_t1_sdpa"), cuda) == "sdpa"
+    import components.cem_attention_kernels as kernels
+
+    if kernels.FLEX_AVAILABLE:
+        assert attention_kernel(parse_variant("cem_full_t2"), cuda) == "flex"
