@@ -1,0 +1,55 @@
+"""What MLflow itself records about a run: source and git tags, system metrics.
+
+- `source_tags()`: MLflow's own context providers (`resolve_tags`: user, source name
+  and type, and git when the entry point lives in a repository). `cem-ablate` is a
+  console script outside the repository, so MLflow's git provider finds nothing; the
+  commit is then read with MLflow's own git helper from the installed package's
+  folder (an editable install: the working tree the code runs from).
+- `system_metrics(run_id)`: `SystemMetricsMonitor`, the thread behind
+  `mlflow.start_run(log_system_metrics=True)`, on an explicit run and store (no global
+  active run: a study's trial run is created by the tracker, trained in the engine).
+  CPU, memory, disk and network through psutil; GPU when nvidia-ml-py is installed.
+  Sampling every `SAMPLING_S` seconds (MLflow's env var
+  MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL overrides it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from pathlib import Path
+
+SAMPLING_S = 5.0
+GIT_COMMIT, GIT_BRANCH, GIT_REPO_URL = "mlflow.source.git.commit", "mlflow.source.git.branch", "mlflow.source.git.repoURL"
+
+
+@functools.cache
+def source_tags() -> dict[str, str]:
+    from mlflow.tracking.context.registry import resolve_tags
+    from mlflow.utils import git_utils
+
+    tags = dict(resolve_tags({}))
+    if GIT_COMMIT not in tags:
+        package = str(Path(__file__).resolve().parents[1])
+        for key, read in ((GIT_COMMIT, git_utils.get_git_commit), (GIT_BRANCH, git_utils.get_git_branch),
+                          (GIT_REPO_URL, git_utils.get_git_repo_url)):
+            value = read(package)
+            if value:
+                tags[key] = value
+    return tags
+
+
+@contextlib.contextmanager
+def system_metrics(run_id: str, tracking_uri: str, resume: bool = True):
+    """Log system metrics (`system/...`) into `run_id` while the block runs."""
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=SAMPLING_S, resume_logging=resume,
+                                   tracking_uri=tracking_uri)
+    monitor.start()
+    try:
+        yield monitor
+    finally:
+        monitor.finish()
