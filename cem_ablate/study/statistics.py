@@ -333,3 +333,41 @@ def compare(variant: VariantStats, baseline: VariantStats) -> Comparison:
         at((variant.optimum.lr_star if variant.optimum else None), [r.lr for r in variant.by_lr],
            AT_OWN_OPTIMUM),
     )
+
+
+# -- one variant's statistics, as logged on its parent run and read back by the report -----
+
+
+@dataclass(frozen=True)
+class VariantStatistics:
+    """Everything the report says about a variant's seeds: computed once, by the study
+    (`study.summary`), logged on the parent run as `stats.json` and read back."""
+
+    objective: str  # the task's metric: "test perplexity", "test RMSE", "recall error"
+    stats: VariantStats
+    comparisons: dict[str, Comparison]  # baseline name -> paired Δ
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> VariantStatistics:
+        def interval(d):
+            return Interval(**d) if d else None
+
+        def delta(d):
+            if not d:
+                return None
+            return PairedDelta(**(d | {"seeds": tuple(d["seeds"]), "interval": interval(d["interval"])}))
+
+        stats = data["stats"]
+        rows = tuple(LrStats(r["lr"], tuple(r["seeds"]), tuple(r["values"])) for r in stats["by_lr"])
+        opt = stats["optimum"]
+        optimum = None if opt is None else Optimum(
+            AkimaFit(**{k: tuple(v) if isinstance(v, list) else v for k, v in opt["fit"].items()}),
+            opt["n_seeds"], interval(opt["lr_interval"]), interval(opt["objective_interval"]))
+        comparisons = {name: Comparison(delta(c["at_baseline_optimum"]), delta(c["at_own_optimum"]))
+                       for name, c in data["comparisons"].items()}
+        return cls(data["objective"], VariantStats(rows, optimum), comparisons)

@@ -152,3 +152,16 @@ def test_a_resolved_delta_needs_no_more_seeds_than_it_has():
     var = [Observation(1e-3, s, 9.0 + s + 0.05 * (-1) ** s) for s in range(5)]
     d = paired_delta(by_lr(var)[0], by_lr(base)[0], "x", 1e-3)
     assert d.verdict == BETTER and d.seeds_needed <= d.n
+
+
+def test_variant_statistics_survive_a_json_round_trip():
+    import json
+
+    from cem_ablate.study.statistics import VariantStatistics
+
+    base = make_obs([0, 1, 2])
+    var = [Observation(o.lr, o.seed, o.value - 1.0) for o in make_obs([0, 1, 2], rng_seed=2)]
+    bs, vs = variant_stats(base, n_resamples=100), variant_stats(var, n_resamples=100)
+    stats = VariantStatistics("test RMSE", vs, {"llama": compare(vs, bs)})
+    back = VariantStatistics.from_dict(json.loads(json.dumps(stats.to_dict())))
+    assert back == stats and back.comparisons["llama"].at_baseline_optimum.interval is not None
