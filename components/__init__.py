@@ -10,12 +10,9 @@ are building blocks of those, imported directly, not registered.
 """
 
 from components import (  # noqa: F401  (imported for registration)
-    alibi,
     cem_attention,
     cem_mlp,
     llama_attention,
-    norm,
     preconditioner,
-    rope,
     swiglu,
 )

@@ -1,7 +1,7 @@
 """`cem-ablate report STUDY`: the table, markdown and figures of a study, from MLflow.
 
 STUDY is a study file (its variants, after `--scale`/`--set`, are selected exactly by
-their config hash) or a study name (the newest run of each variant name).
+their variant key) or a study name (the newest run of each variant name).
 Output: a table on the terminal and `<out>/report.md`, `<out>/ppl_vs_params.png`
 (Fig. 2 style), `<out>/ppl_vs_lr.png` (Fig. 3a style); `<out>` defaults to
 `reports/<study name>/`.
@@ -30,14 +30,12 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
 
     variant_keys = None
-    method = "akima"
     if _is_file(args.study):
         from cem_ablate.cli.study_command import load_expanded
 
         expanded = load_expanded(args.study, args.scale, args.set)
         name = expanded.spec.name
         variant_keys = [v.key for v in expanded.variants]
-        method = expanded.spec.lr_search.interpolation
     else:
         if args.scale or args.set:
             raise ConfigError("--scale", "--scale and --set only apply when STUDY is a study file.")
@@ -56,6 +54,6 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         console = Console(width=160)
     out = Path(args.out) if args.out else Path("reports") / name
-    path = make_report(uri, name, out, variant_keys, method, console)
+    path = make_report(uri, name, out, variant_keys, console)
     print(f"report: {path}")
     return 0

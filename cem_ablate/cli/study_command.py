@@ -42,10 +42,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-dir", default="reports",
                         help="where the final report goes: <report-dir>/<study>/report.md + PNGs (default reports)")
     parser.add_argument("--no-report", action="store_true", help="do not print/write the report at the end")
+    parser.add_argument("--no-reuse", action="store_true",
+                        help="train every trial, even one another study in the same storage already finished "
+                             "with the same trial key (default: reuse it, link its MLflow run)")
     parser.add_argument("--gpu-tflops", type=float, default=312.0,
                         help="dry run: dense bf16 peak per GPU for GPU-hours (default 312, A100)")
     parser.add_argument("--mfu", type=float, default=0.4, help="dry run: assumed model FLOPs utilization (default 0.4)")
-    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # internal: one worker process
 
 
 def load_expanded(file: str, scale: str | None, overrides: list[str]):
@@ -73,11 +75,24 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("--mfu", f"must be in (0, 1], got {args.mfu}.")
 
 
+def _print_reuse(expanded, rows, args: argparse.Namespace, console) -> None:
+    """How many planned trials an existing storage already holds (trained once, reused)."""
+    from cem_ablate.study.reuse import planned_reuse
+    from cem_ablate.study.storage import default_storage_url
+
+    reused = planned_reuse(expanded, args.storage or default_storage_url())
+    count = sum(reused.values())
+    hours = sum(reused.get(r.variant.key, 0) * r.estimate.gpu_hours(args.gpu_tflops, args.mfu) for r in rows)
+    if count:
+        console.print(f"reused: {count} trials already finished in this storage by other studies "
+                      f"(not retrained; {hours:.3g} GPU-hours saved; --no-reuse retrains them)")
+    else:
+        console.print("reused: none (no trial of this study is finished in the storage yet)")
+
+
 def run(args: argparse.Namespace) -> int:
     _check_options(args)
-    # A worker reads the coordinator's resolved file: scale and --set are already applied.
-    is_worker = args.worker is not None
-    expanded = load_expanded(args.file, None if is_worker else args.scale, [] if is_worker else args.set)
+    expanded = load_expanded(args.file, args.scale, args.set)
 
     from rich.console import Console
 
@@ -87,10 +102,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         from cem_ablate.study.dry_run import plan, print_plan
 
-        print_plan(expanded, plan(expanded), args.gpu_tflops, args.mfu, console)
+        rows = plan(expanded)
+        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console)
+        if not args.no_reuse:
+            _print_reuse(expanded, rows, args, console)
         return 0
 
-    from cem_ablate.study.coordinator import run_study, run_worker
+    from cem_ablate.study.coordinator import run_study
     from cem_ablate.study.session import StudySettings
     from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
     from cem_ablate.tracking.store import default_tracking_uri
@@ -104,15 +122,14 @@ def run(args: argparse.Namespace) -> int:
         tracking_uri=args.tracking_uri or default_tracking_uri(),
         workdir=Path(args.workdir).resolve(),
         threads=args.threads or execution.threads,
-        progress=not is_worker and workers == 1 and console.is_terminal,
+        progress=workers == 1 and console.is_terminal,
+        reuse=not args.no_reuse,
     )
-    if is_worker:
-        return run_worker(expanded, settings, args.worker)
     code = run_study(expanded, settings, workers, echo=lambda line: print(line, flush=True))
     if not args.no_report:
         from cem_ablate.study.report import make_report
 
         path = make_report(settings.tracking_uri, expanded.spec.name, Path(args.report_dir) / expanded.spec.name,
-                           [v.key for v in expanded.variants], expanded.spec.lr_search.interpolation, console)
+                           [v.key for v in expanded.variants], console)
         print(f"report: {path}")
     return code

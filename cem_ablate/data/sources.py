@@ -18,6 +18,7 @@ hash of the document key (a txt file's path, else the document text).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import platform
@@ -258,3 +259,11 @@ def _common_parts(paths: list[Path]) -> tuple[str, ...]:
             break
         out.append(group[0])
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def data_fingerprint(cfg: DataConfig) -> str:
+    """What a run's data is, for its trial key (`RunConfig.trial_key`): the corpus and
+    split for text; GP and MQAR data are fully defined by their config, which the
+    variant key already holds."""
+    return source_fingerprint(cfg) if cfg.task == "text" else cfg.task

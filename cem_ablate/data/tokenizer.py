@@ -172,3 +172,17 @@ def _eos_id(backend, config: dict) -> int | None:
         if token_id is not None:
             return token_id
     return None
+
+
+def tokenizer_vocab_size(cfg) -> int | None:
+    """The vocabulary size of a text config's tokenizer (None for GP; MQAR's own).
+
+    Known without loading for `byte`, `bpe:<n>` and MQAR; a Hugging Face tokenizer is
+    loaded (from its cache, or downloaded once). `cfg` is a `DataConfig`.
+    """
+    if cfg.task == "gp":
+        return None
+    static = cfg.static_vocab_size()
+    if static is not None or cfg.task != "text":
+        return static
+    return _pretrained(cfg.tokenizer).vocab_size

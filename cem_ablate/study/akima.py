@@ -13,6 +13,7 @@ caller reports them. Several seeds at one learning rate are averaged first.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -41,6 +42,15 @@ class AkimaFit:
     @property
     def n_points(self) -> int:
         return len(self.lrs)
+
+    def to_dict(self) -> dict:
+        """JSON form, logged on the variant's parent run (`fit.json`) and read back by
+        the report: the fit is computed once, by the study (study.summary)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AkimaFit:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 def mean_by_lr(points: Iterable[tuple[float, float]]) -> tuple[list[float], list[float]]:

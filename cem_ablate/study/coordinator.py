@@ -1,16 +1,18 @@
 """`cem-ablate study FILE`: prepare the stores, run the workers, show progress, finish.
 
 With one worker the trials run in this process (the engine's progress bar shows).
-With `--workers N` this process starts N worker processes (`cem-ablate study
-<resolved file> --worker i`), each with its share of the CPU threads and its output in
-`<workdir>/<study>/logs/worker-<i>.log`, and prints study-level progress read from the
-storage. Workers die with the coordinator (Linux: PR_SET_PDEATHSIG), so a killed study
+With `--workers N` this process starts N worker processes (`python -m
+cem_ablate.study.worker <plan> --index i`, the plan being the validated study pickled
+once: workers parse nothing again), each with its share of the CPU threads and its
+output in `<workdir>/<study>/logs/worker-<i>.log`, and prints study-level progress read
+from the storage. Workers die with the coordinator (Linux: PR_SET_PDEATHSIG), so a killed study
 leaves no orphan training; rerunning the same command resumes it. Several machines
 run the same command against one `--storage` / `--tracking-uri` to share the work.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -18,50 +20,19 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.session import StudySession, StudySettings
 from cem_ablate.study.summary import publish
 from cem_ablate.study.trials import FAILED
 from cem_ablate.study.variants import ExpandedStudy
+from cem_ablate.study.worker import quiet_lightning, set_torch_threads, write_plan
+from cem_ablate.training.child_process import die_with_parent
 
 POLL_S = 2.0
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: the kernel kills the worker when the coordinator dies (even by SIGKILL)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: workers notice the parent's exit later
-        pass
-
-
 def threads_per_worker(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
-
-
-def set_torch_threads(threads: int | None) -> None:
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
-
-
-def quiet_lightning() -> None:
-    """Fifteen trials print fifteen times Lightning's hardware banner and tips: keep
-    warnings, drop the info chatter (the study prints its own progress)."""
-    import logging
-    import warnings
-
-    import lightning  # noqa: F401 - sets its loggers' levels on import; override after
-
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    warnings.filterwarnings("ignore", message=".*weights_only.*")
 
 
 def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> int:
@@ -120,21 +91,17 @@ def _run_workers(session: StudySession, workers: int, echo) -> None:
     study_dir = session.study_dir
     log_dir = study_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    resolved = study_dir / f"resolved-{session.expanded.study_hash}.yaml"
-    resolved.write_text(yaml.safe_dump(session.expanded.mapping, sort_keys=False))
     settings = session.settings
     threads = settings.threads or threads_per_worker(workers)
+    plan = write_plan(study_dir / f"plan-{session.expanded.study_hash}.pkl", session.expanded,
+                      dataclasses.replace(settings, threads=threads, progress=False))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     procs = []
     for i in range(workers):
-        cmd = [sys.executable, "-m", "cem_ablate.cli.main", "study", str(resolved), "--worker", str(i),
-               "--storage", settings.storage.url, "--tracking-uri", settings.tracking_uri,
-               "--workdir", str(settings.workdir), "--threads", str(threads),
-               "--heartbeat", str(settings.storage.heartbeat_interval),
-               "--grace", str(settings.storage.grace_period)]
+        cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(plan), "--index", str(i)]
         log = open(log_dir / f"worker-{i}.log", "a")
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                       preexec_fn=_die_with_parent), log, i))
+                                       preexec_fn=die_with_parent), log, i))
     echo(f"{workers} workers, {threads} threads each; logs in {log_dir}")
     snap = snapshot(session)
     try:
@@ -167,16 +134,3 @@ def _tail(path: Path, lines: int = 3) -> str:
         return " | ".join(path.read_text().strip().splitlines()[-lines:])
     except OSError:
         return ""
-
-
-def run_worker(expanded: ExpandedStudy, settings: StudySettings, worker_index: int) -> int:
-    """One worker process (started by the coordinator with --worker)."""
-    from cem_ablate.study.worker import work
-
-    set_torch_threads(settings.threads)
-    quiet_lightning()
-    session = StudySession(expanded, settings, worker_index=worker_index)
-    for outcome in work(session, worker_index):
-        print(f"{outcome.variant} {outcome.slot}: {outcome.status} {outcome.value or ''} "
-              f"{outcome.reason} ({outcome.seconds:.0f} s)", flush=True)
-    return 0

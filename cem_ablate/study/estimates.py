@@ -53,7 +53,7 @@ def estimate(run_config) -> VariantEstimate:
     return VariantEstimate(
         params_total=report.params_total,
         params_by_component=dict(report.params_by_component),
-        llama_baseline_params=llama_baseline_params(run_config.model),
+        llama_baseline_params=llama_baseline_params(run_config.training_model()),
         flops_per_token=report.flops_per_token,
         tokens=budget.tokens,
         steps=budget.steps,

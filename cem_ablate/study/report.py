@@ -1,8 +1,9 @@
 """The study report: a table (printed with rich), markdown and paper-style figures.
 
 Everything is read back from MLflow (`tracking.readback`): parent runs carry lr*,
-ppl*, the edge flag and parameter counts; child runs carry each trial's status and
-final metric, from which the figures redraw the Akima curves.
+ppl*, the edge flag, parameter counts and the fit itself (`fit.json`, computed once by
+`study.summary`: the report never fits again); child runs carry each trial's status
+and final metric.
 
     reports/<study>/report.md
     reports/<study>/ppl_vs_params.png   (Fig. 2 style)
@@ -15,7 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from cem_ablate.study.akima import fit_akima
+from cem_ablate.study.akima import AkimaFit
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params
 from cem_ablate.tracking.readback import VariantRecord
 
@@ -103,7 +104,7 @@ def print_table(rows: list[ReportRow], title: str, console=None) -> None:
     (console or Console()).print(table)
 
 
-def series_for(records: list[VariantRecord], method: str = "akima") -> list[SweepSeries]:
+def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
     by_key = {r.key: r for r in records}
     baselines = baseline_keys(records)
     out = []
@@ -113,16 +114,16 @@ def series_for(records: list[VariantRecord], method: str = "akima") -> list[Swee
         out.append(SweepSeries(
             name=r.name, is_baseline=r.key in baselines,
             finished=finished, diverged=[t.lr for t in r.trials if t.status == "diverged" and t.lr],
-            fit=fit_akima(finished, method=method), params=r.params_total,
+            fit=AkimaFit.from_dict(r.fit) if r.fit else None, params=r.params_total,
             tokens=r.metrics.get("tokens_per_trial"), group=r.labels.get("model.size", ""),
             baseline_name=baseline.name if baseline else None))
     return out
 
 
-def write_report(records: list[VariantRecord], study_name: str, out_dir: Path, method: str = "akima") -> Path:
+def write_report(records: list[VariantRecord], study_name: str, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = build_rows(records)
-    series = series_for(records, method)
+    series = series_for(records)
     fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: perplexity vs parameters")
     fig3 = plot_ppl_vs_lr(series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: perplexity vs learning rate")
     lines = [f"# Study `{study_name}`", "",
@@ -143,7 +144,7 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path, m
 
 
 def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys: list[str] | None = None,
-                method: str = "akima", console=None) -> Path:
+                console=None) -> Path:
     """Read the study from MLflow, print the table, write markdown and figures."""
     from cem_ablate.config import ConfigError
     from cem_ablate.tracking.readback import read_study
@@ -160,4 +161,4 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     if not records:
         raise ConfigError("STUDY", f"study {study_name!r} has no variant runs in {tracking_uri} yet.")
     print_table(build_rows(records), f"study {study_name}", console)
-    return write_report(records, study_name, out_dir, method)
+    return write_report(records, study_name, out_dir)

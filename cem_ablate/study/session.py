@@ -17,9 +17,10 @@ from pathlib import Path
 
 import yaml
 
+from cem_ablate.config.identity import digest
 from cem_ablate.study.storage import StorageSettings, claim_lock, open_storage
 from cem_ablate.study.trials import VariantTrials
-from cem_ablate.study.variants import ExpandedStudy, Variant, short_hash, slug
+from cem_ablate.study.variants import ExpandedStudy, Variant, slug
 
 PARENT_WAIT_S = 30.0  # how long to wait for a concurrent coordinator to create a parent
 
@@ -31,6 +32,7 @@ class StudySettings:
     workdir: Path  # run folders (checkpoints) and worker logs, under <workdir>/<study name>/
     threads: int | None = None  # torch threads per worker process (None: the config's)
     progress: bool = True  # the engine's per-step progress bar
+    reuse: bool = True  # record finished trials of other studies with the same trial key (study.reuse)
 
 
 def optuna_study_name(study_name: str, variant: Variant) -> str:
@@ -47,6 +49,7 @@ class StudySession:
         self.storage = open_storage(settings.storage)
         self.tracker = StudyTracker(settings.tracking_uri, self.spec.name)
         self.trials: dict[str, VariantTrials] = {}
+        self._finished: dict | None = None  # trial key -> FinishedTrial, read once (study.reuse)
         self._created: dict[str, bool] = {}
         self._parents: dict[str, str] = {}
         for variant in expanded.variants:
@@ -68,8 +71,10 @@ class StudySession:
     def study_dir(self) -> Path:
         return self.settings.workdir / self.spec.name
 
-    def run_dir(self, variant: Variant, slot_key: str) -> Path:
-        return self.study_dir / variant.key / slug(slot_key, limit=80)
+    def run_dir(self, variant: Variant, slot_key: str, trial_key: str) -> Path:
+        """The trial's folder: readable slot plus trial key, the same on every machine
+        that shares --workdir (so a retried trial resumes the killed attempt)."""
+        return self.study_dir / variant.key / f"{slug(slot_key, limit=80)}-{trial_key}"
 
     def prepare(self) -> None:
         """Queue what is unfinished and make sure every variant has its parent run."""
@@ -81,11 +86,24 @@ class StudySession:
         for variant in self.variants:
             self.parent_run_id(variant)
 
+    def finished_elsewhere(self, trial_key: str, study_id: int):
+        """A finished or diverged trial of `trial_key` in another Optuna study, or None."""
+        if not self.settings.reuse:
+            return None
+        if self._finished is None:
+            from cem_ablate.study.reuse import finished_trials
+
+            self._finished = finished_trials(self.storage)
+        original = self._finished.get(trial_key)
+        if original is None or self.storage.get_study_id_from_name(original.study_name) == study_id:
+            return None
+        return original
+
     # -- parent runs ---------------------------------------------------------------
 
     def _parent_attr(self) -> str:
         # One attribute per tracking store: the same Optuna storage may be logged twice.
-        return f"mlflow_parent_run_id:{short_hash(self.settings.tracking_uri)}"
+        return f"mlflow_parent_run_id:{digest(self.settings.tracking_uri, chars=8)}"
 
     def _stored_parent(self, trials: VariantTrials) -> str | None:
         return self.storage.get_study_user_attrs(trials.study_id).get(self._parent_attr())
@@ -112,12 +130,8 @@ class StudySession:
         from cem_ablate.config.loading import flatten_dotted
         from cem_ablate.tracking.study_runs import VariantRunInfo
 
-        probe = variant.run_config(self.spec.lr_search.lr_range[0], self.spec.seeds[0])
-        resolved = probe.to_mapping()
-        resolved.pop("name", None)
-        for key in ("lr", "seed", "threads"):
-            resolved["train"].pop(key, None)
-        params = flatten_dotted(resolved)
+        probe = variant.config
+        params = flatten_dotted(probe.variant_mapping())
         params.update({k: v for k, v in variant.axis_values.items() if k not in params})
         params["lr_search.method"] = self.spec.lr_search.method
         info = VariantRunInfo(

@@ -1,8 +1,10 @@
 """Per-variant results: Akima fit over the finished trials, logged on the parent run.
 
-Called after every trial of a variant (by whichever worker finished it) and once more
-by the coordinator at the end; it only reads the Optuna storage and overwrites the
-parent's summary, so calling it twice, or from two workers at once, is harmless.
+The one place a variant's fit is computed: from the Optuna storage (the trials'
+recorded values), after every trial of a variant (by whichever worker finished it)
+and once more by the coordinator at the end. The fit goes to the parent run as
+metrics (lr_akima, ppl_akima), the edge tag and `fit.json`, which the report reads
+instead of fitting again. Calling it twice, or from two workers at once, is harmless.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def publish(session, variant: Variant) -> VariantSummary:
     if best is not None:
         metrics |= {"best_observed_ppl": best.ppl, "best_observed_lr": best.lr}
     status = "done" if summary.done else "running"
-    tags = {T.AKIMA_EDGE: (fit.edge or "none") if fit else "none", T.STATUS: status}
+    tags = {T.AKIMA_EDGE: (fit.edge or "none") if fit else "none", T.PROGRESS: status}
     series = SweepSeries(
         name=variant.name, is_baseline=variant.role == "baseline",
         finished=[(p.lr, p.ppl) for p in summary.points if p.status == FINISHED and p.ppl is not None],
@@ -71,5 +73,5 @@ def publish(session, variant: Variant) -> VariantSummary:
         plot = plot_variant_fit(series, Path(tmp) / "akima.png") if series.finished or series.diverged else None
         session.tracker.log_variant_summary(
             session.parent_run_id(variant), metrics, tags, str(plot) if plot else None,
-            done=summary.done, step=counts[FINISHED])
+            done=summary.done, step=counts[FINISHED], fit=fit.to_dict() if fit else None)
     return summary

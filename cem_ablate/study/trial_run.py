@@ -1,9 +1,11 @@
 """Train one claimed trial through the engine and record what happened, everywhere.
 
-    claimed Optuna trial -> lr, seed -> child MLflow run (found or created by trial key)
+    claimed Optuna trial -> lr, seed -> typed RunConfig (the variant's, at lr and seed)
+      -> child MLflow run (found or created by `RunConfig.trial_key()`), its params
       -> train_run(config, run_dir, mlflow_run_id=child) while a heartbeat thread runs
+         (the engine logs the curves into the child, nothing else)
       -> Optuna: COMPLETE(value) / FAIL(status, reason) / PRUNED
-      -> MLflow child: status tag, final metrics; parent: Akima summary
+      -> MLflow child: the outcome, written once (tracking.outcome); parent: the fit
 
 The run folder is fixed per trial key, so a retried trial resumes from the killed
 attempt's last checkpoint and logs into the same child run.
@@ -15,12 +17,12 @@ import math
 import time
 from dataclasses import dataclass
 
+from cem_ablate.config.loading import flatten_dotted
 from cem_ablate.study.summary import publish
 from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, KILLED, PRUNED, SLOT_ATTR, HeartbeatThread
 from cem_ablate.study.variants import Variant
+from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR, FinishedTrial
 from cem_ablate.tracking import tags as T
-
-OBJECTIVE_NAMES = {"text": "test perplexity", "gp": "test RMSE", "mqar": "recall error"}
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,21 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
     lr = trial.suggest_float("lr", low, high, log=True)
     seed = trial.suggest_categorical("seed", list(spec.seeds))
     slot = str(trial.user_attrs.get(SLOT_ATTR))
-    run_dir = session.run_dir(variant, slot)
+    cfg = variant.run_config(lr, seed, name=f"{spec.name}.{variant.key}.{slot}")
+    trial_key = cfg.trial_key()
+    run_dir = session.run_dir(variant, slot, trial_key)
     parent = session.parent_run_id(variant)
     child = session.tracker.ensure_trial_run(
-        parent, f"{variant.key}/{slot}", f"{variant.name} lr={lr:.3g} seed={seed}",
+        parent, trial_key, f"{variant.name} lr={lr:.3g} seed={seed}",
         tags={"lr": repr(lr), "seed": str(seed), T.SLOT: slot, T.VARIANT_KEY: variant.key, T.VARIANT: variant.name,
               "optuna.study": trials.study.study_name, "optuna.trial": str(trial.number)})
+    session.tracker.log_trial_params(child, flatten_dotted(cfg.to_mapping()))
+    trial.set_user_attr(TRIAL_KEY_ATTR, trial_key)
     trial.set_user_attr("mlflow_run_id", child)
     trial.set_user_attr("run_dir", str(run_dir))
-    cfg = variant.run_config(lr, seed, name=f"{spec.name}.{variant.key}.{slot}")
+    original = session.finished_elsewhere(trial_key, trials.study_id)
+    if original is not None:
+        return _reuse(session, variant, trial, slot, lr, seed, child, original)
     pruner = pruning_callback(trial) if spec.lr_search.pruner != "none" else None
 
     start = time.time()
@@ -82,7 +90,7 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
         except (KeyboardInterrupt, SystemExit):
             # Interrupted, not failed: free the slot now instead of after the grace period.
             trials.finish(trial, KILLED, None, {"reason": "interrupted"})
-            session.tracker.client.set_terminated(child, "KILLED")
+            session.tracker.mark_killed(child)
             raise
         except Exception as err:  # noqa: BLE001 - a broken trial must not stop the study
             error = f"{type(err).__name__}: {err}"
@@ -90,16 +98,33 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
 
     status, value, reason = _outcome(result, pruner is not None and pruner.pruned_step is not None, error)
     attrs = {"reason": reason, "seconds": round(seconds, 1)}
-    metrics = {"objective": value, "lr": lr}
+    metrics = {"lr": lr}
     if result is not None:
         attrs |= {"steps": result.steps, "tokens_seen": result.tokens_seen}
-        metrics |= {"test_ppl": result.test_ppl, "val_ppl": result.val_ppl, "test_loss": result.test_loss,
-                    "val_loss": result.val_loss}
+        metrics |= result.outcome_metrics()
         if result.diverged_step is not None:
             attrs["diverged_step"] = result.diverged_step
+    metrics["objective"] = value  # None unless finished with a finite objective
     recorded = trials.finish(trial, status, value, {k: v for k, v in attrs.items() if v is not None})
     if recorded:
         session.tracker.log_trial_outcome(child, status, reason, metrics,
                                           step=result.steps if result is not None else 0)
         publish(session, variant)
     return TrialOutcome(variant.name, slot, lr, seed, status if recorded else KILLED, value, reason, seconds)
+
+
+def _reuse(session, variant: Variant, trial, slot: str, lr: float, seed: int, child: str,
+           original: FinishedTrial) -> TrialOutcome:
+    """Record another study's result of the same trial key instead of training (study.reuse)."""
+    trials = session.trials[variant.key]
+    reason = f"reused from {original.reference}"
+    attrs = {k: v for k, v in original.attrs.items() if k in ("steps", "tokens_seen", "seconds", "diverged_step")}
+    attrs |= {REUSED_FROM_ATTR: original.reference, "reason": reason if original.status != FINISHED
+              else original.attrs.get("reason", "")}
+    recorded = trials.finish(trial, original.status, original.value, attrs)
+    if recorded:
+        session.tracker.record_reused_trial(child, original.mlflow_run_id, original.status, reason,
+                                            {"objective": original.value, "lr": lr})
+        publish(session, variant)
+    return TrialOutcome(variant.name, slot, lr, seed, original.status if recorded else KILLED,
+                        original.value, reason, 0.0)

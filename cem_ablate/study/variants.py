@@ -6,15 +6,16 @@ cartesian product of `axes`; each named baseline adds, per variant, the variant 
 the baseline's overrides applied (the Llama "of the same size"), reusing an existing
 variant when the configs coincide.
 
-A variant's identity is its name plus a hash of its resolved run config (lr and seed
-left out): rerunning an unchanged study file finds the same Optuna studies and MLflow
-runs; changing anything that affects training makes new ones.
+Every variant is validated here, once, into a typed `RunConfig`; nothing below
+parses a mapping again. A variant's identity is its name plus `RunConfig.variant_key()`
+(the resolved config without lr, seed and execution settings): rerunning an unchanged
+study file finds the same Optuna studies and MLflow runs; changing anything that
+affects training makes new ones.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
 import json
 import re
@@ -23,61 +24,45 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cem_ablate.config import ConfigError, to_dict
+from cem_ablate.config.identity import digest
 from cem_ablate.config.loading import set_dotted
 from cem_ablate.study.spec import StudySpec
-
-HASH_CHARS = 8
+from cem_ablate.training.config import RunConfig, parse_run_config
 
 
 @dataclass(frozen=True)
 class Variant:
     name: str  # human-readable: "cem_attention,size=86M"
-    key: str  # identity: "<slug>-<hash>", names Optuna studies, MLflow tags, run dirs
-    mapping: dict[str, Any] = field(repr=False)  # run config without train.lr / train.seed
+    key: str  # identity: "<slug>-<variant key>", names Optuna studies, MLflow tags, run dirs
+    config: RunConfig = field(repr=False)  # validated; lr and seed are the study's first grid point
     axis_values: dict[str, Any] = field(default_factory=dict)  # dotted key -> value
     baselines: dict[str, str] = field(default_factory=dict)  # baseline name -> variant key
     role: str = "variant"  # "variant", or "baseline" when only added as someone's baseline
-    config_hash: str = ""
 
-    def run_mapping(self, lr: float, seed: int, name: str | None = None,
-                    threads: int | None = None) -> dict[str, Any]:
-        """The run config of one trial (lr, seed; run name and threads don't change results)."""
-        out = copy.deepcopy(self.mapping)
-        set_dotted(out, "train.lr", float(lr))
-        set_dotted(out, "train.seed", int(seed))
-        if name is not None:
-            out["name"] = name
-        if threads is not None and (out.get("train") or {}).get("threads") is None:
-            set_dotted(out, "train.threads", int(threads))
-        return out
+    @property
+    def variant_key(self) -> str:
+        return self.config.variant_key()
 
-    def run_config(self, lr: float, seed: int, name: str | None = None, threads: int | None = None):
-        from cem_ablate.training.config import parse_run_config
-
-        return parse_run_config(self.run_mapping(lr, seed, name, threads), path="")
+    def run_config(self, lr: float, seed: int, name: str | None = None, threads: int | None = None) -> RunConfig:
+        """The typed run config of one trial (run name and threads don't change results)."""
+        return self.config.with_trial(lr, seed, name, threads)
 
 
 @dataclass(frozen=True)
 class ExpandedStudy:
     spec: StudySpec
     variants: list[Variant]
-    mapping: dict[str, Any] = field(repr=False)  # the resolved study file (scale + --set applied)
+    mapping: dict[str, Any] = field(repr=False)  # the resolved study file (scale + --set applied), for the record
 
     @property
     def study_hash(self) -> str:
-        return short_hash([v.config_hash for v in self.variants]
-                          + [to_dict(self.spec.lr_search), list(self.spec.seeds)])
+        return digest([v.variant_key for v in self.variants] + [to_dict(self.spec.lr_search), list(self.spec.seeds)])
 
     def variant(self, key: str) -> Variant:
         for v in self.variants:
             if v.key == key:
                 return v
         raise KeyError(key)
-
-
-def short_hash(obj: Any) -> str:
-    text = json.dumps(obj, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS]
 
 
 def slug(text: str, limit: int = 60) -> str:
@@ -146,20 +131,13 @@ def _baseline_draft(draft: _Draft, name: str, overrides: dict[str, Any]) -> _Dra
     return _Draft(label, _apply(draft.run, overrides, origins, label), origins, {"variant": name} | labels)
 
 
-def _config_hash(draft: _Draft, probe_lr: float, probe_seed: int) -> str:
-    """Validate the draft's run config; hash its resolved form without per-trial keys."""
-    from cem_ablate.training.config import parse_run_config
-
+def _validate(draft: _Draft, probe_lr: float, probe_seed: int) -> RunConfig:
+    """The draft's run config, validated once (at the study's first lr and seed)."""
     probe = _apply(draft.run, {"train.lr": probe_lr, "train.seed": probe_seed})
     try:
-        resolved = parse_run_config(probe, path="").to_mapping()
+        return parse_run_config(probe, path="")
     except ConfigError as err:
         raise _located(err, draft.origins, draft.name) from None
-    # Per-trial settings are not part of the variant's identity.
-    resolved.pop("name", None)
-    for key in ("lr", "seed", "threads"):
-        resolved["train"].pop(key, None)
-    return short_hash(resolved)
 
 
 def _located(err: ConfigError, origins: dict[str, str], label: str) -> ConfigError:
@@ -175,36 +153,37 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
     probe_lr, probe_seed = spec.lr_search.lr_range[0], spec.seeds[0]
     drafts: list[_Draft] = []
     variants: list[Variant] = []
-    by_hash: dict[str, Variant] = {}
+    by_key: dict[str, Variant] = {}
     for draft in _drafts(spec):  # validated one by one: the first bad variant is reported
         drafts.append(draft)
-        config_hash = _config_hash(draft, probe_lr, probe_seed)
-        if config_hash in by_hash:
+        config = _validate(draft, probe_lr, probe_seed)
+        key = config.variant_key()
+        if key in by_key:
             raise ConfigError("variants" if spec.variants else "axes",
-                              f"variant {draft.name!r} has the same run config as {by_hash[config_hash].name!r}.")
-        by_hash[config_hash] = Variant(draft.name, f"{slug(draft.name)}-{config_hash}", draft.run, draft.labels,
-                                       {}, "variant", config_hash)
-        variants.append(by_hash[config_hash])
+                              f"variant {draft.name!r} has the same run config as {by_key[key].name!r}.")
+        by_key[key] = Variant(draft.name, f"{slug(draft.name)}-{key}", config, draft.labels, {}, "variant")
+        variants.append(by_key[key])
     # Baselines after all variants, so a baseline equal to a listed variant reuses it.
     for draft, variant in zip(drafts, list(variants)):
         for name, overrides in spec.baselines.items():
             base_draft = _baseline_draft(draft, name, overrides)
-            config_hash = _config_hash(base_draft, probe_lr, probe_seed)
-            if config_hash not in by_hash:
-                by_hash[config_hash] = Variant(base_draft.name, f"{slug(base_draft.name)}-{config_hash}",
-                                               base_draft.run, base_draft.labels, {}, "baseline", config_hash)
-                variants.append(by_hash[config_hash])
-            if config_hash != variant.config_hash:
-                variant.baselines[name] = by_hash[config_hash].key
+            config = _validate(base_draft, probe_lr, probe_seed)
+            key = config.variant_key()
+            if key not in by_key:
+                by_key[key] = Variant(base_draft.name, f"{slug(base_draft.name)}-{key}", config,
+                                      base_draft.labels, {}, "baseline")
+                variants.append(by_key[key])
+            if key != variant.variant_key:
+                variant.baselines[name] = by_key[key].key
     if spec.lr_search.pruner != "none":
-        _check_pruning_runs_in_process(variants, probe_lr, probe_seed)
+        _check_pruning_runs_in_process(variants)
     return ExpandedStudy(spec, variants, mapping if mapping is not None else to_dict(spec))
 
 
-def _check_pruning_runs_in_process(variants: list[Variant], lr: float, seed: int) -> None:
+def _check_pruning_runs_in_process(variants: list[Variant]) -> None:
     """The pruning callback lives in the study process; the engine runs a DDP trial in a
     launch process of its own, where Optuna is out of reach."""
     for v in variants:
-        if v.run_config(lr, seed).train.world_size > 1:
+        if v.config.train.world_size > 1:
             raise ConfigError("lr_search.pruner", f"pruning needs single-process trials, but variant {v.name!r} "
                               "trains on several devices (DDP runs in its own launch process); use pruner: none.")

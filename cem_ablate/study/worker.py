@@ -1,6 +1,10 @@
 """The worker loop: claim a queued trial of some variant, train it, repeat.
 
-Any number of workers (processes, machines) run this loop against one storage.
+    python -m cem_ablate.study.worker PLAN --index I
+
+runs one worker process over a plan the coordinator wrote (`write_plan`: the validated
+study and its settings, pickled: typed objects, so nothing is parsed again). Any number
+of workers (processes, machines) run this loop against one storage.
 Variants are visited round-robin, starting at a different one per worker, so
 results arrive for every variant early. When nothing is queued but trials are still
 running elsewhere, the worker waits: a running trial of a dead worker goes stale and
@@ -9,8 +13,12 @@ is queued again, and this worker may be the one to retry it.
 
 from __future__ import annotations
 
+import argparse
+import pickle
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from cem_ablate.study.trial_run import TrialOutcome, run_trial
 from cem_ablate.study.trials import worker_identity
@@ -46,3 +54,55 @@ def work(session, worker_index: int = 0,
         outcomes.append(outcome)
         if on_end is not None:
             on_end(outcome)
+
+
+def set_torch_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def quiet_lightning() -> None:
+    """Fifteen trials print fifteen times Lightning's hardware banner and tips: keep
+    warnings, drop the info chatter (the study prints its own progress)."""
+    import logging
+    import warnings
+
+    import lightning  # noqa: F401 - sets its loggers' levels on import; override after
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*weights_only.*")
+
+
+def write_plan(path: Path, expanded, settings) -> Path:
+    """What a worker process needs, written once by the coordinator (atomically)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(pickle.dumps((expanded, settings)))
+    tmp.replace(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cem_ablate.study.session import StudySession
+
+    parser = argparse.ArgumentParser(prog="python -m cem_ablate.study.worker",
+                                     description="One study worker over a plan written by `cem-ablate study`.")
+    parser.add_argument("plan", help="the plan file (<workdir>/<study>/plan-<hash>.pkl)")
+    parser.add_argument("--index", type=int, default=0, help="worker index (spreads the variants' order)")
+    args = parser.parse_args(argv)
+    expanded, settings = pickle.loads(Path(args.plan).read_bytes())  # our own file, written by write_plan
+    set_torch_threads(settings.threads)
+    quiet_lightning()
+    session = StudySession(expanded, settings, worker_index=args.index)
+    for outcome in work(session, args.index):
+        print(f"{outcome.variant} {outcome.slot}: {outcome.status} {outcome.value or ''} "
+              f"{outcome.reason} ({outcome.seconds:.0f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,6 +34,7 @@ class VariantRecord:
     edge: str | None
     start_time: int = 0
     trials: list[TrialRecord] = field(default_factory=list)
+    fit: dict | None = None  # the study's fit of this variant (fit.json), as logged
 
     @property
     def params_total(self) -> int | None:
@@ -107,9 +108,26 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
         edge = tags.get(T.AKIMA_EDGE)
         out.append(VariantRecord(
             run_id=r.info.run_id, key=tags.get(T.VARIANT_KEY, ""), name=tags.get(T.VARIANT, r.info.run_name),
-            role=tags.get(T.ROLE, "variant"), status=tags.get(T.STATUS, ""), labels=labels, baselines=baselines,
+            role=tags.get(T.ROLE, "variant"), status=tags.get(T.PROGRESS, ""), labels=labels, baselines=baselines,
             metrics=dict(r.data.metrics), edge=None if edge in (None, "none") else edge,
             start_time=r.info.start_time or 0,
             trials=sorted(by_parent.get(r.info.run_id, []), key=lambda t: (t.lr or 0.0, t.seed or 0)),
+            fit=_read_fit(client, r.info.run_id),
         ))
     return out
+
+
+def _read_fit(client, run_id: str) -> dict | None:
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    from cem_ablate.tracking.study_runs import FIT_ARTIFACT
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client.download_artifacts(run_id, FIT_ARTIFACT, tmp)
+        except (MlflowException, OSError):  # no fit yet (no finished trial)
+            return None
+        with open(path) as f:
+            return json.load(f)

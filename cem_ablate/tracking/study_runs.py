@@ -30,6 +30,7 @@ from cem_ablate.tracking.store import default_artifact_root, make_client
 
 MAX_PARAM_CHARS = 6000
 BATCH = 100  # MLflow's limit of params per log_batch call
+FIT_ARTIFACT = "fit.json"  # the variant's fit (study.summary), read back by the report
 
 
 @dataclass
@@ -114,7 +115,7 @@ class StudyTracker:
         tags = {
             T.STUDY: self.experiment_name, T.KIND: "variant", T.VARIANT_KEY: info.key,
             T.VARIANT: info.name, T.ROLE: info.role, T.AXES: json.dumps(sorted(info.labels)),
-            T.STATUS: "running",
+            T.PROGRESS: "running",
         }
         tags.update({f"{T.BASELINE_PREFIX}{name}": key for name, key in info.baselines.items()})
         tags.update({label: _text(value) for label, value in info.labels.items()})
@@ -133,7 +134,8 @@ class StudyTracker:
         return run_id
 
     def log_variant_summary(self, run_id: str, metrics: Mapping[str, float | None], tags: Mapping[str, str],
-                            plot_path: str | None, done: bool, step: int = 0) -> None:
+                            plot_path: str | None, done: bool, step: int = 0,
+                            fit: Mapping[str, Any] | None = None) -> None:
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
@@ -142,6 +144,8 @@ class StudyTracker:
         self.client.log_batch(run_id, metrics=batch, tags=[RunTag(k, _text(v)) for k, v in tags.items()])
         if plot_path:
             self.client.log_artifact(run_id, plot_path)
+        if fit is not None:
+            self.client.log_text(run_id, json.dumps(fit), FIT_ARTIFACT)
         if done:
             self.client.set_terminated(run_id, "FINISHED")
 
@@ -154,17 +158,44 @@ class StudyTracker:
             run_id = runs[0].info.run_id
             self.client.update_run(run_id, status="RUNNING")
             return run_id
-        all_tags = {T.STUDY: self.experiment_name, T.KIND: "trial", T.TRIAL_KEY: trial_key, T.PARENT: parent_id,
-                    T.STATUS: "running"} | dict(tags)
+        # No status tag yet: a child without one is running (readback), and the outcome
+        # writer (tracking.outcome) is the only place that sets it.
+        all_tags = {T.STUDY: self.experiment_name, T.KIND: "trial", T.TRIAL_KEY: trial_key,
+                    T.PARENT: parent_id} | dict(tags)
         return self.client.create_run(self.experiment_id(), tags=all_tags, run_name=name).info.run_id
+
+    def log_trial_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        """The trial's resolved config as params (those the run does not hold yet:
+        a retried trial logs into the child of its killed attempt)."""
+        from mlflow.entities import Param
+
+        existing = self.client.get_run(run_id).data.params
+        items = [Param(k, _text(v)) for k, v in sorted(params.items()) if k not in existing]
+        for i in range(0, len(items), BATCH):
+            self.client.log_batch(run_id, params=items[i:i + BATCH])
 
     def log_trial_outcome(self, run_id: str, status: str, reason: str, metrics: Mapping[str, float | None],
                           step: int = 0) -> None:
-        from mlflow.entities import Metric, RunTag
+        from cem_ablate.tracking.outcome import record_outcome
 
-        now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
-                 if v is not None and math.isfinite(float(v))]
-        tags = [RunTag(T.STATUS, status)] + ([RunTag(T.REASON, _text(reason)[:5000])] if reason else [])
-        self.client.log_batch(run_id, metrics=batch, tags=tags)
-        self.client.set_terminated(run_id, "FAILED" if status == "failed" else "FINISHED")
+        record_outcome(self.client, run_id, status, reason, metrics, step)
+
+    def record_reused_trial(self, run_id: str, original_run_id: str | None, status: str, reason: str,
+                            metrics: Mapping[str, float | None]) -> None:
+        """A trial answered by another study's run: link it and carry its final metrics."""
+        from mlflow.exceptions import MlflowException
+
+        from cem_ablate.tracking.outcome import record_outcome
+
+        final = dict(metrics)
+        if original_run_id:
+            self.client.set_tag(run_id, T.REUSED_FROM, original_run_id)
+            try:  # the original's store may be another one: then only the objective travels
+                final = dict(self.client.get_run(original_run_id).data.metrics) | final
+            except MlflowException:
+                pass
+        record_outcome(self.client, run_id, status, reason, final)
+
+    def mark_killed(self, run_id: str) -> None:
+        """An interrupted trial: ended, with no status (it is retried, not finished)."""
+        self.client.set_terminated(run_id, "KILLED")

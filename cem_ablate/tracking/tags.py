@@ -12,11 +12,12 @@ VARIANT = "cem_ablate.variant"  # human-readable variant name
 ROLE = "cem_ablate.role"  # "variant", or "baseline" when only trained as someone's baseline
 AXES = "cem_ablate.axes"  # JSON list of the axis labels of this study
 BASELINE_PREFIX = "cem_ablate.baseline."  # + baseline name -> variant key of the baseline
-TRIAL_KEY = "cem_ablate.trial_key"  # variant key + slot ("lr=0.002,seed=0"): one child each
+TRIAL_KEY = "cem_ablate.trial_key"  # RunConfig.trial_key(): one child run per trial
 SLOT = "cem_ablate.slot"
-STATUS = "cem_ablate.status"  # finished / diverged / failed / pruned (trial); done/running (variant)
+STATUS = "cem_ablate.status"  # a run's outcome: finished / diverged / failed / pruned (tracking.outcome only)
+PROGRESS = "cem_ablate.progress"  # a variant's (parent run's) progress: running / done
 REASON = "cem_ablate.reason"
+REUSED_FROM = "cem_ablate.reused_from"  # a reused trial's child: the original child run's id
 AKIMA_EDGE = "cem_ablate.akima_edge"  # "low" / "high" / "none"
 PARENT = "mlflow.parentRunId"  # MLflow's own: the UI nests children under it
-RUN_NAME = "mlflow.runName"
 NOTE = "mlflow.note.content"

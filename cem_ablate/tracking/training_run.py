@@ -12,9 +12,6 @@ the outcome as tags `cem_ablate.status` / `cem_ablate.reason` plus summary metri
 from __future__ import annotations
 
 import logging
-import math
-import os
-import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,12 +66,11 @@ def log_params(logger, params: Mapping[str, Any]) -> None:
 
 
 def log_outcome(logger, status: str, reason: str | None, metrics: Mapping[str, float | None], step: int) -> None:
-    from mlflow.entities import Metric, RunTag
+    """The outcome of a run the engine opened itself (`cem-ablate train`)."""
+    from cem_ablate.tracking.outcome import record_outcome
 
-    client, run_id = logger.experiment, logger.run_id
-    now = int(time.time() * 1000)
-    batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
-             if v is not None and math.isfinite(float(v))]
-    tags = [RunTag(T.STATUS, status)] + ([RunTag(T.REASON, reason[:5000])] if reason else [])
-    client.log_batch(run_id, metrics=batch, tags=tags)
-    client.set_terminated(run_id, "FAILED" if status == "failed" else "FINISHED")
+    record_outcome(logger.experiment, logger.run_id, status, reason, metrics, step)
+
+
+def log_config_text(logger, text: str) -> None:
+    logger.experiment.log_text(logger.run_id, text, "config.yaml")

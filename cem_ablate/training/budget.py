@@ -4,7 +4,9 @@
   accumulation that reaches it follows from the devices present:
   accumulation = effective_batch / (batch_size x devices x num_nodes).
 - The budget is `max_steps` steps, or a token budget (`chinchilla` = 20 tokens per
-  parameter of the matching Llama baseline) rounded up to whole optimizer steps.
+  parameter of the matching Llama baseline) rounded up to whole optimizer steps. The
+  baseline has the vocabulary the run's model is built with (`RunConfig.training_model`):
+  a byte-tokenizer model trains on 20 x its own byte-vocabulary baseline.
 - Warmup is `warmup_frac` of the steps, at least one when the fraction is non-zero.
 """
 
@@ -52,7 +54,7 @@ class Budget:
 
 
 def chinchilla_tokens(model: ModelConfig) -> int:
-    """20 x the parameters of the Llama baseline of the same size (SPEC §7)."""
+    """20 x the parameters of the Llama baseline of the same size and vocabulary (SPEC §7)."""
     return CHINCHILLA_TOKENS_PER_PARAM * llama_baseline_params(model)
 
 
@@ -62,7 +64,9 @@ def accumulation_steps(train: TrainConfig) -> int:
     return effective // per_step  # divisibility is checked by parse_run_config
 
 
-def resolve_budget(cfg: RunConfig) -> Budget:
+def resolve_budget(cfg: RunConfig, tokenizer_vocab_size: int | None = None) -> Budget:
+    """`tokenizer_vocab_size`: the loaded tokenizer's size, as the model is built with
+    (the engine passes it; dry runs use what the config knows statically)."""
     train = cfg.train
     accumulation = accumulation_steps(train)
     effective = accumulation * train.batch_size * train.world_size
@@ -75,7 +79,7 @@ def resolve_budget(cfg: RunConfig) -> Budget:
         steps, rule = DEFAULT_MAX_STEPS, "default"
     else:
         if train.token_budget == "chinchilla":
-            requested, rule = chinchilla_tokens(cfg.model), "chinchilla"
+            requested, rule = chinchilla_tokens(cfg.training_model(tokenizer_vocab_size)), "chinchilla"
         else:
             requested, rule = int(float(train.token_budget)), "tokens"
         steps = max(1, math.ceil(requested / tokens_per_step))

@@ -6,11 +6,19 @@
     data:  {source: stdlib, tokenizer: byte, block_size: 128}
 
 The optimizer defaults are the paper's recipe (SPEC §7, Table 2); the batch, budget
-and evaluation defaults are CPU-sized. `model.vocab_size`, when not given, becomes the
-tokenizer's vocabulary size for training (`RunConfig.training_model`), while the
-Chinchilla budget keeps counting the Llama baseline at the configured vocabulary
-(32,000 when unset: the paper's tokenizer), so `size: 86M` always trains on
-20 × 86,371,488 tokens whichever tokenizer reads the text.
+and evaluation defaults are CPU-sized.
+
+Two facts have their single owner here:
+- the vocabulary a run trains with (`RunConfig.training_model`): `model.vocab_size`
+  when given, else the tokenizer's (known statically for `byte`, `bpe:<n>` and MQAR;
+  loaded for a Hugging Face tokenizer), else 32,000 (the paper's Llama tokenizer).
+  The model, its Llama baseline and hence the Chinchilla budget all use it, so a byte
+  model trains on 20 x its own byte-vocabulary baseline while `size: 86M` with
+  vocabulary 32,000 trains on 20 x 86,371,488 tokens.
+- a run's identity: `variant_key()` (what defines the trained function: everything but
+  lr, seed and execution settings) and `trial_key()` (the variant, lr, seed, the data's
+  fingerprint and the platform version). Run folders, Optuna study names, MLflow tags
+  and cross-study reuse all use these two.
 """
 
 from __future__ import annotations
@@ -22,11 +30,11 @@ from typing import Any, Literal
 
 from cem_ablate.config import ConfigError, parse, require, to_dict
 from cem_ablate.config.errors import unknown
+from cem_ablate.config.identity import digest
 from cem_ablate.config.schema import join
 from cem_ablate.data.config import DataConfig
 from cem_ablate.model.config import ModelConfig, parse_model_config
 
-PRECISIONS = ("auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed")
 DEFAULT_MAX_STEPS = 200  # when neither max_steps nor token_budget is given
 
 
@@ -103,11 +111,48 @@ class RunConfig:
     name: str = "run"
 
     def training_model(self, tokenizer_vocab_size: int | None = None) -> ModelConfig:
-        """The model config that trains: vocab_size from the tokenizer when not given."""
+        """The model config that trains, with its vocabulary resolved (the one owner).
+
+        `tokenizer_vocab_size` is the loaded tokenizer's size; without it, the size
+        known statically from the data config is used (a Hugging Face tokenizer not
+        loaded yet counts as the default 32,000: dry runs only).
+        """
         vocab = self.model.vocab_size or tokenizer_vocab_size or self.data.static_vocab_size()
         if vocab is None or vocab == self.model.vocab_size:
             return self.model
         return dataclasses.replace(self.model, vocab_size=vocab)
+
+    # -- identity ---------------------------------------------------------------------
+
+    def with_trial(self, lr: float, seed: int, name: str | None = None, threads: int | None = None) -> RunConfig:
+        """This config at one learning rate and seed (a study's trial); `threads` only
+        fills an unset `train.threads` (an execution setting: identity is unchanged)."""
+        train = dataclasses.replace(self.train, lr=float(lr), seed=int(seed),
+                                    threads=self.train.threads if self.train.threads is not None else threads)
+        return dataclasses.replace(self, train=train, name=self.name if name is None else name)
+
+    def variant_mapping(self) -> dict[str, Any]:
+        """What defines a variant: the resolved config without the run name, the
+        per-trial keys (lr, seed) and the execution settings (they change how fast or
+        how often things happen, never the numbers a run produces)."""
+        out = self.to_mapping()
+        del out["name"]
+        for key in TRIAL_KEYS + EXECUTION_KEYS:
+            del out["train"][key]
+        return out
+
+    def variant_key(self) -> str:
+        return digest(self.variant_mapping())
+
+    def trial_key(self) -> str:
+        """One training run's identity: two configs with the same trial key train the
+        same function on the same data with the same code, so a finished result of
+        one is a result of the other (trial reuse across studies)."""
+        from cem_ablate import __version__
+        from cem_ablate.data.sources import data_fingerprint
+
+        return digest({"variant": self.variant_key(), "lr": repr(float(self.train.lr)), "seed": self.train.seed,
+                       "data": data_fingerprint(self.data), "platform": __version__})
 
     def to_mapping(self) -> dict[str, Any]:
         """Plain nested dict that `parse_run_config` reads back to an equal config.
@@ -125,6 +170,8 @@ class RunConfig:
 
 
 TOP_LEVEL_KEYS = ("name", "model", "train", "data")
+TRIAL_KEYS = ("lr", "seed")  # what varies between the trials of one variant
+EXECUTION_KEYS = ("threads", "ckpt_every_n_steps", "log_every_n_steps")  # how, not what, a run computes
 
 
 def parse_run_config(mapping: Any, path: str = "") -> RunConfig:

@@ -36,6 +36,7 @@ from typing import Any
 from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget, resolve_budget
+from cem_ablate.training.child_process import die_with_parent
 from cem_ablate.training.config import RunConfig, parse_run_config
 from cem_ablate.training.result import TrainResult
 from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
@@ -100,7 +101,8 @@ class _Session:
         self.tracking_uri, self.experiment, self.mlflow_run_id = tracking_uri, experiment, mlflow_run_id
         self.extra_callbacks, self.resume, self.progress = extra_callbacks, resume, progress
         self.rank_zero = is_rank_zero_process()
-        self.budget = resolve_budget(cfg)
+        self.owns_run = mlflow_run_id is None  # a handed-in run (a study's trial) is the caller's to end
+        self.budget = resolve_budget(cfg, _tokenizer_vocab_size(cfg))
         self.logger = None
         self.task = None
         self.trainer = None
@@ -180,13 +182,16 @@ class _Session:
         return self._result("finished", metrics=metrics)
 
     def _open_tracking(self) -> None:
-        from cem_ablate.tracking.training_run import log_params, open_logger
+        """A run the engine owns gets params, config and (at the end) its outcome; a
+        handed-in run gets the training curves only: its owner describes and ends it."""
+        from cem_ablate.tracking.training_run import log_config_text, log_params, open_logger
 
         run_id = self.mlflow_run_id or (self.folder.tracked_run(self.tracking_uri) if self.resume else None)
         self.logger = open_logger(self.tracking_uri, self.experiment, self.cfg.name, run_id)
         self.folder.remember_run(self.tracking_uri, self.logger.run_id)
-        log_params(self.logger, run_params(self.cfg, self.budget, self.task.report, self.task.data_facts))
-        self.logger.experiment.log_text(self.logger.run_id, self.folder.config_file.read_text(), "config.yaml")
+        if self.owns_run:
+            log_params(self.logger, run_params(self.cfg, self.budget, self.task.report, self.task.data_facts))
+            log_config_text(self.logger, self.folder.config_file.read_text())
 
     def _result(self, status: str, metrics: Mapping[str, float] | None = None, error: str | None = None) -> TrainResult:
         metrics = metrics or {}
@@ -217,15 +222,12 @@ class _Session:
         )
 
     def _log_outcome(self, result: TrainResult) -> None:
-        if self.logger is None:
+        if self.logger is None or not self.owns_run:
             return
         from cem_ablate.tracking.training_run import log_outcome
 
-        summary = {"params": result.params, "flops_per_token": result.flops_per_token,
-                   "tokens_per_sec_mean": result.tokens_per_sec, "mfu_mean": result.mfu,
-                   "steps": result.steps, "diverged_step": result.diverged_step}
         try:
-            log_outcome(self.logger, result.status, result.error, summary, result.steps)
+            log_outcome(self.logger, result.status, result.error, result.outcome_metrics(), result.steps)
         except Exception as err:  # noqa: BLE001 - the result stands even if the store is busy
             print(f"warning: could not record the outcome in MLflow: {err}", file=sys.stderr)
 
@@ -244,6 +246,12 @@ def run_params(cfg: RunConfig, budget: Budget, report: ModelReport, data_facts: 
     params.update({f"params.{k}": v for k, v in report.params_by_component.items()})
     params.update({f"data.{k}": v for k, v in data_facts.items()})
     return params
+
+
+def _tokenizer_vocab_size(cfg: RunConfig) -> int | None:
+    from cem_ablate.data.tokenizer import tokenizer_vocab_size
+
+    return tokenizer_vocab_size(cfg.data)
 
 
 def _floats(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -270,20 +278,9 @@ def _train_in_subprocess(cfg: RunConfig, folder: RunDirectory, tracking_uri: str
         command.append("--fresh")
     if not progress:
         command.append("--no-progress")
-    code = subprocess.run(command, preexec_fn=_die_with_parent).returncode
+    code = subprocess.run(command, preexec_fn=die_with_parent).returncode
     result = folder.read_result()
     if result is None:
         return TrainResult("failed", error=f"the DDP training process exited with code {code} and no result",
                            run_dir=str(folder.path), mlflow_run_id=mlflow_run_id)
     return result
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL when the parent dies (Linux), so no orphan trains on."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass

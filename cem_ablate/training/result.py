@@ -41,6 +41,16 @@ class TrainResult:
             return 1.0 - self.recall_accuracy
         return self.test_ppl
 
+    def outcome_metrics(self) -> dict[str, float | None]:
+        """The final numbers a run's tracking record carries (non-finite ones are dropped
+        by the writer): the objective, the task's metrics and the run's throughput."""
+        return {"objective": self.objective if self.status == "finished" else None,
+                "test_ppl": self.test_ppl, "val_ppl": self.val_ppl, "test_loss": self.test_loss,
+                "val_loss": self.val_loss, "test_rmse": self.rmse, "test_recall_acc": self.recall_accuracy,
+                "params": self.params, "flops_per_token": self.flops_per_token,
+                "tokens_per_sec_mean": self.tokens_per_sec, "mfu_mean": self.mfu, "steps": self.steps,
+                "diverged_step": self.diverged_step}
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN becomes None."""
         return {k: (None if isinstance(v, float) and math.isnan(v) else v)

@@ -1,17 +1,19 @@
 """The folder of one run: its config, checkpoints, MLflow run id and result.
 
     <run_dir>/config.yaml          the resolved run config (what `train` re-reads)
+    <run_dir>/trial_key            `RunConfig.trial_key()` of the run it holds
     <run_dir>/checkpoints/last.ckpt  latest step-boundary checkpoint (atomic)
     <run_dir>/mlflow.json          tracking URI + run id, so a resumed run continues it
     <run_dir>/result.json          TrainResult, written when the run ends
 
-Only global rank 0 writes here. The CLI derives the folder from the config
-(`runs/<name>-<hash>`), so "kill -9 and rerun the same command" finds it.
+Only global rank 0 writes here. The CLI derives the folder from the config's trial
+key (`runs/<name>-<trial key>`, `RunConfig.trial_key`), so "kill -9 and rerun the same
+command" finds it; a folder counts as holding a config when the trial keys match
+(execution settings such as threads may differ between attempts).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,14 +29,9 @@ from cem_ablate.training.result import TrainResult
 LAST_CHECKPOINT = "last.ckpt"
 
 
-def config_hash(cfg: RunConfig) -> str:
-    text = json.dumps(cfg.to_mapping(), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
 def default_run_dir(cfg: RunConfig, root: str | Path = "runs") -> Path:
     slug = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in cfg.name)
-    return Path(root) / f"{slug}-{config_hash(cfg)}"
+    return Path(root) / f"{slug}-{cfg.trial_key()}"
 
 
 def is_rank_zero_process() -> bool:
@@ -74,11 +71,15 @@ class RunDirectory:
     def tracking_file(self) -> Path:
         return self.path / "mlflow.json"
 
+    @property
+    def trial_key_file(self) -> Path:
+        return self.path / "trial_key"
+
     def holds(self, cfg: RunConfig) -> bool | None:
-        """Whether the folder's saved config is `cfg` (None: no config saved yet)."""
-        if not self.config_file.exists():
+        """Whether the folder holds a run of `cfg`'s trial key (None: nothing saved yet)."""
+        if not self.trial_key_file.exists():
             return None
-        return yaml.safe_load(self.config_file.read_text()) == cfg.to_mapping()
+        return self.trial_key_file.read_text().strip() == cfg.trial_key()
 
     def claim(self, cfg: RunConfig, resume: bool) -> None:
         """Make the folder hold `cfg`: refuse another config's run, clear it when not resuming."""
@@ -93,6 +94,7 @@ class RunDirectory:
                     stale.unlink()
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(self.config_file, yaml.safe_dump(cfg.to_mapping(), sort_keys=False))
+        write_atomically(self.trial_key_file, cfg.trial_key() + "\n")
 
     def resume_checkpoint(self) -> Path | None:
         return self.last_checkpoint if self.last_checkpoint.exists() else None

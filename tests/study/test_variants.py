@@ -31,8 +31,8 @@ def test_axes_expand_as_a_cartesian_product():
     assert names[0] == "attention.name=llama,weight_decay=0.0"
     assert len(set(v.key for v in out.variants)) == 6
     cem = [v for v in out.variants if v.axis_values["model.attention.name"] == "cem"]
-    assert len(cem) == 3 and all(v.mapping["model"]["attention"]["name"] == "cem" for v in cem)
-    assert {v.mapping["train"]["weight_decay"] for v in cem} == {0.0, 0.1, 0.2}
+    assert len(cem) == 3 and all(v.config.model.attention.name == "cem" for v in cem)
+    assert {v.config.train.weight_decay for v in cem} == {0.0, 0.1, 0.2}
 
 
 def test_explicit_variants_times_axes_and_baselines_of_the_same_size():
@@ -51,8 +51,8 @@ def test_explicit_variants_times_axes_and_baselines_of_the_same_size():
     by_key = {v.key: v for v in out.variants}
     for v in variants:
         base = by_key[v.baselines["llama"]]
-        assert base.mapping["model"]["size"] == v.mapping["model"]["size"]
-        assert base.mapping["model"]["attention"] == "llama"
+        assert base.config.model.size == v.config.model.size
+        assert base.config.model.attention.name == "llama"
 
 
 def test_a_baseline_that_is_listed_is_reused_not_added():

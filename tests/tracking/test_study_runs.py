@@ -54,7 +54,7 @@ def test_readback_returns_what_the_report_reads(uri, tmp_path):
         plot = tmp_path / "akima.png"
         plot.write_bytes(b"png")
         tracker.log_variant_summary(parent, {"lr_akima": 2e-3, "ppl_akima": 27.5 if key == "cem-1" else 28.0},
-                                    {T.AKIMA_EDGE: "high", T.STATUS: "done"}, str(plot), done=True)
+                                    {T.AKIMA_EDGE: "high", T.PROGRESS: "done"}, str(plot), done=True)
 
     records = {r.name: r for r in read_study(uri, "s")}
     assert set(records) == {"llama", "cem"}

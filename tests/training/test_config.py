@@ -42,13 +42,29 @@ def test_unknown_top_level_section_and_missing_model():
 
 
 def test_chinchilla_budget_of_the_86m_preset():
-    cfg = parse_run_config({"model": {"size": "86M"}, "train": {"token_budget": "chinchilla"}})
+    cfg = parse_run_config({"model": {"size": "86M", "vocab_size": 32000}, "train": {"token_budget": "chinchilla"}})
     assert chinchilla_tokens(cfg.model) == 20 * 86_371_488
     budget = resolve_budget(cfg)
     assert budget.requested_tokens == 20 * 86_371_488 and budget.rule == "chinchilla"
     assert budget.tokens >= budget.requested_tokens > budget.tokens - budget.tokens_per_step
-    # the byte tokenizer sizes the trained model, not the budget
+
+
+def test_chinchilla_budget_counts_the_vocabulary_the_model_is_built_with():
+    """One owner for the vocabulary: a byte-tokenizer model's budget is 20 x its own
+    Llama baseline (257 ids), not the 32,000-id default."""
+    from cem_ablate.model.config import llama_baseline_params
+    from cem_ablate.training.engine import plan_run
+
+    cfg = parse_run_config({"model": {"size": "tiny"}, "train": {"token_budget": "chinchilla"},
+                            "data": {"tokenizer": "byte"}})
     assert cfg.training_model().vocab_size == 257 and cfg.model.vocab_size is None
+    baseline = llama_baseline_params(cfg.training_model())
+    assert resolve_budget(cfg).requested_tokens == 20 * baseline
+    llama = parse_run_config({"model": {"size": "tiny"}, "data": {"tokenizer": "byte"}})
+    assert plan_run(llama).report.params_total == baseline  # the model that trains is that baseline
+    # a tokenizer the engine has loaded decides when the config does not say
+    assert resolve_budget(cfg, tokenizer_vocab_size=1000).requested_tokens == 20 * llama_baseline_params(
+        cfg.training_model(1000))
 
 
 def test_token_budget_steps_and_accumulation():

@@ -1,0 +1,76 @@
+"""Trial reuse across studies: a trial is trained once per storage, whatever study asks.
+
+Two trials with the same `RunConfig.trial_key()` train the same function on the same
+data with the same code (training/config.py), so a finished (or diverged) trial of
+any study in the Optuna storage is a result for every later study that contains it:
+the paper's figure studies share their Llama baselines, which would otherwise be
+retrained by each. A reused trial is recorded in the new study with its value and
+`reused_from = "<study>#<trial number>"`; its MLflow child in the new experiment
+carries the original's final metrics and the tag `cem_ablate.reused_from` (the
+original child run's id). `cem-ablate study --no-reuse` trains everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cem_ablate.study.trials import DIVERGED, FINISHED, trial_status
+
+TRIAL_KEY_ATTR = "trial_key"  # the Optuna trial's RunConfig.trial_key()
+REUSED_FROM_ATTR = "reused_from"  # "<study name>#<trial number>" of the original
+
+
+@dataclass(frozen=True)
+class FinishedTrial:
+    study_name: str
+    number: int
+    status: str  # finished / diverged: results that retraining would not change
+    value: float | None
+    attrs: dict[str, Any] = field(default_factory=dict)  # the original's user attributes
+
+    @property
+    def reference(self) -> str:
+        return self.attrs.get(REUSED_FROM_ATTR) or f"{self.study_name}#{self.number}"
+
+    @property
+    def mlflow_run_id(self) -> str | None:
+        return self.attrs.get("mlflow_run_id")
+
+
+def finished_trials(storage) -> dict[str, FinishedTrial]:
+    """trial key -> the first finished or diverged trial with that key, in any study."""
+    from optuna.trial import TrialState
+
+    out: dict[str, FinishedTrial] = {}
+    for study in storage.get_all_studies():
+        study_id = storage.get_study_id_from_name(study.study_name)
+        for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+            key = t.user_attrs.get(TRIAL_KEY_ATTR)
+            status = trial_status(t)
+            if key and key not in out and status in (FINISHED, DIVERGED):
+                out[key] = FinishedTrial(study.study_name, t.number, status,
+                                         t.value if status == FINISHED else None, dict(t.user_attrs))
+    return out
+
+
+def planned_reuse(expanded, storage_url: str) -> dict[str, int]:
+    """Variant key -> how many of its grid trials an existing storage already holds
+    (for the dry run). Reads the storage only if it exists; sampled lrs can't be known."""
+    from cem_ablate.study.storage import sqlite_path
+
+    path = sqlite_path(storage_url)
+    if path is not None and not path.exists():
+        return {}
+    import optuna
+
+    from cem_ablate.study.storage import quiet_optuna
+
+    quiet_optuna()
+    finished = finished_trials(optuna.storages.RDBStorage(storage_url))
+    spec = expanded.spec
+    if spec.lr_search.method != "grid" or not finished:
+        return {}
+    seeds = list(spec.seeds)  # every seed the study may train
+    return {v.key: sum(v.run_config(lr, seed).trial_key() in finished for lr in spec.lr_search.grid for seed in seeds)
+            for v in expanded.variants}

@@ -1,0 +1,31 @@
+"""The one writer of a run's outcome in MLflow: final metrics, status, reason, end.
+
+Both kinds of run end here: a study's trial (child run, written by the study after
+the engine returns) and a standalone `cem-ablate train` run (written by the engine,
+which owns that run). A run's status is written nowhere else, so a trial can never
+be recorded twice with two different outcomes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+
+from cem_ablate.tracking import tags as T
+
+MAX_REASON_CHARS = 5000
+
+
+def record_outcome(client, run_id: str, status: str, reason: str | None,
+                   metrics: Mapping[str, float | None], step: int = 0) -> None:
+    """Log the finite `metrics` at `step`, tag status (+ reason) and end the run
+    (FAILED for `failed`, FINISHED otherwise: diverged and pruned are results)."""
+    from mlflow.entities import Metric, RunTag
+
+    now = int(time.time() * 1000)
+    batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
+             if v is not None and math.isfinite(float(v))]
+    tags = [RunTag(T.STATUS, status)] + ([RunTag(T.REASON, reason[:MAX_REASON_CHARS])] if reason else [])
+    client.log_batch(run_id, metrics=batch, tags=tags)
+    client.set_terminated(run_id, "FAILED" if status == "failed" else "FINISHED")
