@@ -84,8 +84,12 @@ class StudyTracker:
             if experiment.lifecycle_stage == "deleted":
                 self.client.restore_experiment(experiment.experiment_id)
             self._experiment_id = experiment.experiment_id
-        if study_hash:
-            self.client.set_experiment_tag(self._experiment_id, T.STUDY_HASH, study_hash)
+        if study_hash and (experiment is None or experiment.tags.get(T.STUDY_HASH) != study_hash):
+            try:
+                self.client.set_experiment_tag(self._experiment_id, T.STUDY_HASH, study_hash)
+            except MlflowException:  # two machines set it at once: a server on PostgreSQL refuses the second
+                if self.client.get_experiment(self._experiment_id).tags.get(T.STUDY_HASH) != study_hash:
+                    raise
         return self._experiment_id
 
     def _search(self, filter_string: str) -> list:
