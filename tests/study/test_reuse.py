@@ -1,0 +1,66 @@
+"""Trial reuse across studies: a trial key finished by one study is recorded, not
+retrained, by the next study on the same storage; --no-reuse trains it again."""
+
+from __future__ import annotations
+
+import optuna
+
+from cem_ablate.cli.main import main
+from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR
+from cem_ablate.tracking import tags as T
+from tests.study.test_coordinator import mlflow_runs
+from tests.study.tiny_study import write_study
+
+GRID = (1e-3, 4e-3)
+
+
+def _trials(root, study: str) -> list[tuple[str, optuna.trial.FrozenTrial]]:
+    """(Optuna study name, trial) of every complete trial of `study`'s variants."""
+    storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'mlruns' / 'optuna.db'}")
+    return [(name, t) for name in optuna.get_all_study_names(storage) if name.startswith(f"{study}/")
+            for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE]
+
+
+def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, corpus, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    a = write_study(tmp_path, name="a", grid=GRID, corpus=corpus)
+    assert main(["study", str(a), "--no-report"]) == 0
+    # B shares the Llama variant (same config, lrs, seed, data) and adds CEM MLP.
+    b = write_study(tmp_path, name="b", grid=GRID, corpus=corpus,
+                    variants=[{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
+                    baselines={"llama": {"model.mlp": "llama"}})
+    capsys.readouterr()
+    assert main(["study", str(b), "--dry-run"]) == 0
+    assert "reused: 2 trials already finished" in capsys.readouterr().out
+
+    assert main(["study", str(b), "--report-dir", str(tmp_path / "reports")]) == 0
+    a_trials = {t.user_attrs[TRIAL_KEY_ATTR]: (name, t) for name, t in _trials(tmp_path, "a")}
+    b_trials = [t for _, t in _trials(tmp_path, "b")]
+    reused = [t for t in b_trials if REUSED_FROM_ATTR in t.user_attrs]
+    trained = [t for t in b_trials if REUSED_FROM_ATTR not in t.user_attrs]
+    assert len(reused) == 2 and len(trained) == 2  # only the CEM MLP trials trained
+    for t in reused:
+        name, original = a_trials[t.user_attrs[TRIAL_KEY_ATTR]]
+        assert t.value == original.value
+        assert t.user_attrs[REUSED_FROM_ATTR] == f"{name}#{original.number}"
+    # MLflow: B's Llama children link to A's children and carry their final metrics.
+    _, a_children = mlflow_runs(tmp_path, "a")
+    _, b_children = mlflow_runs(tmp_path, "b")
+    a_by_id = {c.info.run_id: c for c in a_children}
+    linked = [c for c in b_children if T.REUSED_FROM in c.data.tags]
+    assert len(linked) == 2 and len(b_children) == 4
+    for child in linked:
+        original = a_by_id[child.data.tags[T.REUSED_FROM]]
+        assert child.data.metrics["test_ppl"] == original.data.metrics["test_ppl"]
+        assert child.data.tags[T.STATUS] == "finished"
+    # ... and the report of B has the Llama row with its fit.
+    report = (tmp_path / "reports" / "b" / "report.md").read_text()
+    llama_row = next(line for line in report.splitlines() if line.startswith("| llama |"))
+    assert "-" != llama_row.split("|")[4].strip()  # an optimum, from the reused trials
+
+    # --no-reuse trains everything of a third study.
+    c = write_study(tmp_path, name="c", grid=GRID, corpus=corpus, variants=[{"name": "llama"}], baselines={})
+    assert main(["study", str(c), "--no-reuse", "--no-report"]) == 0
+    c_trials = [t for _, t in _trials(tmp_path, "c")]
+    assert len(c_trials) == 2 and not any(REUSED_FROM_ATTR in t.user_attrs for t in c_trials)
