@@ -75,6 +75,15 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("--mfu", f"must be in (0, 1], got {args.mfu}.")
 
 
+def _check_tokenizers(expanded) -> None:
+    """Load every Hugging Face tokenizer the study names before any store is created:
+    offline (or a wrong id) is one `error:` line now, not a failed trial per slot."""
+    from cem_ablate.data.tokenizer import tokenizer_vocab_size
+
+    for data in {v.config.data for v in expanded.variants}:
+        tokenizer_vocab_size(data)
+
+
 def _print_reuse(expanded, rows, args: argparse.Namespace, console) -> None:
     """How many planned trials an existing storage already holds (trained once, reused)."""
     from cem_ablate.study.reuse import planned_reuse
@@ -117,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers or execution.workers
     storage_url = args.storage or default_storage_url()
     sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created
+    _check_tokenizers(expanded)
     settings = StudySettings(
         storage=StorageSettings(storage_url, args.heartbeat, args.grace),
         tracking_uri=args.tracking_uri or default_tracking_uri(),
