@@ -23,8 +23,6 @@ Samples are cached under the cache directory (the Cholesky factor takes seconds)
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ import torch
 from filelock import FileLock
 from torch.utils.data import TensorDataset
 
+from cem_ablate.config.identity import digest
 from cem_ablate.data.config import GPConfig, cache_root
 from cem_ablate.data.datamodule import InMemorySplitsDataModule
 
@@ -65,7 +64,7 @@ def sample_gp(cfg: GPConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def cached_gp(cfg: GPConfig, root: Path | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    key = hashlib.sha256(json.dumps(cfg.__dict__, sort_keys=True).encode()).hexdigest()[:16]
+    key = digest(cfg.__dict__, chars=16)  # the config names its data (config.identity)
     path = (root or cache_root()) / "gp" / f"{key}.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
