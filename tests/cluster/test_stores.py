@@ -1,0 +1,63 @@
+"""Bad storage and tracking URLs: one `error:` line, nothing created, no secret printed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cem_ablate.config import ConfigError
+from cem_ablate.study.storage import check_tracking_server
+from tests.cluster import rig
+from tests.study.tiny_study import write_study
+
+pytestmark = pytest.mark.cluster
+
+
+def study_cli(tmp_path, storage: str, *, block_driver: bool = False) -> subprocess.CompletedProcess:
+    file = write_study(tmp_path, name="stores")
+    prelude = "import sys; sys.modules['psycopg'] = None\n" if block_driver else ""  # as if not installed
+    code = prelude + ("from cem_ablate.cli.main import main\n"
+                      f"sys.exit(main(['study', {str(file)!r}, '--storage', {storage!r}]))\n")
+    return subprocess.run([sys.executable, "-c", "import sys\n" + code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess, *expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --storage: "), proc.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+
+
+def test_missing_driver_names_the_extra(tmp_path):
+    proc = study_cli(tmp_path, "postgresql://cem:s3cret@127.0.0.1:5/optuna", block_driver=True)
+    assert_one_error_line(proc, "pip install 'cem-ablate[postgres]'")
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_unreachable_server_is_one_line_without_the_password(tmp_path):
+    port = rig.free_port()  # nothing listens there
+    proc = study_cli(tmp_path, f"postgresql://cem:s3cret@127.0.0.1:{port}/optuna")
+    assert_one_error_line(proc, f"127.0.0.1:{port}/optuna", "Connection refused")
+    assert "s3cret" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_wrong_password_is_one_line(postgres, tmp_path):
+    start = time.monotonic()
+    proc = study_cli(tmp_path, postgres.url("optuna", password="wrong-password", host="127.0.0.1"))
+    assert_one_error_line(proc, "password authentication failed")
+    assert "wrong-password" not in proc.stderr
+    assert time.monotonic() - start < 60  # refused logins are not retried
+
+
+def test_unreachable_tracking_server_is_one_line_in_seconds():
+    port = rig.free_port()
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=f"--tracking-uri: cannot reach the MLflow server http://127.0.0.1:{port}"):
+        check_tracking_server(f"http://127.0.0.1:{port}", wait_s=0.1)
+    assert time.monotonic() - start < 10  # MLflow's own client retries for ~4 minutes
