@@ -119,13 +119,15 @@ def run(args: argparse.Namespace) -> int:
 
     from cem_ablate.study.coordinator import run_study
     from cem_ablate.study.session import StudySettings
-    from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
+    from cem_ablate.study.storage import StorageSettings, check_tracking_server, default_storage_url, sqlite_path
     from cem_ablate.tracking.store import default_tracking_uri
 
     execution = expanded.spec.execution
     workers = args.workers or execution.workers
     storage_url = args.storage or default_storage_url()
     sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created
+    if args.tracking_uri:
+        check_tracking_server(args.tracking_uri)  # a dead server: one line now, not MLflow's 4-minute retry
     _check_tokenizers(expanded)
     settings = StudySettings(
         storage=StorageSettings(storage_url, args.heartbeat, args.grace),
