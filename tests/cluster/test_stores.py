@@ -16,19 +16,19 @@ from tests.study.tiny_study import write_study
 pytestmark = pytest.mark.cluster
 
 
-def study_cli(tmp_path, storage: str, *, block_driver: bool = False) -> subprocess.CompletedProcess:
+def study_cli(tmp_path, storage: str, *extra: str, block_driver: bool = False) -> subprocess.CompletedProcess:
     file = write_study(tmp_path, name="stores")
     prelude = "import sys; sys.modules['psycopg'] = None\n" if block_driver else ""  # as if not installed
     code = prelude + ("from cem_ablate.cli.main import main\n"
-                      f"sys.exit(main(['study', {str(file)!r}, '--storage', {storage!r}]))\n")
+                      f"sys.exit(main({['study', str(file), '--storage', storage, *extra]!r}))\n")
     return subprocess.run([sys.executable, "-c", "import sys\n" + code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
 
 
-def assert_one_error_line(proc: subprocess.CompletedProcess, *expected: str) -> None:
+def assert_one_error_line(proc: subprocess.CompletedProcess, *expected: str, key: str = "--storage") -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --storage: "), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: {key}: "), proc.stderr
     for text in expected:
         assert text in lines[0], lines[0]
 
@@ -55,9 +55,24 @@ def test_wrong_password_is_one_line(postgres, tmp_path):
     assert time.monotonic() - start < 60  # refused logins are not retried
 
 
-def test_unreachable_tracking_server_is_one_line_in_seconds():
+def test_unreachable_tracking_server_is_one_line_in_seconds(tmp_path):
     port = rig.free_port()
     start = time.monotonic()
-    with pytest.raises(ConfigError, match=f"--tracking-uri: cannot reach the MLflow server http://127.0.0.1:{port}"):
-        check_tracking_server(f"http://127.0.0.1:{port}", wait_s=0.1)
-    assert time.monotonic() - start < 10  # MLflow's own client retries for ~4 minutes
+    proc = study_cli(tmp_path, f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", f"http://127.0.0.1:{port}")
+    assert_one_error_line(proc, f"cannot reach the MLflow server http://127.0.0.1:{port}", key="--tracking-uri")
+    assert time.monotonic() - start < 60  # MLflow's own client retries for ~4 minutes
+    assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_a_server_that_is_not_mlflow_is_named():
+    """A loopback HTTP server that answers 404 everywhere is not taken for MLflow."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ConfigError, match="HTTP 501 on /health: not an MLflow server"):
+            check_tracking_server(f"http://127.0.0.1:{server.server_port}", wait_s=0.1)
+    finally:
+        server.shutdown()
