@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from cem_ablate.study.progress import changes, snapshot
+from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
 from cem_ablate.study.summary import publish
 from cem_ablate.study.trials import FAILED
@@ -46,10 +47,17 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
     echo(before.line())
     if before.complete:
         echo("every trial is already done")
-    elif workers == 1:
-        _run_here(session, echo)
-    else:
-        _run_workers(session, workers, echo)
+    while True:
+        if not snapshot(session).complete and workers == 1:
+            _run_here(session, echo)
+        elif not snapshot(session).complete:
+            _run_workers(session, workers, echo)
+        # Sequential seeds: a seed more to each unresolved pair, then run those (study.sequential).
+        added = add_seeds(session) if snapshot(session).complete else []
+        for line in added:
+            echo(line)
+        if not added:
+            break
     for variant in session.variants:  # idempotent: parents get the final fit and status
         publish(session, variant)
     after = snapshot(session)

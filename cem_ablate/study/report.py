@@ -1,23 +1,30 @@
 """The study report: a table (printed with rich), markdown and paper-style figures.
 
-Everything is read back from MLflow (`tracking.readback`): parent runs carry lr*,
-ppl*, the edge flag, parameter counts and the fit itself (`fit.json`, computed once by
-`study.summary`: the report never fits again); child runs carry each trial's status
-and final metric.
+Everything is read back from MLflow (`tracking.readback`): parent runs carry the
+parameter counts, the fit (`fit.json`) and the seed statistics with the verdicts
+(`stats.json`), computed once by `study.summary`: the report never fits again; child
+runs carry each trial's status and final metric. The task's metric is named
+throughout (test perplexity, test RMSE, recall error). Only the scaling summary of a
+study with a size axis is computed here, from the logged optima (`study.scaling`).
 
     reports/<study>/report.md
-    reports/<study>/ppl_vs_params.png   (Fig. 2 style)
-    reports/<study>/ppl_vs_lr.png       (Fig. 3a style)
+    reports/<study>/ppl_vs_params.png   (Fig. 2 style: objective* vs parameters)
+    reports/<study>/ppl_vs_lr.png       (Fig. 3a style: objective vs learning rate)
+    reports/<study>/scaling.png         (a size axis: power laws per family)
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from cem_ablate.study.akima import AkimaFit
-from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params
+from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling
+from cem_ablate.study.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
+from cem_ablate.study.seed_report import (
+    DEFINITIONS, delta_text, equivalence_rows, fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines,
+    seeds_to_resolve_text)
+from cem_ablate.study.statistics import Comparison, VariantStatistics
 from cem_ablate.tracking.readback import VariantRecord
 
 
@@ -26,31 +33,28 @@ class ReportRow:
     name: str
     role: str
     params: int | None
-    lr_star: float | None
-    ppl_star: float | None
-    edge: str | None
+    statistics: VariantStatistics | None  # as logged by the study (stats.json)
     baseline: str | None  # name of the baseline variant
-    delta: float | None  # ppl* - baseline ppl*
+    comparison: Comparison | None  # paired Δ vs that baseline
     status: str
     tokens: float | None
     is_baseline: bool = False  # some variant is compared against this one
 
     @property
-    def delta_pct(self) -> float | None:
-        if self.delta is None or self.ppl_star is None or self.ppl_star == self.delta:
-            return None
-        return 100.0 * self.delta / (self.ppl_star - self.delta)
+    def optimum(self):
+        return self.statistics.stats.optimum if self.statistics is not None else None
 
 
-def _status_text(record: VariantRecord) -> str:
+def _status_text(record: VariantRecord, statistics: VariantStatistics | None) -> str:
     counts: dict[str, int] = {}
     for trial in record.trials:
         counts[trial.status] = counts.get(trial.status, 0) + 1
     total = len(record.trials)
     parts = [f"{counts.get('finished', 0)}/{total} finished"]
     parts += [f"{counts[s]} {s}" for s in ("diverged", "failed", "pruned", "running") if counts.get(s)]
-    if record.edge:
-        parts.append(f"lr* at {record.edge} edge")
+    optimum = statistics.stats.optimum if statistics is not None else None
+    if optimum is not None and optimum.edge:  # a one-point grid has no edge
+        parts.append(f"lr* at {optimum.edge} edge")
     return ", ".join(parts)
 
 
@@ -58,50 +62,80 @@ def baseline_keys(records: list[VariantRecord]) -> set[str]:
     return {key for r in records for key in r.baselines.values()} | {r.key for r in records if r.role == "baseline"}
 
 
+def _statistics(record: VariantRecord) -> VariantStatistics | None:
+    return VariantStatistics.from_dict(record.stats) if record.stats else None
+
+
+def _baseline(record: VariantRecord, by_key: dict[str, VariantRecord]) -> tuple[str, VariantRecord] | None:
+    """The first baseline of the record present in the report, with its name in the study file."""
+    return next(((name, by_key[k]) for name, k in record.baselines.items() if k in by_key), None)
+
+
 def build_rows(records: list[VariantRecord]) -> list[ReportRow]:
     by_key = {r.key: r for r in records}
     baselines = baseline_keys(records)
     rows = []
     for r in records:
-        baseline = next((by_key[k] for k in r.baselines.values() if k in by_key), None)
-        delta = None
-        if baseline is not None and r.ppl_star is not None and baseline.ppl_star is not None:
-            delta = r.ppl_star - baseline.ppl_star
-        rows.append(ReportRow(r.name, r.role, r.params_total, r.lr_star, r.ppl_star, r.edge,
-                              baseline.name if baseline else None, delta, _status_text(r),
-                              r.metrics.get("tokens_per_trial"), r.key in baselines))
+        statistics = _statistics(r)
+        base = _baseline(r, by_key)
+        comparison = statistics.comparisons.get(base[0]) if statistics is not None and base else None
+        rows.append(ReportRow(r.name, r.role, r.params_total, statistics, base[1].name if base else None,
+                              comparison, _status_text(r, statistics), r.metrics.get("tokens_per_trial"),
+                              r.key in baselines))
     return rows
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+def metric_of(rows: list[ReportRow]) -> str:
+    """The study's objective, named (every variant of a study has the same task)."""
+    return next((r.statistics.objective for r in rows if r.statistics is not None), "test perplexity")
 
 
-def _delta_text(row: ReportRow) -> str:
-    if row.delta is None:
-        return "(baseline)" if row.is_baseline else "-"
-    pct = row.delta_pct
-    return f"{row.delta:+.3f}" + (f" ({pct:+.1f}%)" if pct is not None else "") + f" vs {row.baseline}"
-
-
-COLUMNS = ("variant", "parameters", "lr*", "ppl*", "Δ vs baseline", "status")
+def columns(metric: str) -> tuple[str, ...]:
+    return ("variant", "parameters", "seeds", "lr* [95%]", f"{metric} at lr* [95%]",
+            "Δ at baseline lr* [95%]", "verdict", "Δ at own lr* [95%]", "seeds to resolve", "status")
 
 
 def row_cells(row: ReportRow) -> list[str]:
-    lr = _fmt(row.lr_star, ".3g") + (" (edge)" if row.edge else "")
-    return [row.name, _fmt(row.params, ","), lr, _fmt(row.ppl_star, ".4g"), _delta_text(row), row.status]
+    cmp = row.comparison
+    main = cmp.at_baseline_optimum if cmp is not None else None
+    own = cmp.at_own_optimum if cmp is not None else None
+    if cmp is None:
+        delta, verdict, own_text = ("(baseline)" if row.is_baseline else "-"), "-", "-"
+    else:
+        delta = delta_text(main) + f" vs {row.baseline}"
+        verdict = cmp.verdict + (f" (own lr*: {own.verdict})" if own is not None and own.verdict != cmp.verdict
+                                 else "")
+        own_text = delta_text(own)
+    n_seeds = str(row.statistics.stats.n_seeds) if row.statistics is not None else "-"
+    return [row.name, fmt(row.params, ","), n_seeds, lr_star_text(row.optimum), objective_star_text(row.optimum),
+            delta, verdict, own_text, seeds_to_resolve_text(main), row.status]
 
 
 def print_table(rows: list[ReportRow], title: str, console=None) -> None:
+    """Three tables on the terminal (one wide row would wrap): optima, Δ and verdicts,
+    mean ± std per learning rate. The markdown has the first two as one table."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
-    for col in COLUMNS:
-        table.add_column(col, justify="right" if col in ("parameters", "lr*", "ppl*") else "left")
+    console = console or Console()
+    metric = metric_of(rows)
+    cols = columns(metric)
+    groups = ((title, (0, 1, 2, 3, 4, 9)), (f"{title}: paired Δ vs baseline ({metric})", (0, 5, 6, 7, 8)))
+    for caption, picked in groups:
+        table = Table(title=caption, title_justify="left")
+        for i in picked:
+            table.add_column(cols[i], justify="right" if cols[i] in ("parameters", "seeds") else "left")
+        for row in rows:
+            cells = row_cells(row)
+            table.add_row(*(cells[i] for i in picked))
+        console.print(table)
+    per_lr = Table(title=f"{metric}: mean ± std over seeds per learning rate", title_justify="left")
+    for col in ("variant", "lr", "seeds", "mean ± std"):
+        per_lr.add_column(col, justify="left" if col == "variant" else "right")
     for row in rows:
-        table.add_row(*row_cells(row))
-    (console or Console()).print(table)
+        for lr_row in row.statistics.stats.by_lr if row.statistics is not None else ():
+            per_lr.add_row(row.name, f"{lr_row.lr:.3g}", str(lr_row.n), mean_std_text(lr_row))
+    console.print(per_lr)
 
 
 def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
@@ -110,34 +144,64 @@ def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
     out = []
     for r in records:
         finished = [(t.lr, t.ppl) for t in r.trials if t.status == "finished" and t.lr and t.ppl is not None]
-        baseline = next((by_key[k] for k in r.baselines.values() if k in by_key), None)
+        base = _baseline(r, by_key)
+        statistics = _statistics(r)
         out.append(SweepSeries(
             name=r.name, is_baseline=r.key in baselines,
             finished=finished, diverged=[t.lr for t in r.trials if t.status == "diverged" and t.lr],
             fit=AkimaFit.from_dict(r.fit) if r.fit else None, params=r.params_total,
             tokens=r.metrics.get("tokens_per_trial"), group=r.labels.get("model.size", ""),
-            baseline_name=baseline.name if baseline else None))
+            baseline_name=base[1].name if base else None,
+            stats=statistics.stats if statistics is not None else None,
+            metric=statistics.objective if statistics is not None else "test perplexity"))
     return out
 
 
-def write_report(records: list[VariantRecord], study_name: str, out_dir: Path) -> Path:
+def scaling_inputs(records: list[VariantRecord]) -> list[ScalingInput]:
+    """Families are the study file's variant names (the `variant` label) across sizes."""
+    by_key = {r.key: r for r in records}
+    out = []
+    for r in records:
+        statistics = _statistics(r)
+        tokens, flops = r.metrics.get("tokens_per_trial"), r.metrics.get("train_flops_per_token")
+        if statistics is None or statistics.stats.optimum is None or not r.params_total or not tokens or not flops:
+            continue
+        base = _baseline(r, by_key)
+        family = r.labels.get("variant", r.name)
+        out.append(ScalingInput(r.name, family, base[1].labels.get("variant", base[1].name) if base else None,
+                                float(r.params_total), float(tokens * flops), statistics.stats,
+                                statistics.stats.optimum.fit.method))
+    return out
+
+
+def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
+                 scaling: ScalingSummary | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = build_rows(records)
+    metric = metric_of(rows)
     series = series_for(records)
-    fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: perplexity vs parameters")
-    fig3 = plot_ppl_vs_lr(series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: perplexity vs learning rate")
-    lines = [f"# Study `{study_name}`", "",
-             "lr* and ppl*: minimum of the Akima interpolation of final test perplexity over "
-             "log2(lr) (SPEC §8); \"edge\" marks an optimum at the end of the sampled range.", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: {metric} vs parameters")
+    fig3 = plot_ppl_vs_lr(series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: {metric} vs learning rate")
+    cols = columns(metric)
+    lines = [f"# Study `{study_name}`", "", DEFINITIONS.format(m=metric), "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(row)) + " |" for row in rows]
-    lines += ["", "## Trials", "", "| variant | lr | seed | status | final metric | reason |", "|---|---|---|---|---|---|"]
+    lines += ["", f"## {metric}: mean ± std over seeds per learning rate", "",
+              "| variant | lr | seeds | mean ± std | per seed |", "|---|---|---|---|---|"]
+    for row in rows:
+        if row.statistics is not None:
+            lines += per_lr_lines(row.name, row.statistics)
+    figures = [f"![{metric} vs parameters]({fig2.name})", "", f"![{metric} vs learning rate]({fig3.name})", ""]
+    if scaling is not None:
+        lines += [""] + scaling_lines(scaling, metric)
+        fig4 = plot_scaling(scaling, out_dir / "scaling.png", metric, title=f"{study_name}: scaling per family")
+        figures += [f"![scaling]({fig4.name})", ""]
+    lines += ["", "## Trials", "", f"| variant | lr | seed | status | {metric} | reason |", "|---|---|---|---|---|---|"]
     for r in records:
         for t in r.trials:
-            lines.append(f"| {r.name} | {_fmt(t.lr, '.3g')} | {t.seed} | {t.status} | {_fmt(t.ppl, '.4g')} | "
+            lines.append(f"| {r.name} | {fmt(t.lr, '.3g')} | {t.seed} | {t.status} | {fmt(t.ppl, '.6g')} | "
                          f"{t.reason.replace('|', '/')} |")
-    lines += ["", "## Figures", "", f"![perplexity vs parameters]({fig2.name})", "",
-              f"![perplexity vs learning rate]({fig3.name})", ""]
+    lines += ["", "## Figures", ""] + figures
     path = out_dir / "report.md"
     path.write_text("\n".join(lines))
     return path
@@ -161,4 +225,21 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     if not records:
         raise ConfigError("STUDY", f"study {study_name!r} has no variant runs in {tracking_uri} yet.")
     print_table(build_rows(records), f"study {study_name}", console)
-    return write_report(records, study_name, out_dir)
+    inputs = scaling_inputs(records)
+    scaling = summarize_scaling(inputs) if has_size_axis(inputs) else None
+    if scaling is not None:
+        print_scaling(scaling, metric_of(build_rows(records)), console)
+    return write_report(records, study_name, out_dir, scaling)
+
+
+def print_scaling(summary: ScalingSummary, metric: str, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"scaling: {metric}* vs parameters / training FLOPs (power law per family)",
+                  title_justify="left")
+    for col in ("variant", "vs family", "axis", "multiplier [95%]", "reading"):
+        table.add_column(col)
+    for cells in equivalence_rows(summary):
+        table.add_row(*cells)
+    (console or Console()).print(table)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from cem_ablate.study.scaling import FLOPS, PARAMS, SATURATING, ScalingSummary
+from cem_ablate.study.scaling import PARAMS, SATURATING, ScalingSummary
 from cem_ablate.study.statistics import LEVEL, Interval, LrStats, Optimum, PairedDelta, VariantStatistics
 
 DEFINITIONS = (
@@ -94,7 +94,15 @@ def scaling_lines(summary: ScalingSummary, metric: str) -> list[str]:
         form = "a·(x/x0)^-b + c" if law.form == SATURATING else "log-log line"
         lines.append(f"| {family} | {axis} | {form} | {law.a:.4g} | {law.b:.3g} | {law.c:.4g} | "
                      f"{fmt(law.x_range[0], '.3g')}–{fmt(law.x_range[1], '.3g')} |")
-    lines += ["", "| variant | vs family | axis | multiplier | reading |", "|---|---|---|---|---|"]
+    lines += ["", "| variant | vs family | axis | multiplier [95%] | reading |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in equivalence_rows(summary)]
+    return lines + [""]
+
+
+
+def equivalence_rows(summary: ScalingSummary) -> list[list[str]]:
+    """variant | vs family | axis | multiplier [95%] | reading."""
+    rows = []
     for eq in summary.equivalences:
         m = eq.multiplier
         if m is None:
@@ -104,7 +112,6 @@ def scaling_lines(summary: ScalingSummary, metric: str) -> list[str]:
             reading = f"matches {eq.baseline_family} at {m:.2f}× {what}"
             if summary.extrapolated(eq):
                 reading += " (extrapolated beyond the sampled sizes)"
-        lines.append(f"| {eq.variant} | {eq.baseline_family} | {eq.axis} | "
-                     f"{fmt(m, '.3f')} {interval_text(eq.interval, '.3f')} | {reading} |")
-    return lines + [""]
-
+        rows.append([eq.variant, eq.baseline_family, eq.axis,
+                     f"{fmt(m, '.3f')} {interval_text(eq.interval, '.3f')}".strip(), reading])
+    return rows

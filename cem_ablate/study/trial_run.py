@@ -23,6 +23,7 @@ from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, KILLED, PRUNED, 
 from cem_ablate.study.variants import Variant
 from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR, FinishedTrial
 from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.run_context import system_metrics
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
 
     start = time.time()
     result, error = None, None
-    with HeartbeatThread(session.storage, trial._trial_id):
+    # System metrics (CPU, memory, GPU with nvidia-ml-py) into the child, by MLflow's own monitor.
+    with HeartbeatThread(session.storage, trial._trial_id), system_metrics(child, session.settings.tracking_uri):
         try:
             result = train_run(cfg, run_dir=run_dir, tracking_uri=session.settings.tracking_uri,
                                experiment=spec.name, mlflow_run_id=child,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
+from cem_ablate.tracking.study_runs import STATS_ARTIFACT
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class VariantRecord:
     start_time: int = 0
     trials: list[TrialRecord] = field(default_factory=list)
     fit: dict | None = None  # the study's fit of this variant (fit.json), as logged
+    stats: dict | None = None  # its seed statistics and verdicts (stats.json), as logged
 
     @property
     def params_total(self) -> int | None:
@@ -113,11 +115,12 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
             start_time=r.info.start_time or 0,
             trials=sorted(by_parent.get(r.info.run_id, []), key=lambda t: (t.lr or 0.0, t.seed or 0)),
             fit=_read_fit(client, r.info.run_id),
+            stats=_read_fit(client, r.info.run_id, STATS_ARTIFACT),
         ))
     return out
 
 
-def _read_fit(client, run_id: str) -> dict | None:
+def _read_fit(client, run_id: str, artifact: str | None = None) -> dict | None:
     import tempfile
 
     from mlflow.exceptions import MlflowException
@@ -126,7 +129,7 @@ def _read_fit(client, run_id: str) -> dict | None:
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = client.download_artifacts(run_id, FIT_ARTIFACT, tmp)
+            path = client.download_artifacts(run_id, artifact or FIT_ARTIFACT, tmp)
         except (MlflowException, OSError):  # no fit yet (no finished trial)
             return None
         with open(path) as f:

@@ -2,11 +2,13 @@
 
 Layout (what the UI shows, and what `readback` reads):
 
-    experiment <study name>             tags: study hash, note = description
+    experiment <study name>             tags: study hash, note = description,
+      |                                 mlflow.experimentKind (the training view)
       run <variant name>                parent: kind=variant, variant key, every axis
         |                               value as tag and param, the whole resolved
         |                               config as params, parameter counts, FLOPs,
-        |                               lr_akima, ppl_akima, akima.png, study.yaml
+        |                               lr_akima, ppl_akima, akima.png, study.yaml,
+        |                               seed aggregates and verdicts (stats.json)
         +- run lr=0.002 seed=0          child (mlflow.parentRunId): kind=trial,
                                         trial key, status, curves from the engine
 
@@ -26,11 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.run_context import source_tags
 from cem_ablate.tracking.store import default_artifact_root, make_client
 
 MAX_PARAM_CHARS = 6000
 BATCH = 100  # MLflow's limit of params per log_batch call
 FIT_ARTIFACT = "fit.json"  # the variant's fit (study.summary), read back by the report
+STATS_ARTIFACT = "stats.json"  # the variant's seed statistics and verdicts (study.summary), likewise
 
 
 @dataclass
@@ -71,7 +75,8 @@ class StudyTracker:
 
         experiment = self.client.get_experiment_by_name(self.experiment_name)
         if experiment is None:
-            tags = {T.STUDY: self.experiment_name, T.NOTE: description or self.experiment_name}
+            tags = {T.STUDY: self.experiment_name, T.NOTE: description or self.experiment_name,
+                    T.EXPERIMENT_KIND: T.TRAINING_KIND}
             root = default_artifact_root(self.tracking_uri)
             location = (root / "artifacts" / self.experiment_name).as_uri() if root is not None else None
             try:
@@ -84,6 +89,8 @@ class StudyTracker:
             if experiment.lifecycle_stage == "deleted":
                 self.client.restore_experiment(experiment.experiment_id)
             self._experiment_id = experiment.experiment_id
+            if T.EXPERIMENT_KIND not in experiment.tags:  # a store written before the tag existed
+                self.client.set_experiment_tag(self._experiment_id, T.EXPERIMENT_KIND, T.TRAINING_KIND)
         if study_hash and (experiment is None or experiment.tags.get(T.STUDY_HASH) != study_hash):
             try:
                 self.client.set_experiment_tag(self._experiment_id, T.STUDY_HASH, study_hash)
@@ -120,7 +127,7 @@ class StudyTracker:
             T.STUDY: self.experiment_name, T.KIND: "variant", T.VARIANT_KEY: info.key,
             T.VARIANT: info.name, T.ROLE: info.role, T.AXES: json.dumps(sorted(info.labels)),
             T.PROGRESS: "running",
-        }
+        } | source_tags()
         tags.update({f"{T.BASELINE_PREFIX}{name}": key for name, key in info.baselines.items()})
         tags.update({label: _text(value) for label, value in info.labels.items()})
         run = self.client.create_run(self.experiment_id(), tags=tags, run_name=info.name)
@@ -139,7 +146,7 @@ class StudyTracker:
 
     def log_variant_summary(self, run_id: str, metrics: Mapping[str, float | None], tags: Mapping[str, str],
                             plot_path: str | None, done: bool, step: int = 0,
-                            fit: Mapping[str, Any] | None = None) -> None:
+                            fit: Mapping[str, Any] | None = None, stats: Mapping[str, Any] | None = None) -> None:
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
@@ -150,6 +157,8 @@ class StudyTracker:
             self.client.log_artifact(run_id, plot_path)
         if fit is not None:
             self.client.log_text(run_id, json.dumps(fit), FIT_ARTIFACT)
+        if stats is not None:
+            self.client.log_text(run_id, json.dumps(stats), STATS_ARTIFACT)
         if done:
             self.client.set_terminated(run_id, "FINISHED")
 
@@ -165,7 +174,7 @@ class StudyTracker:
         # No status tag yet: a child without one is running (readback), and the outcome
         # writer (tracking.outcome) is the only place that sets it.
         all_tags = {T.STUDY: self.experiment_name, T.KIND: "trial", T.TRIAL_KEY: trial_key,
-                    T.PARENT: parent_id} | dict(tags)
+                    T.PARENT: parent_id} | source_tags() | dict(tags)
         return self.client.create_run(self.experiment_id(), tags=all_tags, run_name=name).info.run_id
 
     def log_trial_params(self, run_id: str, params: Mapping[str, Any]) -> None:

@@ -19,5 +19,12 @@ PROGRESS = "cem_ablate.progress"  # a variant's (parent run's) progress: running
 REASON = "cem_ablate.reason"
 REUSED_FROM = "cem_ablate.reused_from"  # a reused trial's child: the original child run's id
 AKIMA_EDGE = "cem_ablate.akima_edge"  # "low" / "high" / "none"
+OBJECTIVE = "cem_ablate.objective"  # the task's metric: test perplexity / test RMSE / recall error
+VERDICT_PREFIX = "cem_ablate.verdict."  # + baseline name -> better / worse / unresolved (at the baseline's lr*)
+VERDICT_OWN_LR_PREFIX = "cem_ablate.verdict_own_lr."  # + baseline name: the same at the variant's own lr*
+# MLflow's own: the UI's experiment kind; "custom_model_development" is its training kind
+# (the "Machine learning" view; mlflow/server/js ExperimentKind enum, MLflow 3.17).
+EXPERIMENT_KIND = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
 PARENT = "mlflow.parentRunId"  # MLflow's own: the UI nests children under it
 NOTE = "mlflow.note.content"
