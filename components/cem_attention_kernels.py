@@ -53,14 +53,22 @@ def flex_attention_available() -> bool:
 FLEX_AVAILABLE = flex_attention_available()  # resolved once: kernel selection runs inside compiled graphs
 
 
-def select_kernel(device_type: str, wide_values: bool = False, flex_available: bool | None = None) -> str:
+# FlexAttention's Triton kernel needs head dims of at least 16 (torch 2.11: "NYI:
+# embedding dimension of the query, key, and value must be at least 16").
+FLEX_MIN_HEAD_DIM = 16
+
+
+def select_kernel(device_type: str, wide_values: bool = False, flex_available: bool | None = None,
+                  head_dim: int | None = None) -> str:
     """The kernel `kernel: auto` runs: flex on CUDA (it has a backward there), blocked
-    elsewhere and for `diag_update: exact`, whose values are D + d wide (untested with
-    flex). `sdpa` is never chosen automatically: it cannot take a KQ diagonal, and on
-    CPU it was not faster than `blocked` without one (benchmarks/README.md)."""
+    elsewhere, for `diag_update: exact`, whose values are D + d wide (untested with
+    flex), and for heads narrower than FlexAttention takes. `sdpa` is never chosen
+    automatically: it cannot take a KQ diagonal, and on CPU it was not faster than
+    `blocked` without one (benchmarks/README.md)."""
     if flex_available is None:
         flex_available = FLEX_AVAILABLE
-    if device_type == "cuda" and flex_available and not wide_values:
+    narrow = head_dim is not None and head_dim < FLEX_MIN_HEAD_DIM
+    if device_type == "cuda" and flex_available and not wide_values and not narrow:
         return "flex"
     return "blocked"
 
@@ -336,14 +344,26 @@ def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
     differentiates such buffers (beta[h]: a gather, e[b, h, i, j]: a dense read).
     e is materialized as (B, 1|K, J, J) in the score precision, read once per score.
     """
-    from torch.nn.attention.flex_attention import flex_attention
-
     heads, j = q.shape[1], q.shape[2]
     k, v = k.to(q.dtype), v.to(q.dtype)  # autocast may leave c-derived values in float32
     sdtype = torch.float32 if _low_precision(q.dtype) else q.dtype
     slopes = alibi_slopes(heads).to(dtype=sdtype, device=q.device)
     beta = self_bias.to(sdtype)
     e = None if qe is None else torch.matmul(qe, ce.unsqueeze(1).transpose(-1, -2)).to(sdtype)  # (B, 1|K, J, J)
+    attend = _flex_with_bias
+    if q.is_cuda and not torch.compiler.is_compiling():
+        attend = _compiled_flex()  # eager flex materializes the scores; inside a compiled graph inductor fuses it
+    return attend(q, k, v, slopes, beta, e, _causal_block_mask(j, q.device), scale)
+
+
+def _flex_with_bias(q, k, v, slopes, beta, e, block_mask, scale):
+    """flex_attention with s + ALiBi + beta [i = j] + e. The bias tensors are arguments,
+    not closure cells of the caller: compiled, this function is then guarded on their
+    shapes and dtypes only, so every layer shares one compiled kernel (closures over
+    each layer's parameters recompiled it per layer, and past dynamo's recompile limit
+    of 8 the rest ran as eager flex, which materializes the scores)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
     e_per_head = e is not None and e.shape[1] > 1
 
     def score_mod(score, b, h, q_idx, kv_idx):
@@ -352,10 +372,7 @@ def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
             score = score + e[b, h if e_per_head else 0, q_idx, kv_idx]
         return score
 
-    attend = flex_attention
-    if q.is_cuda and not torch.compiler.is_compiling():
-        attend = _compiled_flex()  # eager flex materializes the scores; inside a compiled graph inductor fuses it
-    return attend(q, k, v, score_mod=score_mod, block_mask=_causal_block_mask(j, q.device), scale=scale)
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
 def _causal(b, h, q_idx, kv_idx):
@@ -380,6 +397,4 @@ def _causal_block_mask(seq_len: int, device: torch.device):
 
 @functools.cache
 def _compiled_flex():
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(_flex_with_bias, dynamic=False)
