@@ -159,7 +159,8 @@ class CEMAttention(EnergyRecursion):
     def resolved_kernel(self, device: torch.device) -> str:
         if self.kernel != "auto":
             return self.kernel
-        return select_kernel(device.type, wide_values=self.delta is not None and self.diag_update == "exact")
+        return select_kernel(device.type, wide_values=self.delta is not None and self.diag_update == "exact",
+                             head_dim=self.head_dim)
 
     def forward_fast(self, h: torch.Tensor) -> torch.Tensor:
         """The same function through an exact attention kernel (module docstring)."""
