@@ -117,9 +117,14 @@ def test_kernel_selection():
     assert kernels.select_kernel("cuda", wide_values=True, flex_available=True) == "blocked"
     assert kernels.select_kernel("cuda", flex_available=False) == "blocked"
     assert kernels.select_kernel("cpu", flex_available=True) == "blocked"
+    assert kernels.select_kernel("cuda", flex_available=True, head_dim=8) == "blocked"  # flex needs >= 16
+    assert kernels.select_kernel("cuda", flex_available=True, head_dim=16) == "flex"
     cuda = torch.device("cuda")
     if kernels.FLEX_AVAILABLE:
-        assert build_sublayer("attention", {"name": "cem", "kq_diag": "shared"}).resolved_kernel(cuda) == "flex"
+        wide_heads = build_sublayer("attention", {"name": "cem", "kq_diag": "shared"}, d_model=32, n_heads=2)
+        assert wide_heads.resolved_kernel(cuda) == "flex"
+        narrow_heads = build_sublayer("attention", {"name": "cem", "kq_diag": "shared"})  # head dim 8
+        assert narrow_heads.resolved_kernel(cuda) == "blocked"
     exact = build_sublayer("attention", {"name": "cem", "kq_diag": "shared", "diag_update": "exact"})
     assert exact.resolved_kernel(cuda) == "blocked"
     layer = build_sublayer("attention", {"name": "cem", "kernel": "sdpa"})
