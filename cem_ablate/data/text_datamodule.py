@@ -10,7 +10,8 @@ from cem_ablate.data.config import DataConfig
 from cem_ablate.data.datamodule import ResumableDataModule
 from cem_ablate.data.packing import PackedBlocks, TokenCache, build_token_cache, existing_token_cache
 from cem_ablate.data.sources import TextSource, open_text_source, source_fingerprint
-from cem_ablate.data.streaming import StreamedBlocks
+from cem_ablate.data.streaming import (
+    build_stream_cache, single_exchange, stream_fingerprint, stream_tokens_needed, torch_exchange)
 from cem_ablate.data.tokenizer import TextTokenizer, load_tokenizer
 
 STREAM_EVAL_TOKENS = 1_000_000  # tokens kept (and cached) per evaluation split of a stream
@@ -22,7 +23,8 @@ class TextDataModule(ResumableDataModule):
         self.cfg = cfg
         self.source: TextSource | None = None
         self.tokenizer: TextTokenizer | None = None
-        self.cache: TokenCache | None = None
+        self.cache: TokenCache | None = None  # train (offline) or validation/test (streamed) splits
+        self.stream_cache: TokenCache | None = None  # the streamed train split's prefix, built in setup
         self.built_cache = False
 
     def prepare(self) -> None:
@@ -66,7 +68,26 @@ class TextDataModule(ResumableDataModule):
         self.prepare()
 
     def setup(self, stage: str | None = None) -> None:
+        """On every rank, after DDP is up: the streamed train split is tokenized here,
+        1/W of it per rank (`data.streaming`)."""
         self.prepare()
+        if self.cfg.streaming and self.stream_cache is None and stage in (None, "fit"):
+            self.stream_cache = self._build_stream_cache()
+
+    def _build_stream_cache(self) -> TokenCache:
+        import torch.distributed as dist
+
+        rank, world = self.rank_and_world()
+        local_rank = self.trainer.local_rank if self.trainer is not None else 0
+        tokens = stream_tokens_needed(self.total_micro_batches, self.batch_size * world, self.cfg.block_size)
+        distributed = world > 1 and dist.is_available() and dist.is_initialized()
+        return build_stream_cache(
+            self.open_source().splits["train"], self.tokenizer, self.cfg.cache_root,
+            stream_fingerprint(self.source.fingerprint, tokens), tokens,
+            description=f"{self.source.description}, first {tokens:,} training tokens",
+            rank=rank if distributed else 0, world_size=world if distributed else 1, writer=local_rank == 0,
+            exchange=torch_exchange() if distributed else single_exchange,
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -80,12 +101,9 @@ class TextDataModule(ResumableDataModule):
     def train_dataloader(self) -> DataLoader:
         if not self.cfg.streaming:
             return self.train_loader(self.blocks("train"))
-        rank, world = self.rank_and_world()
-        stream = StreamedBlocks(
-            self.source.splits["train"], self.tokenizer, self.cfg.block_size, self.batch_size,
-            self.seed, self.total_micro_batches, start=self.micro_batches_done, rank=rank, world_size=world,
-        )
-        return DataLoader(stream, batch_size=self.batch_size)
+        if self.stream_cache is None:
+            self.setup("fit")
+        return self.train_loader(PackedBlocks(self.stream_cache.tokens("train"), self.cfg.block_size))
 
     def val_dataloader(self) -> DataLoader:
         return self.eval_loader(self.blocks("validation"))
