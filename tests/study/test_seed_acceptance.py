@@ -1,0 +1,118 @@
+"""Issue 11 acceptance on a tiny real study: the report's seed statistics equal an
+independent computation from the trials' final metrics read from MLflow."""
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import optuna
+import pytest
+from scipy import stats
+from scipy.interpolate import Akima1DInterpolator
+
+from cem_ablate.cli.main import main
+from cem_ablate.study.report import build_rows
+from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.readback import read_study
+from cem_ablate.tracking.store import make_client
+from tests.study.tiny_study import write_study
+
+GRID = [1e-3, 4e-3]
+SEEDS = [0, 1, 2]
+
+
+def independent(root, study):
+    """{variant: {lr: {seed: objective}}} from the MLflow children, and the parents."""
+    client = make_client(f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(study)
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = {r.info.run_id: r for r in runs if r.data.tags.get(T.KIND) == "variant"}
+    values = defaultdict(lambda: defaultdict(dict))
+    for r in runs:
+        if r.data.tags.get(T.KIND) == "trial" and r.data.tags.get(T.STATUS) == "finished":
+            name = parents[r.data.tags[T.PARENT]].info.run_name
+            values[name][float(r.data.tags["lr"])][int(r.data.tags["seed"])] = r.data.metrics["objective"]
+    return experiment, {p.info.run_name: p for p in parents.values()}, values
+
+
+def akima_lr_star(by_lr):
+    lrs = sorted(by_lr)
+    means = [np.mean(list(by_lr[lr].values())) for lr in lrs]
+    xs = np.linspace(math.log2(lrs[0]), math.log2(lrs[-1]), 2001)
+    ys = Akima1DInterpolator(np.log2(lrs), means)(xs)
+    return 2.0 ** xs[int(np.argmin(ys))]
+
+
+def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
+    path = write_study(tmp_path, name="seeds3", grid=GRID, corpus=corpus, seeds=SEEDS)
+    assert main(["study", str(path)]) == 0
+    out = capsys.readouterr().out
+    experiment, parents, values = independent(tmp_path, "seeds3")
+    assert sorted(values) == ["cem_attention", "llama"]
+    assert all(sorted(values[v][lr]) == SEEDS for v in values for lr in GRID)
+
+    rows = {r.name: r for r in build_rows(read_study(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", "seeds3"))}
+    report = (tmp_path / "reports" / "seeds3" / "report.md").read_text()
+    for name, by_lr in values.items():
+        statistics = rows[name].statistics
+        assert statistics.objective == "test perplexity"
+        for row in statistics.stats.by_lr:
+            xs = np.array([by_lr[row.lr][s] for s in SEEDS])
+            mean, std = xs.sum() / len(xs), math.sqrt(((xs - xs.mean()) ** 2).sum() / (len(xs) - 1))
+            assert row.n == 3
+            assert row.mean == pytest.approx(mean, rel=1e-6) and row.std == pytest.approx(std, rel=1e-6)
+            assert f"{mean:.4f} ± {std:.4f}" in report
+            metrics = parents[name].data.metrics  # the parent carries the same aggregates for the UI
+            assert metrics[f"lr_{row.lr:g}/mean"] == pytest.approx(mean, rel=1e-6)
+            assert metrics[f"lr_{row.lr:g}/std"] == pytest.approx(std, rel=1e-6)
+        optimum = statistics.stats.optimum
+        assert optimum.lr_star == pytest.approx(akima_lr_star(by_lr), rel=1e-6)
+        assert optimum.lr_interval is not None and optimum.lr_interval.contains(optimum.lr_star)
+        assert optimum.objective_interval.contains(optimum.objective_star)
+
+    # Paired Δ at the grid point nearest (log2) the baseline's lr*, against scipy directly.
+    base_lr_star = akima_lr_star(values["llama"])
+    lr = min(GRID, key=lambda g: abs(math.log2(g) - math.log2(base_lr_star)))
+    v = [values["cem_attention"][lr][s] for s in SEEDS]
+    b = [values["llama"][lr][s] for s in SEEDS]
+    ci = stats.ttest_rel(v, b).confidence_interval(0.95)
+    expected = "better" if ci.high < 0 else "worse" if ci.low > 0 else "unresolved"
+    delta = rows["cem_attention"].comparison.at_baseline_optimum
+    assert delta.lr == lr and delta.n == 3
+    assert delta.delta == pytest.approx(np.mean(np.subtract(v, b)), rel=1e-6)
+    assert (delta.interval.low, delta.interval.high) == pytest.approx((ci.low, ci.high), rel=1e-6)
+    assert delta.verdict == expected and f"| {expected}" in report and expected in out
+    cem = parents["cem_attention"]
+    assert cem.data.tags[T.VERDICT_PREFIX + "llama"] == expected
+    assert cem.data.metrics["delta_vs_llama/low"] == pytest.approx(ci.low, rel=1e-6)
+
+    # MLflow: the training view's kind, MLflow's source tags, system metrics of trials
+    assert experiment.tags[T.EXPERIMENT_KIND] == T.TRAINING_KIND
+    client = make_client(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    children = [r for r in client.search_runs([experiment.experiment_id], max_results=1000)
+                if r.data.tags.get(T.KIND) == "trial"]
+    for run in list(parents.values()) + children:
+        assert len(run.data.tags["mlflow.source.git.commit"]) == 40 and run.data.tags["mlflow.source.type"] == "LOCAL"
+    assert any(k.startswith("system/") for c in children for k in c.data.metrics)
+
+
+def test_sequential_seeds_add_a_seed_only_while_unresolved(tmp_path, corpus, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    seeds = {"min": 2, "max": 3, "until": "resolved"}
+    path = write_study(tmp_path, name="seq", grid=[2e-3], corpus=corpus, seeds=seeds)
+    assert main(["study", str(path), "--no-report"]) == 0
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
+    finished = {}
+    for name in optuna.get_all_study_names(storage):
+        study = optuna.load_study(study_name=name, storage=storage)
+        finished[study.user_attrs["variant"]] = {t.params["seed"]: t.value for t in study.get_trials()
+                                                 if t.state == optuna.trial.TrialState.COMPLETE}
+    v, b = finished["cem_attention"], finished["llama"]
+    assert sorted(v) == sorted(b)  # the pair moves together
+    first = stats.ttest_rel([v[0], v[1]], [b[0], b[1]]).confidence_interval(0.95)
+    resolved_at_two = first.high < 0 or first.low > 0
+    assert sorted(v) == ([0, 1] if resolved_at_two else [0, 1, 2])
+    if not resolved_at_two:
+        assert "a Δ is unresolved, now seeds 0..2 (max 3)" in capsys.readouterr().out
