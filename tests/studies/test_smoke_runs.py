@@ -3,15 +3,12 @@ real Optuna SQLite storage, real MLflow SQLite store, all under a tmp dir).
 
 Two files stand for the rest: one language-model figure (Fig. 2a: a CEM variant and
 its Llama baseline on the offline corpus) and the GP table (eight variants, RMSE
-metric, the seed table of scripts/seed_table.py). Every other file shares their
+metric, named as such in `cem-ablate report`). Every other file shares their
 smoke scale's shape; docs/results.md lists the measured smoke runs of all of them.
 """
 
 from __future__ import annotations
 
-import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -45,7 +42,7 @@ def test_fig2a_smoke_runs_and_reports(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_gp_smoke_runs_and_the_seed_table_reads_rmse(tmp_path, monkeypatch):
+def test_gp_smoke_runs_and_the_report_reads_rmse(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     uri = run_smoke("table3_gp", tmp_path)
     records = read_study(uri, "table3_gp_smoke")
@@ -54,15 +51,14 @@ def test_gp_smoke_runs_and_the_seed_table_reads_rmse(tmp_path, monkeypatch):
         (trial,) = r.trials
         assert trial.status == "finished" and 0.0 < trial.ppl < 10.0  # an RMSE, not a perplexity
     out = tmp_path / "table"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "seed_table.py"), str(ROOT / "studies" / "table3_gp.yaml"),
-                    "--scale", "smoke", "--tracking-uri", uri, "--out", str(out), "--metric", "test RMSE",
-                    "--x", "model.mlp.steps", "--group", "data.gp.kernel"], check=True, capture_output=True)
-    table = (out / "seeds.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith("| gp.kernel=")]
-    assert len(rows) == 8  # one learning rate at the smoke scale: one row per variant, no best-lr table
-    # parameters are the same for every T; forward FLOPs grow with T
-    params = {row.split("|")[2].strip() for row in rows}
+    assert main(["report", str(ROOT / "studies" / "table3_gp.yaml"), "--scale", "smoke", "--tracking-uri", uri,
+                 "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "test RMSE at lr* [95%]" in report and "mean ± std" in report
+    assert "perplexity" not in report and "ppl*" not in report  # the task's metric, named
+    rows = [line for line in report.splitlines() if line.startswith("| gp.kernel=")]
+    assert len(rows) >= 8
+    # parameters are the same for every T (recursion adds compute, not parameters)
+    params = {row.split("|")[2].strip() for row in rows[:8]}
     assert len(params) == 1
-    assert (out / "seeds.png").stat().st_size > 0
-    rmse = [float(row.split("|")[6].split("±")[0]) for row in rows]
-    assert all(math.isfinite(v) and v > 0 for v in rmse)
+    assert (out / "ppl_vs_lr.png").stat().st_size > 0
