@@ -42,7 +42,7 @@ def test_arms_change_one_thing_each():
 def test_cpu_recipe():
     study = expanded("readings")
     config = study.variants[0].run_config(2e-3, 0)
-    assert study.spec.name == "readings_cpu" and list(study.spec.seeds) == [0, 1, 2]
+    assert study.spec.name == "readings_3seeds_cpu" and list(study.spec.seeds) == [0, 1, 2]
     assert study.spec.lr_search.grid == [2e-3]
     assert (config.train.max_steps, config.train.batch_size, config.data.block_size) == (600, 16, 128)
     assert config.model.dims.d_model == 64 and config.model.mlp.name == "llama"
