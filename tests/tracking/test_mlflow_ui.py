@@ -1,0 +1,60 @@
+"""The MLflow UI (3.17) on a study's store, rendered by headless Chromium.
+
+What the UI does with our runs, checked in its DOM: the experiment carries
+`mlflow.experimentKind = custom_model_development`, and its runs table lists the
+variants' parent runs. Two limits of MLflow 3.17.2's UI, read in its bundled JS
+(mlflow/server/js/build): the page kind comes from the `workflowType` URL parameter or
+the browser's stored GenAI/Model-training toggle (default GenAI; the experiment tag is
+not consulted: its feature flag is hard-coded), and the runs table shows only the
+Source/Models/Dataset columns until a user adds metric columns. So the table is opened
+at `?workflowType=machine_learning` (what `cem-ablate ui` prints), and the aggregates
+are checked on the parent runs themselves.
+"""
+
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.server import TrackingServer
+from cem_ablate.tracking.study_runs import StudyTracker, VariantRunInfo
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dom(url: str, profile) -> str:
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+         "--window-size=1600,1000", "--virtual-time-budget=20000", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120).stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install -y chromium)")
+def test_the_ui_lists_parent_runs_with_their_aggregates(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = StudyTracker(uri, "ui_check")
+    experiment = tracker.experiment_id("UI check")
+    for name, objective in (("llama_parent", 13.2), ("cem_attention_parent", 12.4)):
+        run = tracker.create_variant_run(VariantRunInfo(name, name, "variant", {"variant": name}, {}, {}))
+        tracker.log_variant_summary(run, {"objective_star": objective, "n_seeds": 3.0},
+                                    {T.VERDICT_PREFIX + "llama": "better"}, None, done=True)
+    assert tracker.client.get_experiment(experiment).tags[T.EXPERIMENT_KIND] == T.TRAINING_KIND
+    parent = tracker.client.get_run(run).data
+    assert parent.metrics["objective_star"] == 12.4 and parent.tags[T.VERDICT_PREFIX + "llama"] == "better"
+
+    port = free_port()
+    with TrackingServer(uri, "127.0.0.1", port, str(tmp_path / "artifacts")) as server:
+        assert server.wait_ready()
+        base = f"{server.url}/#/experiments/{experiment}"
+        table = dom(f"{base}?workflowType=machine_learning", tmp_path / "profile-ml")
+    assert "llama_parent" in table and "cem_attention_parent" in table  # the runs table, parents listed
