@@ -23,6 +23,8 @@ from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, KILLED, PRUNED, 
 from cem_ablate.study.variants import Variant
 from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR, FinishedTrial
 from cem_ablate.tracking import tags as T
+
+MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
 from cem_ablate.tracking.run_context import system_metrics
 
 
@@ -61,7 +63,10 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
     trials = session.trials[variant.key]
     low, high = spec.lr_search.lr_range
     lr = trial.suggest_float("lr", low, high, log=True)
-    seed = trial.suggest_categorical("seed", list(spec.seeds))
+    # An int range, not the seed list as categorical choices: Optuna refuses a changed
+    # choice list for a stored parameter, so adding a seed to a study file (rerunning
+    # it on the same storage to train only the new seed) would fail.
+    seed = trial.suggest_int("seed", 0, MAX_SEED)
     slot = str(trial.user_attrs.get(SLOT_ATTR))
     cfg = variant.run_config(lr, seed, name=f"{spec.name}.{variant.key}.{slot}")
     trial_key = cfg.trial_key()

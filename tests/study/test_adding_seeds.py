@@ -1,0 +1,29 @@
+"""Adding a seed to a study file and rerunning it trains only the new seed's trials
+(the Optuna studies of the variants are the same: seeds are not part of the variant)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import optuna
+
+from cem_ablate.cli.main import main
+from cem_ablate.study.trials import SLOT_ATTR
+from tests.study.tiny_study import write_study
+
+
+def _complete_slots(root) -> Counter:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'mlruns' / 'optuna.db'}")
+    return Counter(t.user_attrs[SLOT_ATTR] for name in optuna.get_all_study_names(storage)
+                   for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+                   if t.state == optuna.trial.TrialState.COMPLETE)
+
+
+def test_a_second_seed_trains_only_its_trials(tmp_path, corpus, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    one = dict(variants=[{"name": "llama"}], baselines={})
+    assert main(["study", str(write_study(tmp_path, grid=(1e-3,), corpus=corpus, **one)), "--no-report"]) == 0
+    assert _complete_slots(tmp_path) == Counter({"lr=0.001,seed=0": 1})
+    two = write_study(tmp_path, grid=(1e-3,), corpus=corpus, seeds=[0, 1], **one)
+    assert main(["study", str(two), "--no-report"]) == 0
+    assert _complete_slots(tmp_path) == Counter({"lr=0.001,seed=0": 1, "lr=0.001,seed=1": 1})
