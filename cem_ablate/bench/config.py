@@ -24,6 +24,8 @@ class BenchConfig:
     variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
     memory_variants: list[str] = field(default_factory=lambda: list(DEFAULT_MEMORY_VARIANTS))
     sizes: list[str] = field(default_factory=lambda: ["bench"])
+    # timed variants of particular sizes (a subset of `variants`); other sizes time all of them
+    size_variants: dict[str, list[str]] = field(default_factory=dict)
     modes: list[Literal["eager", "compiled"]] = field(default_factory=lambda: ["eager", "compiled"])
     # None: fp32, plus bf16 where the device computes it natively (see `native_bf16`)
     precisions: list[Literal["fp32", "bf16"]] | None = None
@@ -52,6 +54,10 @@ class BenchConfig:
         for i, size in enumerate(self.sizes):
             if size not in SIZES:
                 raise unknown(join(join(path, "sizes"), i), size, SIZES, what="size")
+        for size, names in self.size_variants.items():
+            require(size in self.sizes, join(join(path, "size_variants"), size), f"is not one of sizes {self.sizes}.")
+            extra = [n for n in names if n not in self.variants]
+            require(not extra, join(join(path, "size_variants"), size), f"{extra} are not among variants.")
         for key in ("variants", "memory_variants"):
             labels = [parse_variant(spec, join(join(path, key), i)).label for i, spec in enumerate(getattr(self, key))]
             require(len(labels) == len(set(labels)), join(path, key), f"duplicate variant labels in {labels}.")
@@ -80,14 +86,13 @@ QUICK = {  # `--quick`: seconds, for tests and smoke checks
 # (Lightning's bf16-mixed), eager and compiled, 8 sequences (16k tokens) per step.
 # Targets: Llama compiled MFU, Llama vs HF Llama, CEM attention T = 1 and every T = 2
 # variant vs Llama (the latter against its FLOP-bound ratio), T = 8 checkpointed
-# memory vs T = 1 (results.GPU_TARGETS). `cem_attn_t1_blocked` is CEM attention on
-# the blocked kernel, the kernel that runs where FlexAttention is not used
-# (`diag_update: exact`), beside the same layer on flex (`cem_attn_t1`).
+# memory vs T = 1 (results.GPU_TARGETS).
 GPU = {
     "device": "cuda", "sizes": ["86M", "162M"], "seq_len": 2048, "batch_size": 8, "precisions": ["bf16"],
     "modes": ["eager", "compiled"], "warmup_steps": 2, "repeats": 5, "steps_per_sample": 2,
-    "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_attn_t2", "cem_mlp_t1", "cem_mlp_t2", "cem_full_t2",
-                 "cem_attn_t1_blocked"],
+    "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_attn_t2", "cem_mlp_t1", "cem_mlp_t2", "cem_full_t2"],
+    # 162M: the references, CEM attention T = 1 and full CEM T = 2 (every compile costs 10-30 s)
+    "size_variants": {"162M": ["hf_llama", "llama", "cem_attn_t1", "cem_full_t2"]},
     "memory_variants": ["cem_full_t1", "cem_full_t8_ckpt"],
 }
 

@@ -225,7 +225,7 @@ def evaluate_gpu_targets(rows: list[Row], sizes: list[str], precision: str = "bf
             key = (size, mode, precision)
             for variant, reference, threshold, modes in GPU_SPEED_TARGETS:
                 row = _find(rows, variant, key)
-                if row is not None and mode in modes:
+                if row is not None and mode in modes and _find(rows, reference, key) is not None:
                     out.append(_speed_target(f"{size}: {variant} / {reference} tokens/s, {mode}", rows, row,
                                              reference, threshold))
             for row in rows:

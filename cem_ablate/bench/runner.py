@@ -157,8 +157,11 @@ def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, 
     elif cfg.precisions is None and precisions == ["fp32"]:
         log("[bench] fp32 only: this device has no native bf16 (ask for it with --precisions fp32 bf16)")
     meta["attention_kernels"] = {v.label: attention_kernel(v, device) for v in timed + memory}
+    _raise_recompile_limits()
     rows: list[Row] = []
     for size in cfg.sizes:
+        sized = [v for v in timed if v.label in cfg.size_variants[size]] if size in cfg.size_variants else timed
+        torch._dynamo.reset()  # each size compiles its own graphs; nothing carries over
         for precision in precisions:
             meter = PeakMeter(device, precision, cached=cfg.peak == "cached")
             generator = torch.Generator().manual_seed(cfg.seed)
@@ -166,8 +169,8 @@ def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, 
             batch = batch.to(device)
             log(f"[bench] size {size}, {precision}")
             group: list[Row] = []
-            if timed:
-                group += _run_timed(timed, cfg, size, precision, device, meter, batch, log)
+            if sized:
+                group += _run_timed(sized, cfg, size, precision, device, meter, batch, log)
             for variant in memory:
                 group += _run_memory_only(variant, cfg, size, precision, device, batch, log)
             for row in group:
@@ -180,19 +183,50 @@ def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, 
     return rows, meta
 
 
+def _raise_recompile_limits(limit: int = 64) -> None:
+    """One bench process compiles many models whose blocks share `Block.forward`, and
+    dynamo counts recompiles per code object: past its limit (8) it would run the
+    remaining variants' blocks eagerly, unannounced, and time the wrong thing."""
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), limit))
+
+
+def _graphs_compiled() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> list[Row]:
+    import time
+
     cases = build_cases(variants, cfg.modes, cfg, size, precision, device)
     for case in cases:
         if case.step is None:
             continue
+        graphs = _graphs_compiled()
         seconds = _safely(case, lambda: warm_up(case.step, batch, cfg.warmup_steps), log)
         if seconds is not None:
             case.row.warmup_s = seconds
-            log(f"  warm-up {case.row.variant:<22} {case.row.mode:<8} {seconds:6.1f} s")
+            log(f"  warm-up {case.row.variant:<22} {case.row.mode:<8} {seconds:6.1f} s  "
+                f"({_graphs_compiled() - graphs} graphs compiled)")
     live = [c for c in cases if c.step is not None]
+    graphs, round_start = _graphs_compiled(), [time.perf_counter()]
+
+    def on_round(r: int) -> None:
+        meter.sample()
+        now = time.perf_counter()
+        log(f"  timed round {r + 1}/{cfg.repeats}: {now - round_start[0]:.1f} s")
+        round_start[0] = now
+
     with CPUContention() as contention:
         timings = time_interleaved([c.step for c in live], batch, cfg.repeats, cfg.steps_per_sample,
-                                   on_round=lambda r: (meter.sample(), log(f"  timed round {r + 1}/{cfg.repeats}")))
+                                   on_round=on_round)
+    if (recompiled := _graphs_compiled() - graphs) > 0:
+        log(f"  warning: {recompiled} graphs were compiled while timing (recompilation): those steps are slow")
     if contention.share is not None:
         log(f"  CPU contention while timing: {contention.share:.0%} of the time a task waited for a CPU")
     for case in cases:

@@ -37,7 +37,9 @@ def decay_groups(model: nn.Module, weight_decay: float = WEIGHT_DECAY) -> list[d
 
 def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """The model's forward with every block compiled (fullgraph) and shared weights."""
-    blocks = [torch.compile(block, fullgraph=True) for block in model.blocks]
+    # dynamic=False: a run compiles one model at one shape; without it, a bench that
+    # compiles several sizes in one process would get shape-generic (slower) graphs.
+    blocks = [torch.compile(block, fullgraph=True, dynamic=False) for block in model.blocks]
 
     def forward(input_ids: torch.Tensor) -> torch.Tensor:
         h = model.embed_tokens(input_ids)

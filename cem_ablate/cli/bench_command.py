@@ -64,6 +64,10 @@ def config_mapping(args: argparse.Namespace) -> dict:
             mapping[key] = value
     if args.no_tune_allocator:
         mapping["tune_allocator"] = False
+    if "size_variants" in mapping:  # a preset's per-size subsets follow the sizes and variants asked for
+        sizes, variants = mapping.get("sizes", []), mapping.get("variants", [])
+        mapping["size_variants"] = {size: [v for v in names if v in variants]
+                                    for size, names in mapping["size_variants"].items() if size in sizes}
     return mapping
 
 

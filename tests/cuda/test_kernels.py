@@ -9,16 +9,21 @@ The reference is the explicit-scores path in float64 on the same GPU.
 
 fp32: max |fast - ref| <= 1e-4 x max(1, max |ref|) per tensor (TF32 off).
 
+Weights: the CPU tests draw every parameter at std 0.3, which at T = 4 makes the
+layer so ill-conditioned (input gradients up to ~2e3 at D 64, ~2e4 at D 168) that
+fp32 rounding alone moves gradients by 2-4e-4 of their maximum in *every* path,
+flex and blocked alike (measured on an H100), and bf16 moves the reference path's
+own gradients by 30-130% (measured on CPU): comparisons at that scale test the
+conditioning, not the kernels. Here weights are drawn at std 0.09 (x 0.3), where
+the function is well conditioned and both paths land near 0.5% in bf16.
+
 bf16 (autocast, as `bf16-mixed` trains): bf16 keeps 8 significant bits, so every
 matmul input is rounded by up to 2^-9 relative, and the errors of T steps and of
 the backward's products add up to ~1e-2 relative, for the reference math itself
 in bf16 just as for the kernels. A kernel is held to what bf16 allows, not to an
 absolute number: its relative error ||fast - ref64|| / ||ref64|| must be at most
 3x the reference path's own bf16 error, or 2e-2 when that is smaller (the SDPA path
-also rounds the ALiBi + self-bias mask to bf16, which SDPA requires). bf16 cases
-shrink the random weights from std 0.3 to 0.09: at 0.3, T = 4 is so ill-conditioned
-that bf16 moves the reference path's own gradients by 30-130% (measured on CPU),
-which would make any comparison vacuous; at 0.09 both paths land near 0.5%.
+also rounds the ALiBi + self-bias mask to bf16, which SDPA requires).
 """
 
 from __future__ import annotations
@@ -64,10 +69,10 @@ ATTENTION_CASES = [
 ]
 
 
-BF16_WEIGHT_SCALE = 0.3
+WEIGHT_SCALE = 0.3  # std 0.3 -> 0.09: well conditioned at T = 4 (module docstring)
 
 
-def layers(kind: str, sub: dict, dims=DIMS, weight_scale: float = 1.0):
+def layers(kind: str, sub: dict, dims=DIMS, weight_scale: float = WEIGHT_SCALE):
     """(fast fp32, reference fp64) CUDA copies of one randomized sublayer."""
     fast = build_sublayer(kind, {**sub, "impl": "fast"}, **dims)
     with torch.no_grad():
@@ -119,7 +124,7 @@ def assert_bf16_close(fast: dict, ref_bf16: dict, ref: dict):
 
 
 def check(kind: str, sub: dict, precision: str, dims=DIMS, seq=SEQ, expect_kernel=None):
-    fast, ref = layers(kind, sub, dims, weight_scale=1.0 if precision == "fp32" else BF16_WEIGHT_SCALE)
+    fast, ref = layers(kind, sub, dims)
     if expect_kernel is not None:
         assert fast.resolved_kernel(CUDA) == expect_kernel
     h = stream(dims["d_model"], seq)
@@ -140,9 +145,10 @@ def test_attention_kernel_equals_reference(kq, update, steps, kernel, precision,
     check("attention", sub, precision, expect_kernel=kernel)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("kernel,kq", [("flex", "shared"), ("flex", "per_head"), ("blocked", "shared"),
-                                       ("sdpa", "none")])
+@pytest.mark.parametrize("kernel,kq,precision", [
+    ("flex", "shared", "fp32"), ("flex", "shared", "bf16"), ("flex", "per_head", "bf16"),  # a flex compile each
+    ("blocked", "shared", "fp32"), ("blocked", "shared", "bf16"), ("sdpa", "none", "fp32"), ("sdpa", "none", "bf16"),
+])
 def test_kernels_at_the_86m_head_dim(kernel, kq, precision, exact_fp32):
     """Head dim 84 (86M: D 672, 8 heads): not a power of two, nor a multiple of 16
     bytes in bf16 (SDPA pads it); J = 130 spans two 128-row flex blocks."""

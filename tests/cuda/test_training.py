@@ -5,6 +5,11 @@
 - a 2-step study trial end to end (Optuna queue -> worker process -> MLflow runs);
 - NCCL: a one-rank process group all-reduces on the GPU (what DDP on GPUs starts);
 - peak memory from `torch.cuda.max_memory_allocated`, as the bench reports it.
+
+The runs train on the synthetic MQAR task (in memory): text sources read files
+through Hugging Face `datasets`, which the GPU image lacks and which would need a
+newer pyarrow carried along (scripts/gpu_env.sh); the data path is the same on CPU
+and GPU and is tested on CPU.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import yaml
 
 from cem_ablate import registry
 from tests.data.conftest import isolated_cache  # noqa: F401  (session-wide autouse fixture)
-from tests.study.conftest import corpus  # noqa: F401
 from tests.study.tiny_study import write_study
 from tests.training.helpers import RecordLosses, tiny_run
 
@@ -42,18 +46,22 @@ def sublayer(kind: str, name: str) -> dict:
 COMBINATIONS = [(a, m) for a in registry.names("attention") for m in registry.names("mlp")]
 
 
-def run_config(name: str, corpus, **train) -> dict:
+MQAR = {"task": "mqar", "block_size": 64,
+        "mqar": {"vocab_size": 128, "num_kv_pairs": 8, "n_train": 2000, "n_val": 64, "n_test": 64}}
+
+
+def run_config(name: str, **train) -> dict:
     cfg = tiny_run(name=name, max_steps=STEPS, val_every_n_steps=STEPS, val_batches=2, test_batches=2,
                    ckpt_every_n_steps=STEPS, log_every_n_steps=1, **train)
-    cfg["data"]["source"] = str(corpus)
+    cfg["data"] = dict(MQAR)
     return cfg
 
 
 @pytest.mark.parametrize("attention,mlp", COMBINATIONS)
-def test_bf16_mixed_training_of_every_sublayer_pair(attention, mlp, tmp_path, corpus):
+def test_bf16_mixed_training_of_every_sublayer_pair(attention, mlp, tmp_path):
     from cem_ablate.training.engine import train_run
 
-    cfg = run_config(f"cuda-{attention}-{mlp}", corpus)
+    cfg = run_config(f"cuda-{attention}-{mlp}")
     cfg["model"].update(attention=sublayer("attention", attention), mlp=sublayer("mlp", mlp))
     losses = RecordLosses()
     torch.cuda.reset_peak_memory_stats()
@@ -65,7 +73,7 @@ def test_bf16_mixed_training_of_every_sublayer_pair(attention, mlp, tmp_path, co
     assert result.status == "finished", result.error
     values = [losses.losses[s] for s in sorted(losses.losses)]
     assert len(values) == STEPS and all(math.isfinite(v) for v in values)
-    assert sum(values[-5:]) < 0.9 * sum(values[:5])  # learning, not noise
+    assert sum(values[-5:]) < 0.95 * sum(values[:5])  # learning: MQAR drops ~10% in 30 steps (CPU run)
     assert math.isfinite(result.test_loss) and result.tokens_per_sec > 0
     assert 0 < result.mfu < 1  # the GPU's peak came from the peak table
     assert peak > result.params * 4  # at least the fp32 weights lived on the GPU
@@ -77,10 +85,10 @@ def cli(*args, cwd, env_cache):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_cem_ablate_train_on_one_gpu(tmp_path, corpus, isolated_cache):
+def test_cem_ablate_train_on_one_gpu(tmp_path, isolated_cache):
     from mlflow import MlflowClient
 
-    cfg = run_config("cuda-cli", corpus, devices=1)
+    cfg = run_config("cuda-cli", devices=1)
     cfg["model"].update(attention=sublayer("attention", "cem"), mlp=sublayer("mlp", "cem"))
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -93,13 +101,16 @@ def test_cem_ablate_train_on_one_gpu(tmp_path, corpus, isolated_cache):
     runs = client.search_runs([client.get_experiment_by_name("cuda-cli").experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert "train_loss" in runs[0].data.metrics
-    assert "GPU available: True (cuda)" in done.stderr + done.stdout  # Lightning trained on the GPU
+    assert "GPU available: True (cuda), used: True" in done.stderr + done.stdout  # Lightning trained on the GPU
 
 
-def test_two_step_study_trial_end_to_end(tmp_path, corpus, isolated_cache):
+def test_two_step_study_trial_end_to_end(tmp_path, isolated_cache):
     from mlflow import MlflowClient
 
-    path = write_study(tmp_path, name="cudastudy", grid=(2e-3,), max_steps=2, corpus=corpus)
+    path = write_study(tmp_path, name="cudastudy", grid=(2e-3,), max_steps=2)
+    study = yaml.safe_load(path.read_text())
+    study["base"]["data"] = dict(MQAR, block_size=32)
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
     done = cli("study", path, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", uri,
                "--workdir", tmp_path / "studies", "--no-report", cwd=tmp_path, env_cache=isolated_cache)
