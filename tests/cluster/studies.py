@@ -10,7 +10,11 @@ from pathlib import Path
 from tests.cluster import rig
 from tests.study.tiny_study import write_study
 
-HEARTBEAT_S, GRACE_S = 1, 4  # a dead host's trial is retried ~4 s after its last heartbeat
+# A dead host's trial is retried GRACE_S after its last heartbeat. Not shorter: a
+# worker's first heartbeat after claiming a trial can be seconds late on a loaded
+# machine (the trial's MLflow child and imports come first), and a live trial taken
+# for dead is trained twice.
+HEARTBEAT_S, GRACE_S = 2, 20
 
 
 def study_command(file: Path, storage: str, tracking_uri: str, workdir: Path) -> list[str]:
