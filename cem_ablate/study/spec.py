@@ -62,7 +62,7 @@ class LrSearchConfig:
                     f"holds a learning rate twice: {self.grid}.")
             for key in ("low", "high", "n_trials"):
                 require(getattr(self, key) is None, join(path, key),
-                        f"only applies to method tpe or random, not grid.")
+                        "only applies to method tpe or random, not grid.")
             return
         for key in ("low", "high", "n_trials"):
             require(getattr(self, key) is not None, join(path, key),
