@@ -340,9 +340,13 @@ def _efficient_backward(grad_out, q, k, v, out, lse, mask, extra, scale):
 def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
     """FlexAttention (GPU training; CPU forward only): ALiBi, beta and e in a score_mod.
 
-    beta and e reach the kernel as captured tensors that require grad; FlexAttention
-    differentiates such buffers (beta[h]: a gather, e[b, h, i, j]: a dense read).
-    e is materialized as (B, 1|K, J, J) in the score precision, read once per score.
+    e reaches the kernel as a captured (B, 1|K, J, J) tensor in the score precision
+    that FlexAttention differentiates itself (a dense read, scattered back per score).
+    beta goes in detached, and its exact gradient is added outside the kernel from
+    the diagonal probabilities p_iik = exp(s_iik - logsumexp_i) (`_SelfBiasGradient`):
+    as a captured buffer, beta[h] made the backward kernel scatter every one of the
+    B·K·J²/2 scores into K addresses, and an 86M CEM attention step took seconds
+    (H100, torch 2.11).
     """
     heads, j = q.shape[1], q.shape[2]
     k, v = k.to(q.dtype), v.to(q.dtype)  # autocast may leave c-derived values in float32
@@ -353,15 +357,41 @@ def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
     attend = _flex_with_bias
     if q.is_cuda and not torch.compiler.is_compiling():
         attend = _compiled_flex()  # eager flex materializes the scores; inside a compiled graph inductor fuses it
-    return attend(q, k, v, slopes, beta, e, _causal_block_mask(j, q.device), scale)
+    out, lse = attend(q, k, v, slopes, beta.detach(), e, _causal_block_mask(j, q.device), scale)
+    if not (torch.is_grad_enabled() and self_bias.requires_grad):
+        return out
+    with torch.no_grad():  # s_iik as the kernel scored it (ALiBi is 0 on the diagonal)
+        s_diag = scale * (q * k).sum(-1, dtype=sdtype) + beta[:, None]
+        if qe is not None:
+            s_diag = s_diag + (qe * ce.unsqueeze(1)).sum(-1, dtype=sdtype)
+    return _SelfBiasGradient.apply(out, s_diag, lse.detach(), v.detach(), beta)
+
+
+class _SelfBiasGradient(torch.autograd.Function):
+    """Identity on the attention output whose backward adds the exact self-bias gradient
+    dL/dbeta_k = Σ_{b,i} p_iik (dO_i · v_i - dO_i · O_i) (the diagonal of dS)."""
+
+    @staticmethod
+    def forward(ctx, out, s_diag, lse, v, beta):
+        ctx.save_for_backward(out.detach(), s_diag, lse, v)
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        out, s_diag, lse, v = ctx.saved_tensors
+        sdtype = s_diag.dtype
+        p_diag = torch.exp(s_diag - lse.to(sdtype))
+        ds_diag = p_diag * ((grad_out * v).sum(-1, dtype=sdtype) - (grad_out * out).sum(-1, dtype=sdtype))
+        return grad_out, None, None, None, ds_diag.sum((0, 2))
 
 
 def _flex_with_bias(q, k, v, slopes, beta, e, block_mask, scale):
-    """flex_attention with s + ALiBi + beta [i = j] + e. The bias tensors are arguments,
-    not closure cells of the caller: compiled, this function is then guarded on their
-    shapes and dtypes only, so every layer shares one compiled kernel (closures over
-    each layer's parameters recompiled it per layer, and past dynamo's recompile limit
-    of 8 the rest ran as eager flex, which materializes the scores)."""
+    """flex_attention with s + ALiBi + beta [i = j] + e, returning (out, logsumexp).
+    The bias tensors are arguments, not closure cells of the caller: compiled, this
+    function is then guarded on their shapes and dtypes only, so every layer shares one
+    compiled kernel (closures over each layer's parameters recompiled it per layer,
+    and past dynamo's recompile limit of 8 the rest ran as eager flex, which
+    materializes the scores)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     e_per_head = e is not None and e.shape[1] > 1
@@ -372,7 +402,22 @@ def _flex_with_bias(q, k, v, slopes, beta, e, block_mask, scale):
             score = score + e[b, h if e_per_head else 0, q_idx, kv_idx]
         return score
 
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    if _AUX_REQUEST is not None:
+        out, aux = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                  return_aux=_AUX_REQUEST(lse=True))
+        return out, aux.lse
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_lse=True)
+
+
+def _aux_request():
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:  # torch < 2.9: return_lse=True
+        return None
+    return AuxRequest
+
+
+_AUX_REQUEST = _aux_request() if FLEX_AVAILABLE else None
 
 
 def _causal(b, h, q_idx, kv_idx):
