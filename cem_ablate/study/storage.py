@@ -38,6 +38,7 @@ from cem_ablate.config import ConfigError
 SQLITE_TIMEOUT_S = 120
 CONNECT_TIMEOUT_S = 5  # per attempt, for server databases
 CONNECT_ATTEMPTS = 3  # a server that is still starting gets ~10 s
+SCHEMA_ATTEMPTS = 4  # opening a fresh database from several machines at once
 # SQLAlchemy 2.x dialect -> (module it imports, what to install)
 DRIVERS = {
     "postgresql": ("psycopg", "pip install 'cem-ablate[postgres]'"),
@@ -148,15 +149,25 @@ def open_storage(settings: StorageSettings):
         check_driver(settings.url)
         check_server(settings.url)
         engine_kwargs = _engine_kwargs(settings.url)
-    try:
-        return optuna.storages.RDBStorage(
-            settings.url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=settings.heartbeat_interval,
-            grace_period=settings.grace_period,
-        )
-    except (ImportError, ValueError) as err:
-        raise ConfigError("--storage", f"cannot open {shown_url(settings.url)}: {_first_line(err)}") from None
+    import sqlalchemy
+
+    for attempt in range(SCHEMA_ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(
+                settings.url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=settings.heartbeat_interval,
+                grace_period=settings.grace_period,
+            )
+        except (ImportError, ValueError) as err:
+            raise ConfigError("--storage", f"cannot open {shown_url(settings.url)}: {_first_line(err)}") from None
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            # Machines opening a fresh database at once race to create Optuna's tables
+            # (PostgreSQL: UniqueViolation on pg_type); the loser finds them made.
+            if attempt + 1 == SCHEMA_ATTEMPTS:
+                raise
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

@@ -76,3 +76,23 @@ def test_a_server_that_is_not_mlflow_is_named():
             check_tracking_server(f"http://127.0.0.1:{server.server_port}", wait_s=0.1)
     finally:
         server.shutdown()
+
+
+def _open(url: str) -> None:
+    from cem_ablate.study.storage import StorageSettings, open_storage
+
+    open_storage(StorageSettings(url)).engine.dispose()
+
+
+def test_machines_opening_a_fresh_database_at_once(postgres):
+    """Each opener creates Optuna's tables if missing: concurrent creators race
+    (PostgreSQL: UniqueViolation), the losers must find the tables and go on."""
+    import multiprocessing
+
+    import psycopg
+
+    admin = postgres.url("postgres", user="postgres", host="127.0.0.1")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE fresh OWNER {rig.PG_USER}")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_open, [postgres.url("fresh", host="127.0.0.1")] * 4)  # raises if any opener failed
