@@ -23,6 +23,7 @@ from pathlib import Path
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
+from cem_ablate.study.storage import shown_url
 from cem_ablate.study.summary import publish
 from cem_ablate.study.trials import FAILED
 from cem_ablate.study.variants import ExpandedStudy
@@ -43,7 +44,7 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
     session.prepare()
     before = snapshot(session)
     echo(f"study {expanded.spec.name}: {len(session.variants)} variants, {before.total} trials; "
-         f"storage {settings.storage.url}; tracking {settings.tracking_uri}")
+         f"storage {shown_url(settings.storage.url)}; tracking {shown_url(settings.tracking_uri)}")
     echo(before.line())
     if before.complete:
         echo("every trial is already done")
