@@ -227,7 +227,7 @@ class _Session:
         from cem_ablate.tracking.training_run import log_outcome
 
         try:
-            log_outcome(self.logger, result.status, result.error, result.outcome_metrics(), result.steps)
+            log_outcome(self.logger, result.status, result.error, result.summary_metrics(), result.steps)
         except Exception as err:  # noqa: BLE001 - the result stands even if the store is busy
             print(f"warning: could not record the outcome in MLflow: {err}", file=sys.stderr)
 

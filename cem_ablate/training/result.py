@@ -41,15 +41,20 @@ class TrainResult:
             return 1.0 - self.recall_accuracy
         return self.test_ppl
 
-    def outcome_metrics(self) -> dict[str, float | None]:
-        """The final numbers a run's tracking record carries (non-finite ones are dropped
-        by the writer): the objective, the task's metrics and the run's throughput."""
-        return {"objective": self.objective if self.status == "finished" else None,
-                "test_ppl": self.test_ppl, "val_ppl": self.val_ppl, "test_loss": self.test_loss,
-                "val_loss": self.val_loss, "test_rmse": self.rmse, "test_recall_acc": self.recall_accuracy,
-                "params": self.params, "flops_per_token": self.flops_per_token,
+    def summary_metrics(self) -> dict[str, float | None]:
+        """What a run adds to its own curves when it ends (size and throughput)."""
+        return {"params": self.params, "flops_per_token": self.flops_per_token,
                 "tokens_per_sec_mean": self.tokens_per_sec, "mfu_mean": self.mfu, "steps": self.steps,
                 "diverged_step": self.diverged_step}
+
+    def outcome_metrics(self) -> dict[str, float | None]:
+        """The final numbers of a study's trial record (non-finite ones are dropped by
+        the writer): the summary, the objective and the task's final metrics, so a
+        trial's child run answers the report without reading curves."""
+        return self.summary_metrics() | {
+            "objective": self.objective if self.status == "finished" else None,
+            "test_ppl": self.test_ppl, "val_ppl": self.val_ppl, "test_loss": self.test_loss,
+            "val_loss": self.val_loss, "test_rmse": self.rmse, "test_recall_acc": self.recall_accuracy}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN becomes None."""

@@ -91,9 +91,9 @@ def test_bad_config_is_one_line_and_touches_nothing(tmp_path, isolated_cache):
 
 def test_dry_run_prints_the_plan(tmp_path, isolated_cache):
     config = write_config(tmp_path / "plan.yaml")
-    done = cli(config, "model.size=86M", "train.max_steps=null", "train.token_budget=chinchilla", "--dry-run",
-               cwd=tmp_path, env_cache=isolated_cache)
+    done = cli(config, "model.size=86M", "model.vocab_size=32000", "train.max_steps=null",
+               "train.token_budget=chinchilla", "--dry-run", cwd=tmp_path, env_cache=isolated_cache)
     assert done.returncode == 0, done.stderr
-    assert "1,727,429,760 tokens (chinchilla" in done.stdout  # 20 x 86,371,488
+    assert "1,727,429,760 tokens (chinchilla" in done.stdout  # 20 x 86,371,488 (the paper's vocabulary)
     assert "parameters:" in done.stdout and "training FLOPs" in done.stdout
     assert not (tmp_path / "runs").exists()
