@@ -9,8 +9,9 @@
 # The list is the dependency closure of optuna and mlflow-skinny (SQLite tracking
 # store: SQLAlchemy + alembic) minus what the image already has, resolved with
 # `pip install --dry-run --report --python-version 3.12 --only-binary=:all:`.
-# `datasets` is left out: only Hugging Face sources import it, and the GPU check
-# trains on local text. cem-ablate itself is not installed: the repo root goes on
+# `datasets` is left out: every text source (stdlib, local files, Hub) loads through
+# it, and datasets 5.2 needs pyarrow >= 24 (a 40 MB wheel, past the device tool's
+# 64 MiB carry limit with the rest); the GPU check trains on the in-memory MQAR task. cem-ablate itself is not installed: the repo root goes on
 # PYTHONPATH, and a dist-info with the package's entry points (the registry finds
 # the built-in components through them) goes into /tmp/site.
 
