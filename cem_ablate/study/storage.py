@@ -15,18 +15,22 @@ A server storage is checked when opened: a missing driver names the extra to ins
 an unreachable server or refused login is one line (password hidden), tried a few
 times over ~10 s first so a server still starting is waited for. Pooled connections
 are pinged before use, so a database server that restarted between two queries of a
-long trial costs nothing; one that is down when a worker writes stops that worker
-(its trial goes stale and is retried; a finished run's result in its run folder is
-picked up again, not retrained).
+long trial costs nothing. A server that goes away mid-study is waited for: every
+storage call retries for up to OUTAGE_S, saying so once on stderr; past that the
+worker stops with one `error: --storage:` line. Nothing is lost either way: a trial
+whose result could not be recorded keeps it in its run folder, and the rerun study
+records it without training it again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import importlib
 import os
 import sqlite3
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -39,6 +43,8 @@ SQLITE_TIMEOUT_S = 120
 CONNECT_TIMEOUT_S = 5  # per attempt, for server databases
 CONNECT_ATTEMPTS = 3  # a server that is still starting gets ~10 s
 SCHEMA_ATTEMPTS = 4  # opening a fresh database from several machines at once
+OUTAGE_S = 120  # how long a worker waits for a database server that went away mid-study
+OUTAGE_RETRY_S = 2.0
 # SQLAlchemy 2.x dialect -> (module it imports, what to install)
 DRIVERS = {
     "postgresql": ("psycopg", "pip install 'cem-ablate[postgres]'"),
@@ -151,9 +157,10 @@ def open_storage(settings: StorageSettings):
         engine_kwargs = _engine_kwargs(settings.url)
     import sqlalchemy
 
+    storage_class = optuna.storages.RDBStorage if db is not None else outage_tolerant_storage()
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
-            return optuna.storages.RDBStorage(
+            return storage_class(
                 settings.url,
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=settings.heartbeat_interval,
@@ -168,6 +175,59 @@ def open_storage(settings: StorageSettings):
                 raise
             time.sleep(1.0 + attempt)
     raise AssertionError("unreachable")
+
+
+def _waits_out_outages(method, name: str):
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        import sqlalchemy
+
+        first_failure = None
+        while True:
+            try:
+                result = method(self, *args, **kwargs)
+            except Exception as raised:  # noqa: BLE001 - only connection failures are retried
+                # Connection refused / dropped / timed out, bare or as Optuna wraps it
+                # (StorageInternalError from the OperationalError).
+                err = raised if isinstance(raised, sqlalchemy.exc.OperationalError) else raised.__cause__
+                if not isinstance(err, sqlalchemy.exc.OperationalError):
+                    raise
+                now = time.monotonic()
+                if first_failure is None:
+                    first_failure = now
+                    print(f"storage {shown_url(self.url)} unreachable ({_first_line(err.orig)}); "
+                          f"retrying for up to {OUTAGE_S} s", file=sys.stderr, flush=True)
+                if now - first_failure >= OUTAGE_S:
+                    raise ConfigError("--storage", f"lost {shown_url(self.url)} for {OUTAGE_S} s ({name}): "
+                                                   f"{_first_line(err.orig)}") from None
+                time.sleep(OUTAGE_RETRY_S)
+                continue
+            if first_failure is not None:
+                print(f"storage {shown_url(self.url)} reachable again after "
+                      f"{time.monotonic() - first_failure:.0f} s", file=sys.stderr, flush=True)
+            return result
+
+    return call
+
+
+@functools.cache
+def outage_tolerant_storage():
+    """RDBStorage whose public methods wait out a database server outage (OUTAGE_S).
+
+    A retried write may repeat one the server committed just before the connection
+    broke; Optuna's own checks turn that into "already finished" / "not claimed",
+    which the study treats like a lost race (the trial is retried, never trained twice).
+    """
+    import optuna
+
+    base = optuna.storages.RDBStorage
+    # Its public methods, and the private ones Optuna's cache and heartbeat call directly.
+    called_from_outside = {"_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials",
+                           "_set_trial_param"}
+    wrapped = {name: _waits_out_outages(member, name) for name, member in vars(base).items()
+               if callable(member) and (not name.startswith("_") or name in called_from_outside)
+               and not isinstance(member, (staticmethod, classmethod))}
+    return type("OutageTolerantRDBStorage", (base,), wrapped)
 
 
 @contextlib.contextmanager

@@ -96,3 +96,54 @@ def test_machines_opening_a_fresh_database_at_once(postgres):
         conn.execute(f"CREATE DATABASE fresh OWNER {rig.PG_USER}")
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         pool.map(_open, [postgres.url("fresh", host="127.0.0.1")] * 4)  # raises if any opener failed
+
+
+def test_a_storage_outage_mid_study_is_waited_out(postgres, mlflow_server, rig_corpus, tmp_path):
+    """The Optuna database refuses connections for a while mid-trial (its server is
+    up, so MLflow's database on it is not touched): the worker says so, waits, and the
+    study ends as if nothing happened: every trial once, nothing failed."""
+    import os
+    import signal
+
+    import psycopg
+
+    from tests.cluster.studies import (
+        make_study, mlflow_runs, optuna_trials, study_command, tail, trained, wait_all)
+
+    admin = postgres.url("postgres", user="postgres", host="127.0.0.1")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE outage OWNER {rig.PG_USER}")
+    name, grid = "rig-outage", (2.1e-3, 4.2e-3)
+    file = make_study(tmp_path, name, rig_corpus, grid, max_steps=60, variants=1,
+                      ckpt_every_n_steps=10, val_every_n_steps=30, log_every_n_steps=1)
+    storage = postgres.url("outage", host="127.0.0.1")
+    log = tmp_path / "worker.log"
+    env = {**os.environ, "CEM_ABLATE_CACHE": str(tmp_path / "cache"), "HF_DATASETS_OFFLINE": "1",
+           "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(study_command(file, storage, mlflow_server.url, tmp_path / "work"), env=env,
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        rig.wait_until(lambda: next((tmp_path / "work").rglob("last.ckpt"), None), 240, "a checkpoint",
+                       interval=0.05)
+        os.killpg(worker.pid, signal.SIGSTOP)  # the outage starts mid-trial, whatever the worker's speed
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("ALTER DATABASE outage ALLOW_CONNECTIONS false")
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'outage'")
+            os.killpg(worker.pid, signal.SIGCONT)
+            rig.wait_until(lambda: "unreachable" in log.read_text(errors="replace"), 60, "the outage message")
+            time.sleep(3)
+            conn.execute("ALTER DATABASE outage ALLOW_CONNECTIONS true")
+        assert wait_all([worker], 300, [log]) == [0], tail(log)
+    finally:
+        rig.stop_group(worker)
+    text = log.read_text(errors="replace")
+    assert "retrying for up to" in text and "reachable again after" in text, tail(log)
+    assert "cem-rig-secret" not in text
+
+    trials = trained(optuna_trials(storage, name))
+    assert sorted(t.state for t in trials) == ["COMPLETE"] * len(grid), trials  # nothing failed or retried
+    client, runs = mlflow_runs(mlflow_server.url, name)
+    assert len(runs.children) == len(grid)
+    for child in runs.children:
+        assert max(runs.child_steps(client, child).values()) == 1  # trained once
