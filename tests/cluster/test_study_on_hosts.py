@@ -23,6 +23,7 @@ def test_two_hosts_train_every_grid_point_once(network, postgres, mlflow_server,
     procs = [h.popen(study_command(file, postgres.url("optuna"), mlflow_server.url, tmp_path / "work"),
                      env=host_env(h), log=log) for h, log in zip(hosts, logs)]
     assert wait_all(procs, 240, logs) == [0, 0], "\n".join(tail(p) for p in logs)
+    assert not any(rig.PG_PASSWORD in log.read_text(errors="replace") for log in logs)  # masked everywhere
 
     trials = trained(optuna_trials(postgres.url("optuna", host="127.0.0.1"), name))
     complete = [t.key for t in trials if t.state == "COMPLETE"]
