@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.run_context import source_tags
 from cem_ablate.tracking.store import quiet_mlflow
 
 
@@ -39,10 +40,12 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
         tracking_uri=tracking_uri,
         run_id=run_id,
         artifact_location=artifact_location,
-        tags=None if run_id else {T.KIND: "train"},
+        tags=None if run_id else {T.KIND: "train"} | source_tags(),  # git commit: see tracking.run_context
     )
     if run_id:  # a resumed or handed-in run may have been marked finished/killed
         logger.experiment.update_run(run_id, status="RUNNING")
+    else:  # a standalone run's experiment opens in the UI's training view (tags.EXPERIMENT_KIND)
+        logger.experiment.set_experiment_tag(logger.experiment_id, T.EXPERIMENT_KIND, T.TRAINING_KIND)
     return logger
 
 
