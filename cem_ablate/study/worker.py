@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cem_ablate.study.trial_run import TrialOutcome, run_trial
-from cem_ablate.study.trials import worker_identity
+from cem_ablate.study.trials import HeartbeatThread, worker_identity
 
 IDLE_POLL_S = 2.0
 
@@ -48,9 +48,13 @@ def work(session, worker_index: int = 0,
             return outcomes
         variant, trial = claimed
         turn = variants.index(variant) + 1
-        if on_start is not None:
-            on_start(variant.name, trial)
-        outcome = run_trial(session, variant, trial)
+        # Heartbeat from the claim on, not only while training: the trial's MLflow child,
+        # imports and config come first, and a claimed trial that stays silent past the
+        # grace period is taken for dead and trained twice (seen on the issue-13 rig).
+        with HeartbeatThread(session.storage, trial._trial_id):
+            if on_start is not None:
+                on_start(variant.name, trial)
+            outcome = run_trial(session, variant, trial)
         outcomes.append(outcome)
         if on_end is not None:
             on_end(outcome)
