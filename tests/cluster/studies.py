@@ -10,10 +10,10 @@ from pathlib import Path
 from tests.cluster import rig
 from tests.study.tiny_study import write_study
 
-# A dead host's trial is retried GRACE_S after its last heartbeat. Not shorter: a
-# worker's first heartbeat after claiming a trial can be seconds late on a loaded
-# machine (the trial's MLflow child and imports come first), and a live trial taken
-# for dead is trained twice.
+# A dead host's trial is retried GRACE_S after its last heartbeat. Not much shorter:
+# on a loaded machine a live worker's heartbeats can stall for seconds, and a live
+# trial taken for dead is trained twice (a 4 s grace did that before the heartbeat
+# started at the claim, study.worker).
 HEARTBEAT_S, GRACE_S = 2, 20
 
 
