@@ -7,6 +7,7 @@ Tests that need namespaces skip, with the reason, where the machine cannot make 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def mlflow_server(postgres, network):
     server = rig.MlflowServer.start(folder, postgres.url("mlflow"), network.gateway)
     yield server
     server.stop()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
