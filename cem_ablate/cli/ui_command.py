@@ -1,8 +1,8 @@
 """`cem-ablate ui`: serve the MLflow UI over the study store, on 127.0.0.1.
 
-Runs `mlflow server` (tracking.server: one worker, job execution off, its own process
-group) and prints the URL in the classic ML view (`?workflowType=machine_learning`;
-MLflow 3 opens in its GenAI view otherwise).
+Runs `mlflow server --app-name cem-ablate` (tracking.server: one worker, job execution
+off, its own process group; tracking.ui_app: a study's plain experiment URL opens on
+the runs table with the parent runs' aggregate columns) and prints the URL.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
-    from cem_ablate.tracking.server import TrackingServer, experiment_id
+    from cem_ablate.tracking.server import UI_APP, TrackingServer, experiment_id
     from cem_ablate.tracking.store import default_artifact_root, default_tracking_uri, sqlite_store_path
 
     uri = args.tracking_uri or default_tracking_uri()
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         page = f"#/experiments/{experiment}/runs"
 
     # The server's own log goes to stderr: stdout carries only the URL line.
-    server = TrackingServer(uri, args.host, args.port, artifacts, stdout=sys.stderr)
+    server = TrackingServer(uri, args.host, args.port, artifacts, stdout=sys.stderr, app_name=UI_APP)
     server.start()
     signal.signal(signal.SIGTERM, lambda *_: (server.stop(), sys.exit(0)))
     try:

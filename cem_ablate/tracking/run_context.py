@@ -53,3 +53,16 @@ def system_metrics(run_id: str, tracking_uri: str, resume: bool = True):
         yield monitor
     finally:
         monitor.finish()
+        _publish_last_window(monitor)
+
+
+def _publish_last_window(monitor) -> None:
+    """MLflow's loop drops the samples of its last, unfinished interval, so a run
+    shorter than one interval would log no system metrics at all: log them."""
+    try:
+        metrics = monitor.aggregate_metrics()
+        if metrics:
+            monitor.publish_metrics(metrics)
+            monitor.mlflow_logger.flush()
+    except Exception:  # noqa: BLE001 - system metrics never fail a run
+        pass

@@ -6,9 +6,10 @@ variants' parent runs. Two limits of MLflow 3.17.2's UI, read in its bundled JS
 (mlflow/server/js/build): the page kind comes from the `workflowType` URL parameter or
 the browser's stored GenAI/Model-training toggle (default GenAI; the experiment tag is
 not consulted: its feature flag is hard-coded), and the runs table shows only the
-Source/Models/Dataset columns until a user adds metric columns. So the table is opened
-at `?workflowType=machine_learning` (what `cem-ablate ui` prints), and the aggregates
-are checked on the parent runs themselves.
+Source/Models/Dataset columns until a user adds metric columns. A plain `mlflow
+server` therefore needs `?workflowType=machine_learning`; the server `cem-ablate ui`
+starts (tracking.ui_app) opens the plain experiment URL on the runs table with the
+aggregate columns, which the second test checks.
 """
 
 import shutil
@@ -58,3 +59,31 @@ def test_the_ui_lists_parent_runs_with_their_aggregates(tmp_path):
         base = f"{server.url}/#/experiments/{experiment}"
         table = dom(f"{base}?workflowType=machine_learning", tmp_path / "profile-ml")
     assert "llama_parent" in table and "cem_attention_parent" in table  # the runs table, parents listed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install -y chromium)")
+def test_cem_ablate_ui_opens_the_plain_experiment_url_on_the_aggregate_columns(tmp_path):
+    """The acceptance of issue 11: the experiment's plain URL, a fresh browser profile."""
+    from cem_ablate.tracking.server import UI_APP
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = StudyTracker(uri, "plain_url")
+    experiment = tracker.experiment_id("plain URL check")
+    for name, objective, delta in (("llama_parent", 13.2, None), ("cem_parent", 12.4, -0.75)):
+        run = tracker.create_variant_run(VariantRunInfo(name, name, "variant", {"variant": name}, {}, {}))
+        metrics = {"objective_star": objective, "n_seeds": 3.0, "lr_star": 0.002}
+        tags = {}
+        if delta is not None:
+            metrics |= {"delta_vs_llama": delta, "delta_vs_llama/low": -1.1, "delta_vs_llama/high": -0.4}
+            tags = {T.VERDICT_PREFIX + "llama": "better"}
+        tracker.log_variant_summary(run, metrics, tags, None, done=True)
+
+    port = free_port()
+    with TrackingServer(uri, "127.0.0.1", port, str(tmp_path / "artifacts"), app_name=UI_APP) as server:
+        assert server.wait_ready()
+        page = dom(f"{server.url}/#/experiments/{experiment}", tmp_path / "profile-plain")
+    assert "llama_parent" in page and "cem_parent" in page  # the runs table, not the GenAI overview
+    for column in ("objective_star", "n_seeds", "lr_star", "delta_vs_llama", T.VERDICT_PREFIX + "llama"):
+        assert column in page, column  # the aggregate columns are shown
+    assert "12.4" in page and "better" in page  # with the parent runs' values
