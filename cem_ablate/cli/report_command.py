@@ -44,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from cem_ablate.study.report import make_report
-    from cem_ablate.tracking.store import default_tracking_uri, sqlite_store_path
+    from cem_ablate.tracking.store import check_tracking_server, default_tracking_uri, sqlite_store_path
 
     uri = args.tracking_uri or default_tracking_uri()
+    check_tracking_server(uri)  # http(s) only: a dead server is one line, not a 4-minute retry
     db = sqlite_store_path(uri)
     if db is not None and not db.exists():  # don't create an empty store just to say it is empty
         raise ConfigError("--tracking-uri", f"no MLflow store at {db}; run the study first.")

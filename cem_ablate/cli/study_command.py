@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
     from cem_ablate.study.coordinator import run_study
     from cem_ablate.study.session import StudySettings
-    from cem_ablate.study.storage import StorageSettings, check_tracking_server, default_storage_url, sqlite_path
+    from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
+    from cem_ablate.tracking.store import check_tracking_server
     from cem_ablate.tracking.store import default_tracking_uri
 
     execution = expanded.spec.execution

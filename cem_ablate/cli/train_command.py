@@ -57,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"run folder: {run_dir}")
     if args.dry_run:
         return 0
+    if args.tracking_uri:
+        from cem_ablate.tracking.store import check_tracking_server
+
+        check_tracking_server(args.tracking_uri)  # a dead server: one line, not MLflow's 4-minute retry
 
     from cem_ablate.training.engine import train_run
     from cem_ablate.training.run_directory import RunDirectory

@@ -244,31 +244,3 @@ def claim_lock(url: str) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-
-
-def check_tracking_server(uri: str, attempts: int = CONNECT_ATTEMPTS, wait_s: float = 2.0) -> None:
-    """An http(s) MLflow tracking server answers `/health`, else one line.
-
-    Checked up front because MLflow's client retries a dead server for ~4 minutes
-    (MLFLOW_HTTP_REQUEST_MAX_RETRIES with backoff) before its first error.
-    """
-    import urllib.error
-    import urllib.request
-
-    if not uri.startswith(("http://", "https://")):
-        return
-    shown = shown_url(uri)
-    for attempt in range(attempts):
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=CONNECT_TIMEOUT_S) as response:
-                if response.status == 200:
-                    return
-                problem = f"HTTP {response.status} on /health"
-        except urllib.error.HTTPError as err:
-            problem = f"HTTP {err.code} on /health: not an MLflow server?"
-            break
-        except OSError as err:
-            problem = str(getattr(err, "reason", err))
-        if attempt + 1 < attempts:
-            time.sleep(wait_s)
-    raise ConfigError("--tracking-uri", f"cannot reach the MLflow server {shown}: {problem}")

@@ -9,8 +9,15 @@ Lightning's MLFlowLogger would otherwise fall back to `file:./mlruns`.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from cem_ablate.config import ConfigError
+
+SERVER_TIMEOUT_S = 5  # per attempt
+SERVER_ATTEMPTS = 3  # a server still starting gets ~10 s
 
 
 def default_tracking_uri(root: Path | None = None) -> str:
@@ -50,3 +57,39 @@ def make_client(uri: str):
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     return MlflowClient(tracking_uri=uri)
+
+
+def _without_password(uri: str) -> str:
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def check_tracking_server(uri: str, attempts: int = SERVER_ATTEMPTS, wait_s: float = 2.0) -> None:
+    """An http(s) MLflow tracking server answers `/health`, else one line.
+
+    Checked up front because MLflow's client retries a dead server for ~4 minutes
+    (MLFLOW_HTTP_REQUEST_MAX_RETRIES with backoff) before its first error.
+    """
+    import urllib.error
+    import urllib.request
+
+    if not uri.startswith(("http://", "https://")):
+        return
+    shown = _without_password(uri)
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=SERVER_TIMEOUT_S) as response:
+                if response.status == 200:
+                    return
+                problem = f"HTTP {response.status} on /health"
+        except urllib.error.HTTPError as err:
+            problem = f"HTTP {err.code} on /health: not an MLflow server?"
+            break
+        except OSError as err:
+            problem = str(getattr(err, "reason", err))
+        if attempt + 1 < attempts:
+            time.sleep(wait_s)
+    raise ConfigError("--tracking-uri", f"cannot reach the MLflow server {shown}: {problem}")

@@ -97,3 +97,17 @@ def test_dry_run_prints_the_plan(tmp_path, isolated_cache):
     assert "1,727,429,760 tokens (chinchilla" in done.stdout  # 20 x 86,371,488 (the paper's vocabulary)
     assert "parameters:" in done.stdout and "training FLOPs" in done.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_dead_tracking_server_is_one_error_line_before_training(tmp_path, isolated_cache):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = cli(write_config(tmp_path / "dead.yaml"), "--tracking-uri", f"http://127.0.0.1:{port}",
+               cwd=tmp_path, env_cache=isolated_cache)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: --tracking-uri: cannot reach the MLflow server http://127.0.0.1:{port}: [Errno 111] Connection refused"]
+    assert not (tmp_path / "runs").exists()

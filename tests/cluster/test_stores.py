@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cem_ablate.config import ConfigError
-from cem_ablate.study.storage import check_tracking_server
+from cem_ablate.tracking.store import check_tracking_server
 from tests.cluster import rig
 from tests.study.tiny_study import write_study
 
