@@ -44,8 +44,8 @@ class AkimaFit:
         return len(self.lrs)
 
     def to_dict(self) -> dict:
-        """JSON form, logged on the variant's parent run (`fit.json`) and read back by
-        the report: the fit is computed once, by the study (study.summary)."""
+        """JSON form, part of the variant's statistics (`stats.json` on its parent run),
+        read back by the report: the fit is computed once, by the study (study.summary)."""
         return dataclasses.asdict(self)
 
     @classmethod

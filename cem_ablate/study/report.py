@@ -1,8 +1,8 @@
 """The study report: a table (printed with rich), markdown and paper-style figures.
 
 Everything is read back from MLflow (`tracking.readback`): parent runs carry the
-parameter counts, the fit (`fit.json`) and the seed statistics with the verdicts
-(`stats.json`), computed once by `study.summary`: the report never fits again; child
+parameter counts and the seed statistics with the fit and the verdicts (`stats.json`),
+computed once by `study.summary`: the report never fits again; child
 runs carry each trial's status and final metric. The task's metric is named
 throughout (test perplexity, test RMSE, recall error). Only the scaling summary of a
 study with a size axis is computed here, from the logged optima (`study.scaling`).
@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cem_ablate.study.akima import AkimaFit
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling
 from cem_ablate.study.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
 from cem_ablate.study.seed_report import (
@@ -149,7 +148,8 @@ def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
         out.append(SweepSeries(
             name=r.name, is_baseline=r.key in baselines,
             finished=finished, diverged=[t.lr for t in r.trials if t.status == "diverged" and t.lr],
-            fit=AkimaFit.from_dict(r.fit) if r.fit else None, params=r.params_total,
+            fit=statistics.stats.optimum.fit if statistics is not None and statistics.stats.optimum else None,
+            params=r.params_total,
             tokens=r.metrics.get("tokens_per_trial"), group=r.labels.get("model.size", ""),
             baseline_name=base[1].name if base else None,
             stats=statistics.stats if statistics is not None else None,

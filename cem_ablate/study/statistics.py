@@ -366,7 +366,7 @@ class VariantStatistics:
         rows = tuple(LrStats(r["lr"], tuple(r["seeds"]), tuple(r["values"])) for r in stats["by_lr"])
         opt = stats["optimum"]
         optimum = None if opt is None else Optimum(
-            AkimaFit(**{k: tuple(v) if isinstance(v, list) else v for k, v in opt["fit"].items()}),
+            AkimaFit.from_dict(opt["fit"]),
             opt["n_seeds"], interval(opt["lr_interval"]), interval(opt["objective_interval"]))
         comparisons = {name: Comparison(delta(c["at_baseline_optimum"]), delta(c["at_own_optimum"]))
                        for name, c in data["comparisons"].items()}

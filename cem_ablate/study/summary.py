@@ -5,7 +5,8 @@ from the Optuna storage (the trials' recorded values), after every trial of a va
 (by whichever worker finished it) and once more by the coordinator at the end. They go
 to the parent run as metrics (lr_akima, ppl_akima, per-lr mean/std/n, lr* and
 objective* intervals, paired Δ vs each baseline), tags (edge, verdict, objective name),
-`fit.json` and `stats.json`, which the report reads instead of computing again. Calling
+and `stats.json` (the statistics, the fit included), which the report reads instead of
+computing again. Calling
 it twice, or from two workers at once, is harmless.
 """
 
@@ -127,6 +128,5 @@ def publish(session, variant: Variant) -> VariantSummary:
         plot = plot_variant_fit(series, Path(tmp) / "akima.png") if series.finished or series.diverged else None
         session.tracker.log_variant_summary(
             session.parent_run_id(variant), metrics, tags, str(plot) if plot else None,
-            done=summary.done, step=counts[FINISHED], fit=fit.to_dict() if fit else None,
-            stats=summary.statistics.to_dict())
+            done=summary.done, step=counts[FINISHED], stats=summary.statistics.to_dict())
     return summary

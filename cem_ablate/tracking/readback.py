@@ -35,7 +35,6 @@ class VariantRecord:
     edge: str | None
     start_time: int = 0
     trials: list[TrialRecord] = field(default_factory=list)
-    fit: dict | None = None  # the study's fit of this variant (fit.json), as logged
     stats: dict | None = None  # its seed statistics and verdicts (stats.json), as logged
 
     @property
@@ -114,23 +113,20 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
             metrics=dict(r.data.metrics), edge=None if edge in (None, "none") else edge,
             start_time=r.info.start_time or 0,
             trials=sorted(by_parent.get(r.info.run_id, []), key=lambda t: (t.lr or 0.0, t.seed or 0)),
-            fit=_read_fit(client, r.info.run_id),
-            stats=_read_fit(client, r.info.run_id, STATS_ARTIFACT),
+            stats=_read_json(client, r.info.run_id, STATS_ARTIFACT),
         ))
     return out
 
 
-def _read_fit(client, run_id: str, artifact: str | None = None) -> dict | None:
+def _read_json(client, run_id: str, artifact: str) -> dict | None:
     import tempfile
 
     from mlflow.exceptions import MlflowException
 
-    from cem_ablate.tracking.study_runs import FIT_ARTIFACT
-
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = client.download_artifacts(run_id, artifact or FIT_ARTIFACT, tmp)
-        except (MlflowException, OSError):  # no fit yet (no finished trial)
+            path = client.download_artifacts(run_id, artifact, tmp)
+        except (MlflowException, OSError):  # not logged yet (no trial finished)
             return None
         with open(path) as f:
             return json.load(f)

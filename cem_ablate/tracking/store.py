@@ -39,7 +39,7 @@ def default_artifact_root(uri: str) -> Path | None:
 
 def quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the report reads fit.json per variant
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the report reads stats.json per variant
     warnings.filterwarnings("ignore", message=".*noload.*")
     warnings.filterwarnings("ignore", category=FutureWarning, module="mlflow")
 

@@ -33,7 +33,6 @@ from cem_ablate.tracking.store import default_artifact_root, make_client
 
 MAX_PARAM_CHARS = 6000
 BATCH = 100  # MLflow's limit of params per log_batch call
-FIT_ARTIFACT = "fit.json"  # the variant's fit (study.summary), read back by the report
 STATS_ARTIFACT = "stats.json"  # the variant's seed statistics and verdicts (study.summary), likewise
 
 
@@ -146,7 +145,7 @@ class StudyTracker:
 
     def log_variant_summary(self, run_id: str, metrics: Mapping[str, float | None], tags: Mapping[str, str],
                             plot_path: str | None, done: bool, step: int = 0,
-                            fit: Mapping[str, Any] | None = None, stats: Mapping[str, Any] | None = None) -> None:
+                            stats: Mapping[str, Any] | None = None) -> None:
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
@@ -155,8 +154,6 @@ class StudyTracker:
         self.client.log_batch(run_id, metrics=batch, tags=[RunTag(k, _text(v)) for k, v in tags.items()])
         if plot_path:
             self.client.log_artifact(run_id, plot_path)
-        if fit is not None:
-            self.client.log_text(run_id, json.dumps(fit), FIT_ARTIFACT)
         if stats is not None:
             self.client.log_text(run_id, json.dumps(stats), STATS_ARTIFACT)
         if done:

@@ -20,7 +20,7 @@ def record(family, size, objective, baseline_key=None, metric="test RMSE"):
     rec = VariantRecord(key, key, f"{family},n_layers={size}", "variant" if baseline_key else "baseline", "done",
                         {"variant": family, "model.n_layers": size}, {"llama": baseline_key} if baseline_key else {},
                         {"params_total": n, "tokens_per_trial": 1e6, "train_flops_per_token": 6 * n}, None,
-                        trials=trials, fit=stats.optimum.fit.to_dict())
+                        trials=trials)
     return rec, stats
 
 
