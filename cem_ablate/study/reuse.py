@@ -57,15 +57,13 @@ def finished_trials(storage) -> dict[str, FinishedTrial]:
 def planned_reuse(expanded, storage_url: str) -> dict[str, int]:
     """Variant key -> how many of its grid trials an existing storage already holds
     (for the dry run). Reads the storage only if it exists; sampled lrs can't be known."""
-    from cem_ablate.study.storage import sqlite_path
+    import optuna
+
+    from cem_ablate.study.storage import quiet_optuna, sqlite_path
 
     path = sqlite_path(storage_url)
     if path is not None and not path.exists():
         return {}
-    import optuna
-
-    from cem_ablate.study.storage import quiet_optuna
-
     quiet_optuna()
     finished = finished_trials(optuna.storages.RDBStorage(storage_url))
     spec = expanded.spec

@@ -86,7 +86,7 @@ class StudySession:
         for variant in self.variants:
             self.parent_run_id(variant)
 
-    def finished_elsewhere(self, trial_key: str, study_id: int):
+    def finished_elsewhere(self, trial_key: str, optuna_study: str):
         """A finished or diverged trial of `trial_key` in another Optuna study, or None."""
         if not self.settings.reuse:
             return None
@@ -95,7 +95,7 @@ class StudySession:
 
             self._finished = finished_trials(self.storage)
         original = self._finished.get(trial_key)
-        if original is None or self.storage.get_study_id_from_name(original.study_name) == study_id:
+        if original is None or original.study_name == optuna_study:
             return None
         return original
 

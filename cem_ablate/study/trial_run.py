@@ -2,8 +2,8 @@
 
     claimed Optuna trial -> lr, seed -> typed RunConfig (the variant's, at lr and seed)
       -> child MLflow run (found or created by `RunConfig.trial_key()`), its params
-      -> train_run(config, run_dir, mlflow_run_id=child) while a heartbeat thread runs
-         (the engine logs the curves into the child, nothing else)
+      -> train_run(config, run_dir, mlflow_run_id=child) (the engine logs the curves
+         into the child, nothing else; the worker keeps the trial's heartbeat)
       -> Optuna: COMPLETE(value) / FAIL(status, reason) / PRUNED
       -> MLflow child: the outcome, written once (tracking.outcome); parent: the fit
 
@@ -18,14 +18,14 @@ import time
 from dataclasses import dataclass
 
 from cem_ablate.config.loading import flatten_dotted
-from cem_ablate.study.summary import publish
-from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, KILLED, PRUNED, SLOT_ATTR, HeartbeatThread
-from cem_ablate.study.variants import Variant
 from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR, FinishedTrial
+from cem_ablate.study.summary import publish
+from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, KILLED, PRUNED, SLOT_ATTR
+from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.run_context import system_metrics
 
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
-from cem_ablate.tracking.run_context import system_metrics
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
     trial.set_user_attr(TRIAL_KEY_ATTR, trial_key)
     trial.set_user_attr("mlflow_run_id", child)
     trial.set_user_attr("run_dir", str(run_dir))
-    original = session.finished_elsewhere(trial_key, trials.study_id)
+    original = session.finished_elsewhere(trial_key, trials.study.study_name)
     if original is not None:
         return _reuse(session, variant, trial, slot, lr, seed, child, original)
     pruner = pruning_callback(trial) if spec.lr_search.pruner != "none" else None
@@ -88,7 +88,7 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
     start = time.time()
     result, error = None, None
     # System metrics (CPU, memory, GPU with nvidia-ml-py) into the child, by MLflow's own monitor.
-    with HeartbeatThread(session.storage, trial._trial_id), system_metrics(child, session.settings.tracking_uri):
+    with system_metrics(child, session.settings.tracking_uri):
         try:
             result = train_run(cfg, run_dir=run_dir, tracking_uri=session.settings.tracking_uri,
                                experiment=spec.name, mlflow_run_id=child,
