@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,7 @@ def _write_split(ds: Any, tokenizer: TextTokenizer, path: Path, dtype: str, cap:
     eos = np.array([tokenizer.eos_id], dtype=dtype)
     written = 0
     with open(tmp, "wb") as out:
-        for texts in _text_batches(ds):
+        for texts in text_batches(ds):
             for ids in tokenizer.encode_batch(texts):
                 piece = np.concatenate([ids.astype(dtype, copy=False), eos])
                 if cap is not None:
@@ -120,7 +121,8 @@ def _write_split(ds: Any, tokenizer: TextTokenizer, path: Path, dtype: str, cap:
     return written
 
 
-def _text_batches(ds: Any):
+def text_batches(ds: Any) -> Iterator[list[str]]:
+    """The documents' texts in stream order, ENCODE_BATCH per list (one tokenizer call)."""
     batch: list[str] = []
     for row in ds:
         batch.append(row["text"])

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from cem_ablate.data.packing import ENCODE_BATCH, TokenCache, cache_folder, token_dtype
+from cem_ablate.data.packing import ENCODE_BATCH, TokenCache, cache_folder, text_batches, token_dtype
 from cem_ablate.data.tokenizer import TextTokenizer
 
 Exchange = Callable[[Any], list[Any]]  # every rank's object, in rank order (all_gather_object)
@@ -139,7 +139,7 @@ def _rounds(ds: Any, tokenizer: TextTokenizer, dtype: str, rank: int, world_size
             exchange: Exchange) -> Iterator[list[np.ndarray]]:
     """Each round: the W pieces (token arrays, documents joined with EOS), in stream order."""
     eos = np.array([tokenizer.eos_id], dtype=dtype)
-    documents = _pieces(ds)
+    documents = text_batches(ds)
     while True:
         mine: list[str] = []
         ended = False
@@ -157,14 +157,3 @@ def _rounds(ds: Any, tokenizer: TextTokenizer, dtype: str, rank: int, world_size
         yield [t for t, _ in gathered]
         if any(last for _, last in gathered):
             return
-
-
-def _pieces(ds: Any) -> Iterator[list[str]]:
-    piece: list[str] = []
-    for row in ds:
-        piece.append(row["text"])
-        if len(piece) == ENCODE_BATCH:
-            yield piece
-            piece = []
-    if piece:
-        yield piece
