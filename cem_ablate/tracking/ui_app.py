@@ -35,8 +35,9 @@ VIEW_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"
 MAX_STUDIES = 200
 
 # What the runs table shows first, in this order, where a parent run has it.
-LEADING_METRICS = ("n_seeds", "params_total", "lr_star", "objective_star", "objective_star/low",
-                   "objective_star/high")
+# (Names as study.summary.aggregate_metrics logs them.)
+LEADING_METRICS = ("n_seeds", "params_total", "lr_star", "objective_star", "objective_star_low",
+                   "objective_star_high")
 DELTA_SUFFIXES = ("", "/low", "/high")
 
 

@@ -31,12 +31,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def dom(url: str, profile) -> str:
+def dom(url: str, profile, width: int = 1600) -> str:
+    """The rendered page; the runs table renders only the columns in view: `width`."""
     return subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-         "--window-size=1600,1000", "--virtual-time-budget=20000", "--dump-dom", url],
+         f"--window-size={width},1000", "--virtual-time-budget=20000", "--dump-dom", url],
         capture_output=True, text=True, timeout=120).stdout
+
+
+def add_parent(tracker: StudyTracker, name: str, metrics: dict, tags: dict) -> str:
+    """A variant's parent run carrying the aggregates `study.summary` logs."""
+    run = tracker.create_variant_run(VariantRunInfo(name, name, "variant", {"variant": name}, {}, {}))
+    tracker.log_variant_summary(run, metrics, tags, None, done=True)
+    return run
 
 
 @pytest.mark.slow
@@ -46,9 +54,8 @@ def test_the_ui_lists_parent_runs_with_their_aggregates(tmp_path):
     tracker = StudyTracker(uri, "ui_check")
     experiment = tracker.experiment_id("UI check")
     for name, objective in (("llama_parent", 13.2), ("cem_attention_parent", 12.4)):
-        run = tracker.create_variant_run(VariantRunInfo(name, name, "variant", {"variant": name}, {}, {}))
-        tracker.log_variant_summary(run, {"objective_star": objective, "n_seeds": 3.0},
-                                    {T.VERDICT_PREFIX + "llama": "better"}, None, done=True)
+        run = add_parent(tracker, name, {"objective_star": objective, "n_seeds": 3.0},
+                         {T.VERDICT_PREFIX + "llama": "better"})
     assert tracker.client.get_experiment(experiment).tags[T.EXPERIMENT_KIND] == T.TRAINING_KIND
     parent = tracker.client.get_run(run).data
     assert parent.metrics["objective_star"] == 12.4 and parent.tags[T.VERDICT_PREFIX + "llama"] == "better"
@@ -70,20 +77,19 @@ def test_cem_ablate_ui_opens_the_plain_experiment_url_on_the_aggregate_columns(t
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = StudyTracker(uri, "plain_url")
     experiment = tracker.experiment_id("plain URL check")
-    for name, objective, delta in (("llama_parent", 13.2, None), ("cem_parent", 12.4, -0.75)):
-        run = tracker.create_variant_run(VariantRunInfo(name, name, "variant", {"variant": name}, {}, {}))
-        metrics = {"objective_star": objective, "n_seeds": 3.0, "lr_star": 0.002}
-        tags = {}
-        if delta is not None:
-            metrics |= {"delta_vs_llama": delta, "delta_vs_llama/low": -1.1, "delta_vs_llama/high": -0.4}
-            tags = {T.VERDICT_PREFIX + "llama": "better"}
-        tracker.log_variant_summary(run, metrics, tags, None, done=True)
+    common = {"n_seeds": 3.0, "lr_star": 0.002}
+    add_parent(tracker, "llama_parent", common | {"objective_star": 13.2}, {})
+    add_parent(tracker, "cem_parent", common | {"objective_star": 12.4, "objective_star_low": 12.1,
+                                                 "objective_star_high": 12.6, "delta_vs_llama": -0.75,
+                                                 "delta_vs_llama/low": -1.1, "delta_vs_llama/high": -0.4},
+               {T.VERDICT_PREFIX + "llama": "better"})
 
     port = free_port()
     with TrackingServer(uri, "127.0.0.1", port, str(tmp_path / "artifacts"), app_name=UI_APP) as server:
         assert server.wait_ready()
-        page = dom(f"{server.url}/#/experiments/{experiment}", tmp_path / "profile-plain")
+        page = dom(f"{server.url}/#/experiments/{experiment}", tmp_path / "profile-plain", width=3600)
     assert "llama_parent" in page and "cem_parent" in page  # the runs table, not the GenAI overview
-    for column in ("objective_star", "n_seeds", "lr_star", "delta_vs_llama", T.VERDICT_PREFIX + "llama"):
+    for column in ("objective_star", "objective_star_low", "n_seeds", "lr_star", "delta_vs_llama",
+                   T.VERDICT_PREFIX + "llama"):
         assert column in page, column  # the aggregate columns are shown
     assert "12.4" in page and "better" in page  # with the parent runs' values
