@@ -22,6 +22,7 @@ class VariantEstimate:
     params_by_component: dict[str, int]
     llama_baseline_params: int
     flops_per_token: float  # forward
+    train_flops_per_token: float  # forward + backward (model/report.py: truncated backprop counts less)
     tokens: int  # per trial
     steps: int  # optimizer steps per trial
     budget_rule: str
@@ -29,7 +30,7 @@ class VariantEstimate:
     @property
     def train_flops(self) -> float:
         """Training FLOPs of one trial."""
-        return 3.0 * self.flops_per_token * self.tokens
+        return self.train_flops_per_token * self.tokens
 
     def gpu_hours(self, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float = DEFAULT_MFU) -> float:
         return self.train_flops / (gpu_tflops * 1e12 * mfu) / 3600.0
@@ -37,7 +38,7 @@ class VariantEstimate:
     def metrics(self) -> dict[str, float]:
         """For the variant's parent run."""
         out = {"params_total": self.params_total, "llama_baseline_params": self.llama_baseline_params,
-               "flops_per_token": self.flops_per_token, "train_flops_per_token": 3.0 * self.flops_per_token,
+               "flops_per_token": self.flops_per_token, "train_flops_per_token": self.train_flops_per_token,
                "tokens_per_trial": self.tokens, "steps_per_trial": self.steps}
         out.update({f"params_{k}": v for k, v in self.params_by_component.items()})
         return {k: float(v) for k, v in out.items()}
@@ -55,6 +56,7 @@ def estimate(run_config) -> VariantEstimate:
         params_by_component=dict(report.params_by_component),
         llama_baseline_params=llama_baseline_params(run_config.training_model()),
         flops_per_token=report.flops_per_token,
+        train_flops_per_token=report.train_flops_per_token,
         tokens=budget.tokens,
         steps=budget.steps,
         budget_rule=budget.rule,

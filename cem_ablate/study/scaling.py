@@ -1,8 +1,8 @@
 """Scaling summary for studies with a size axis (paper Fig. 2: perplexity vs parameters).
 
 A family is one variant name across sizes ("llama" at 86M, 108M, ...; "cem_attention"
-at the same sizes). Per family and per axis (parameters; training FLOPs = 3 x forward
-FLOPs/token x tokens, `study.estimates`), the optimal objective (Akima objective*,
+at the same sizes). Per family and per axis (parameters; training FLOPs = forward +
+backward FLOPs/token x tokens, `study.estimates`), the optimal objective (Akima objective*,
 `study.statistics`) is fitted with a power law:
 
 - saturating `L = a * (x/x0)^(-b) + c` (scipy.optimize.curve_fit) with >= 4 sizes:

@@ -17,15 +17,16 @@ class ThroughputMonitor(L.Callback):
 
     Rates are cumulative over this session (a resumed run restarts the clock) and
     handed to Lightning every batch, which writes them at its logging cadence.
-    MFU = 3 x forward FLOPs/token x tokens/s / peak FLOP/s of all devices together:
-    the model report's forward count, backward = 2 x forward.
+    MFU = training FLOPs/token x tokens/s / peak FLOP/s of all devices together, with
+    the model report's training count (forward + backward; 3 x forward unless a CEM
+    sublayer differentiates only its last k steps, SPEC §2).
     """
 
-    def __init__(self, tokens_per_micro_batch: int, tokens_per_step: int, flops_per_token: float,
+    def __init__(self, tokens_per_micro_batch: int, tokens_per_step: int, train_flops_per_token: float,
                  peak_flops: float):
         self.tokens_per_micro_batch = tokens_per_micro_batch  # all ranks together
         self.tokens_per_step = tokens_per_step
-        self.train_flops_per_token = 3.0 * flops_per_token
+        self.train_flops_per_token = train_flops_per_token
         self.peak_flops = peak_flops
         self.total_tokens = 0
         self.total_seconds = 0.0

@@ -53,7 +53,7 @@ class RunPlan:
 
     @property
     def train_flops(self) -> float:
-        """Total training FLOPs: 3 x forward FLOPs/token x tokens."""
+        """Total training FLOPs: training (forward + backward) FLOPs/token x tokens."""
         return self.report.train_flops_per_token * self.budget.tokens
 
 
@@ -152,7 +152,7 @@ class _Session:
         self.throughput = ThroughputMonitor(
             tokens_per_micro_batch=train.batch_size * train.world_size * budget.tokens_per_sequence,
             tokens_per_step=budget.tokens_per_step,
-            flops_per_token=task.report.flops_per_token,
+            train_flops_per_token=task.report.train_flops_per_token,
             peak_flops=total_peak_flops(device, precision, train.devices, train.num_nodes),
         )
         callbacks = [self.throughput, PeriodicCheckpoint(self.folder.last_checkpoint, train.ckpt_every_n_steps)]
