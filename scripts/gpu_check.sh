@@ -7,6 +7,7 @@
 #    forward and backward), fullgraph compile of the zoo, bf16-mixed training of
 #    every sublayer pair, `cem-ablate train` and a study trial on the GPU, NCCL;
 # 2. `cem-ablate bench --gpu`: 86M and 162M, sequence 2048, bf16, eager and compiled,
+#    each case profiled for 2 steps (kernels by category, GPU busy fraction),
 #    vs transformers' LlamaForCausalLM (SDPA), with the issue's targets
 #    -> benchmarks/results/gpu-<device>.{json,md};
 # 3. the CEM attention kernels side by side at 86M, eager: flex (auto), blocked (what
@@ -37,7 +38,7 @@ md=$(grep -oE "benchmarks/results/gpu-[a-z0-9-]+\.md" "$logs/bench.log" | tail -
 
 kernels=${md:+${md%.md}-kernels}
 kernels=${kernels:-$logs/gpu-kernels}
-python3 -m cem_ablate.cli.main bench --gpu --sizes 86M --modes eager --repeats 3 --memory-variants \
+python3 -m cem_ablate.cli.main bench --gpu --sizes 86M --modes eager --repeats 3 --profile-steps 0 --memory-variants \
   --variants llama cem_attn_t1 cem_attn_t1_blocked cem_attn_t1_exact cem_attn_t1_nodiag cem_attn_t1_sdpa \
   --json "$kernels.json" 2>&1 | tee "$logs/bench-kernels.log"
 kernels_rc=${PIPESTATUS[0]}

@@ -40,10 +40,12 @@ class BenchConfig:
     tune_allocator: bool = True
     peak: Literal["measure", "cached"] = "measure"  # CPU peak FLOP/s: measured during the run, or cached
     seed: int = 0
+    profile_steps: int = 0  # > 0: profile that many steps of every timed case after timing (bench/profile.py)
 
     def validate(self, path: str) -> None:
         for key in ("batch_size", "seq_len", "vocab_size", "repeats", "steps_per_sample"):
             require(getattr(self, key) >= 1, join(path, key), f"must be >= 1, got {getattr(self, key)}.")
+        require(self.profile_steps >= 0, join(path, "profile_steps"), f"must be >= 0, got {self.profile_steps}.")
         require(self.warmup_steps >= 1, join(path, "warmup_steps"),
                 "must be >= 1 (the first step allocates optimizer state and compiles).")
         require(bool(self.variants) or bool(self.memory_variants), join(path, "variants"),
@@ -90,6 +92,9 @@ QUICK = {  # `--quick`: seconds, for tests and smoke checks
 GPU = {
     "device": "cuda", "sizes": ["86M", "162M"], "seq_len": 2048, "batch_size": 8, "precisions": ["bf16"],
     "modes": ["eager", "compiled"], "warmup_steps": 2, "repeats": 5, "steps_per_sample": 2,
+    # where the step's time goes (kernels by name and category, GPU busy fraction): MFU alone
+    # cannot say why Llama stayed at 19% on the first H100 run
+    "profile_steps": 2,
     "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_attn_t2", "cem_mlp_t1", "cem_mlp_t2", "cem_full_t2"],
     # 162M: the references, CEM attention T = 1 and full CEM T = 2 (every compile costs 10-30 s)
     "size_variants": {"162M": ["hf_llama", "llama", "cem_attn_t1", "cem_full_t2"]},

@@ -88,12 +88,12 @@ def step_peak_bytes(step: Callable[[torch.Tensor], float], batch: torch.Tensor) 
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _native_stderr_silenced():  # libkineto prints "USDT ... profiler_start" lines there
+    with native_stderr_silenced():  # libkineto prints "USDT ... profiler_start" lines there
         prof.start()
     try:
         step(batch)
     finally:
-        with _native_stderr_silenced():
+        with native_stderr_silenced():
             prof.stop()
     totals = [(node.start_time_ns, node.typed[1].total_allocated)
               for node in _walk(prof.profiler.kineto_results.experimental_event_tree())
@@ -102,7 +102,7 @@ def step_peak_bytes(step: Callable[[torch.Tensor], float], batch: torch.Tensor) 
 
 
 @contextlib.contextmanager
-def _native_stderr_silenced():
+def native_stderr_silenced():
     """Point file descriptor 2 at /dev/null for the block: native libraries write to it
     directly, past Python's sys.stderr."""
     try:

@@ -32,6 +32,7 @@ class Row:
     peak_flops: float = math.nan  # device peak for this precision
     memory_only: bool = False
     cpu_contention: float | None = None  # share of the timing phase other tasks waited for a CPU
+    profile: dict | None = None  # bench.profile.StepProfile.to_dict() when the bench profiled the case
     error: str | None = None
 
     @property
@@ -297,6 +298,15 @@ def targets_table(targets: list[Target]) -> str:
         lines.append(f"| {t.name} | {_fmt(t.measured, '.3f')} | {interval} | {_fmt(t.best, '.3f')} "
                      f"| {sign} {t.threshold} | {met} |")
     return "\n".join(lines)
+
+
+def profiles_text(rows: list[Row]) -> str:
+    """Where each profiled case's step time goes (bench/profile.py), as markdown."""
+    from cem_ablate.bench.profile import StepProfile, format_profile
+
+    sections = [format_profile(f"{r.size} {r.variant} {r.mode} {r.precision}", StepProfile.from_dict(r.profile))
+                for r in rows if r.profile]
+    return "### Where the step's time goes (profiler)\n\n" + "\n\n".join(sections) if sections else ""
 
 
 def write_json(path: str | Path, rows: list[Row], targets: list[Target], meta: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 
 For each size and precision, all timed variants are built in one process (each
 model once; its eager and compiled steps share weights and optimizer), warmed up,
-then timed round-robin (measure.py). Memory-only variants follow, one at a time.
+then timed round-robin (measure.py), then profiled when asked (profile.py). Memory-only
+variants follow, one at a time.
 A case that fails (e.g. a graph break under fullgraph compile) becomes a row with
 its error instead of stopping the run.
 """
@@ -23,6 +24,7 @@ import torch
 
 from cem_ablate.bench.config import BenchConfig, native_bf16, resolve_precisions
 from cem_ablate.bench.measure import CPUContention, step_peak_bytes, time_interleaved, warm_up
+from cem_ablate.bench.profile import profile_step
 from cem_ablate.bench.results import Row
 from cem_ablate.bench.train_step import TrainStep, compiled_forward, hf_forward, make_optimizer
 from cem_ablate.bench.variants import BASELINE, Variant, model_mapping, parse_variant
@@ -236,6 +238,14 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
     for case in live:
         case.row.state_bytes = case.step.state_bytes()
         case.row.step_peak_bytes = _safely(case, lambda: step_peak_bytes(case.step, batch), log)
+    if cfg.profile_steps:
+        for case in [c for c in live if c.step is not None]:
+            profile = _safely(case, lambda: profile_step(case.step, batch, cfg.profile_steps), log)
+            if profile is not None:
+                case.row.profile = profile.to_dict()
+                top = profile.top[0] if profile.top else None
+                log(f"  profile {case.row.variant:<22} {case.row.mode:<8} busy {profile.busy_fraction:4.0%}; "
+                    f"top: {top.category if top else '-'} {top.share if top else 0:.0%}")
     rows = [c.row for c in cases]
     del cases, live
     gc.collect()

@@ -18,6 +18,9 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import record_function
+
+from cem_ablate.bench.profile import LOSS_RANGE, OPTIMIZER_RANGE
 
 ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-9}
 WEIGHT_DECAY = 0.1
@@ -75,11 +78,13 @@ class TrainStep:
         inputs, targets = batch[:, :-1], batch[:, 1:]
         with self.autocast():
             logits = self.forward(inputs)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            with record_function(LOSS_RANGE):  # ranges name the step's parts in a profile (bench/profile.py)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with record_function(OPTIMIZER_RANGE):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         return loss.detach() if loss.is_cuda else float(loss.detach())
 
     def state_bytes(self) -> int:

@@ -7,6 +7,7 @@ Examples:
                                                    # compiled -> benchmarks/results/gpu-<device>.{json,md}
     cem-ablate bench --variants llama cem_attn_t2 --modes eager --precisions fp32 --repeats 3
     cem-ablate bench --variants 'mine={mlp: {name: cem, steps: 3}}' --sizes tiny small
+    cem-ablate bench --quick --profile-steps 2     # plus where each step's time goes
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "repeats": "timed rounds, one step per case each, order rotated (default 10)",
         "steps-per-sample": "steps in one timed sample (default 1)",
         "seed": "weights and batch seed (default 0)",
+        "profile-steps": "after timing, profile N steps of every timed case: kernels (CUDA) or operators (CPU) "
+                         "by name and category, GPU busy fraction (default 0: off; 2 with --gpu)",
     }
     for flag, text in int_flags.items():
         add(f"--{flag}", type=int, metavar="N", help=text)
@@ -58,7 +61,7 @@ def config_mapping(args: argparse.Namespace) -> dict:
 
     mapping = dict(QUICK) if args.quick else dict(GPU) if args.gpu else {}
     for key in ("variants", "memory_variants", "sizes", "modes", "precisions", "batch_size", "seq_len",
-                "vocab_size", "warmup_steps", "repeats", "steps_per_sample", "seed", "device", "peak"):
+                "vocab_size", "warmup_steps", "repeats", "steps_per_sample", "seed", "device", "peak", "profile_steps"):
         value = getattr(args, key)
         if value is not None:
             mapping[key] = value
@@ -93,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         size = cfg.sizes[0]
 
     from cem_ablate.bench.results import (
-        contention_note, evaluate_gpu_targets, evaluate_targets, table, targets_table, write_json)
+        contention_note, evaluate_gpu_targets, evaluate_targets, profiles_text, table, targets_table, write_json)
 
     on_gpu = str(meta.get("device", "cpu")).startswith("cuda")
     if on_gpu:
@@ -108,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         text += f"\n\n{title}:\n\n" + targets_table(targets)
     if note := contention_note(rows):
         text += "\n\n" + note
+    if profiles := profiles_text(rows):
+        text += "\n\n" + profiles
     print()
     print(text)
     json_path, markdown_path = args.json, args.markdown

@@ -1,0 +1,176 @@
+"""Where a training step's time goes: a profile of a few steps of one bench case.
+
+The bench's MFU says how far a step is from the device's peak, not why. Issue 14's
+Llama step on one H100 reached 19% MFU compiled and nobody could say whether the time
+went to GEMMs, unfused elementwise passes, the fp32 cross-entropy, the optimizer or
+an idle GPU waiting for Python. `profile_step` answers with `torch.profiler`:
+
+- on CUDA, the kernels' own durations (what the device executed), grouped by kernel
+  name and by category, and the *busy fraction*: kernel time / wall time. A busy
+  fraction well below 1 means the GPU waits for the host (launch overhead, syncs),
+  and no kernel work fixes that; near 1 it is the kernels themselves;
+- on CPU, the ATen operators' self time (the CPU is the device).
+
+Kernel time is summed over kernels: kernels that overlap on several streams are
+counted twice, so the busy fraction can exceed 1 slightly; the bench runs one stream.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch.autograd import DeviceType
+
+from cem_ablate.bench.measure import native_stderr_silenced
+
+# Categories by kernel/operator name, first match wins (names of cuBLAS/CUTLASS GEMMs,
+# flash/memory-efficient/flex attention, inductor's Triton kernels, ATen ops).
+CATEGORIES: tuple[tuple[str, str], ...] = (
+    ("attention", r"flash|fmha|attention|attn|flex|sdpa|_efficient_"),
+    ("gemm", r"gemm|xmma|cutlass|nvjet|sm\d\d_|cublas|wgmma|tem_fused_.*mm"
+             r"|aten::(mm|addmm|bmm|matmul|linear|baddbmm)$"),
+    ("loss", r"log_?softmax|nll_loss|cross_entropy"),
+    ("optimizer", r"multi_tensor|adam|foreach|_fused_adamw|norm_kernel|clip"),
+    ("fused (inductor)", r"^triton_|cpp_fused|compiled"),
+    ("copy/cast", r"copy|memcpy|memset|cast|to_copy|fill"),
+    ("views/allocation (no math)", r"aten::(view|t|transpose|reshape|expand|as_strided|permute|unsqueeze|squeeze"
+                                   r"|slice|select|detach|empty|empty_like|zeros|zeros_like|alias|unbind|split"
+                                   r"|chunk|contiguous|flatten|_unsafe_view|_reshape_alias|resolve_conj|lift_fresh)$"),
+)
+
+
+def category(name: str) -> str:
+    lowered = name.lower()
+    for label, pattern in CATEGORIES:
+        if re.search(pattern, lowered):
+            return label
+    return "other elementwise/reduction"
+
+
+@dataclass
+class ProfileEntry:
+    name: str
+    category: str
+    ms_per_step: float
+    share: float  # of the device time summed over all kernels/operators
+    calls_per_step: float
+
+
+@dataclass
+class StepProfile:
+    device: str  # cuda | cpu
+    steps: int
+    wall_ms_per_step: float
+    device_ms_per_step: float  # kernels (CUDA) or operators' self time (CPU), summed
+    by_category: dict[str, float] = field(default_factory=dict)  # ms per step
+    top: list[ProfileEntry] = field(default_factory=list)
+
+    @property
+    def busy_fraction(self) -> float:
+        return self.device_ms_per_step / self.wall_ms_per_step if self.wall_ms_per_step > 0 else float("nan")
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"busy_fraction": self.busy_fraction}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StepProfile:
+        data = {k: v for k, v in data.items() if k != "busy_fraction"}
+        data["top"] = [ProfileEntry(**e) for e in data.get("top", [])]
+        return cls(**data)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+OPTIMIZER_RANGE = "bench/optimizer"  # record_function ranges of bench.train_step.TrainStep
+LOSS_RANGE = "bench/loss"
+
+
+def _range_category(event) -> str | None:
+    """On CPU an ATen op's name does not say whether AdamW called it (`aten::sqrt`):
+    the TrainStep's record_function range above it does."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name == OPTIMIZER_RANGE:
+            return "optimizer"
+        if parent.name == LOSS_RANGE:
+            return "loss"
+        parent = parent.cpu_parent
+    return None
+
+
+def _device_times(prof, on_cuda: bool) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], int]]:
+    """Microseconds and calls per (name, category): CUDA kernels by their own duration,
+    CPU ATen operators by their self time."""
+    micros: dict[tuple[str, str], float] = defaultdict(float)
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    for event in prof.events():
+        if on_cuda:
+            if event.device_type != DeviceType.CUDA:
+                continue
+            key, us = (event.name, category(event.name)), event.time_range.elapsed_us()
+        else:
+            if event.device_type != DeviceType.CPU or not event.name.startswith("aten::"):
+                continue
+            key, us = (event.name, _range_category(event) or category(event.name)), event.self_cpu_time_total
+        micros[key] += us
+        calls[key] += 1
+    return micros, calls
+
+
+def profile_step(step: Callable[[torch.Tensor], object], batch: torch.Tensor, steps: int = 3,
+                 top: int = 12) -> StepProfile:
+    """Profile `steps` calls of an already warmed-up training step on `batch`."""
+    device = batch.device
+    on_cuda = device.type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if on_cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    _sync(device)
+    prof = torch.profiler.profile(activities=activities)
+    with native_stderr_silenced():  # libkineto's "USDT ... profiler_start" lines
+        prof.start()
+    try:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(batch)
+        _sync(device)
+        wall = time.perf_counter() - start
+    finally:
+        with native_stderr_silenced():
+            prof.stop()
+    micros, calls = _device_times(prof, on_cuda)
+    total = sum(micros.values())
+    by_category: dict[str, float] = defaultdict(float)
+    for (_, label), us in micros.items():
+        by_category[label] += us / 1e3 / steps
+    ranked = sorted(micros.items(), key=lambda kv: -kv[1])[:top]
+    entries = [ProfileEntry(name=name[:120], category=label, ms_per_step=us / 1e3 / steps,
+                            share=us / total if total else 0.0, calls_per_step=calls[(name, label)] / steps)
+               for (name, label), us in ranked]
+    return StepProfile(device=device.type, steps=steps, wall_ms_per_step=wall * 1e3 / steps,
+                       device_ms_per_step=total / 1e3 / steps,
+                       by_category=dict(sorted(by_category.items(), key=lambda kv: -kv[1])), top=entries)
+
+
+def format_profile(label: str, profile: StepProfile) -> str:
+    """Markdown: the categories and the top kernels/operators of one case."""
+    unit = "kernel" if profile.device == "cuda" else "operator (self CPU)"
+    lines = [f"#### {label}", "",
+             f"{profile.wall_ms_per_step:.1f} ms per step (wall, profiler on, {profile.steps} steps); "
+             f"{unit} time {profile.device_ms_per_step:.1f} ms = {profile.busy_fraction:.0%} of wall"
+             + (" (the rest: the GPU waiting for the host)" if profile.device == "cuda" else ""), "",
+             "| category | ms/step | share |", "|---|---:|---:|"]
+    total = profile.device_ms_per_step or float("nan")
+    lines += [f"| {c} | {ms:.2f} | {ms / total:.0%} |" for c, ms in profile.by_category.items()]
+    lines += ["", f"| top {unit} | category | ms/step | share | calls/step |", "|---|---|---:|---:|---:|"]
+    lines += [f"| `{e.name[:70]}` | {e.category} | {e.ms_per_step:.2f} | {e.share:.0%} | {e.calls_per_step:g} |"
+              for e in profile.top]
+    return "\n".join(lines)

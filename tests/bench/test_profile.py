@@ -1,0 +1,85 @@
+"""bench/profile.py: where a training step's time goes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from cem_ablate.bench.profile import StepProfile, category, profile_step
+from cem_ablate.bench.train_step import TrainStep, make_optimizer
+from cem_ablate.cli.main import main
+from cem_ablate.model import build_model
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm"),
+    ("nvjet_tst_128x192_64x4_2x1_v_bz_coopB_TNT", "gemm"),
+    ("triton_tem_fused_addmm_3", "gemm"),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>>", "attention"),
+    ("triton_tem_fused_flex_attention_0", "attention"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+     "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>", "loss"),
+    ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>", "loss"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("triton_poi_fused__to_copy_add_mul_rsqrt_0", "fused (inductor)"),
+    ("aten::mm", "gemm"), ("aten::view", "views/allocation (no math)"), ("aten::mul", "other elementwise/reduction"),
+])
+def test_kernel_and_operator_names_fall_in_their_category(name, expected):
+    assert category(name) == expected
+
+
+def _tiny_step():
+    torch.manual_seed(0)
+    model = build_model({"size": "tiny", "vocab_size": 256, "max_seq_len": 32})
+    step = TrainStep(model, model, make_optimizer(model), "fp32", torch.device("cpu"))
+    batch = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+    step(batch)  # AdamW state allocated before profiling, as after the bench's warm-up
+    return step, batch
+
+
+def test_a_training_step_profile_splits_the_time_by_category():
+    step, batch = _tiny_step()
+    profile = profile_step(step, batch, steps=2)
+    assert profile.device == "cpu" and profile.steps == 2
+    assert sum(profile.by_category.values()) == pytest.approx(profile.device_ms_per_step, rel=1e-9)
+    assert 0 < profile.busy_fraction <= 1.05
+    for part in ("gemm", "loss", "optimizer"):
+        assert profile.by_category.get(part, 0) > 0, (part, profile.by_category)
+    names = {(e.name, e.category) for e in profile.top}
+    assert ("aten::mm", "gemm") in names
+    # AdamW's square root is found through the step's optimizer range, not by its name
+    assert all(c == "optimizer" for n, c in names if n == "aten::sqrt")
+    assert StepProfile.from_dict(json.loads(json.dumps(profile.to_dict()))) == profile
+
+
+def test_time_outside_any_operator_lowers_the_busy_fraction():
+    step, batch = _tiny_step()
+
+    def waits(b):
+        step(b)
+        time.sleep(0.2)  # the device idles, as a GPU does while Python launches the next kernel
+
+    busy = profile_step(step, batch, steps=2).busy_fraction
+    idle = profile_step(waits, batch, steps=2).busy_fraction
+    assert idle < 0.6 * busy
+
+
+def test_bench_writes_and_renders_the_profiles(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--variants", "llama", "--memory-variants", "--seq-len", "16",
+                 "--repeats", "1", "--no-tune-allocator", "--profile-steps", "1", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Where the step's time goes" in printed and "#### tiny llama eager fp32" in printed
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["profile"]["steps"] == 1 and row["profile"]["by_category"]["gemm"] > 0
+    assert main(["bench", "--render", str(out)]) == 0
+    assert "#### tiny llama eager fp32" in capsys.readouterr().out
+
+
+def test_negative_profile_steps_is_one_error_line(capsys):
+    assert main(["bench", "--quick", "--profile-steps", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "profile_steps" in err[0]
