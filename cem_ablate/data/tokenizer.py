@@ -11,6 +11,7 @@ trained once (a file lock guards concurrent trials and DDP ranks).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -109,6 +110,16 @@ def _trained_bpe(
 
 
 def _pretrained(spec: str) -> HFTokenizer:
+    """`_load_pretrained`, once per process: a run asks for its tokenizer twice (the
+    budget's vocabulary size, then the data module), and every Hub load costs a
+    metadata request. A local tokenizer is loaded again when its file changes."""
+    local = Path(spec).expanduser()
+    file = local / "tokenizer.json" if local.is_dir() else local
+    return _load_pretrained(spec, file.stat().st_mtime_ns if file.is_file() else None)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_pretrained(spec: str, _local_mtime: int | None) -> HFTokenizer:
     """A Hugging Face tokenizer by Hub id or local folder, through `tokenizers` alone.
 
     `tokenizer.json` holds the vocabulary and the pipeline; the EOS token is named in

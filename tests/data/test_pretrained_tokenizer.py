@@ -53,3 +53,22 @@ def test_loading_does_not_import_transformers(tmp_path):
               "print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_tokenizer_is_read_once_per_process_until_its_file_changes(tmp_path, monkeypatch):
+    import os
+
+    from tokenizers import Tokenizer
+
+    reads = []
+    real = Tokenizer.from_file
+    monkeypatch.setattr(Tokenizer, "from_file", staticmethod(lambda path: reads.append(path) or real(path)))
+    _save_tokenizer(tmp_path / "tok")
+    first = load_tokenizer(str(tmp_path / "tok"), tmp_path, "corpus", lambda: iter(()))
+    again = load_tokenizer(str(tmp_path / "tok"), tmp_path, "corpus", lambda: iter(()))
+    assert again is first and len(reads) == 1
+    _save_tokenizer(tmp_path / "tok", eos="<end>")  # rewritten: read again
+    stat = (tmp_path / "tok" / "tokenizer.json").stat()
+    os.utime(tmp_path / "tok" / "tokenizer.json", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    changed = load_tokenizer(str(tmp_path / "tok"), tmp_path, "corpus", lambda: iter(()))
+    assert len(reads) == 2 and changed.eos_id == 2 and changed is not first
