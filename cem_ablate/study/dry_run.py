@@ -69,11 +69,11 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
         table.add_column(col, justify="left" if col in ("variant", "baseline") else "right")
     for row in rows:
         est = row.estimate
-        base_key = next(iter(row.variant.baselines.values()), None)
-        base = by_key.get(base_key) if base_key else None
+        bases = [by_key[k] for k in row.variant.baselines.values() if k in by_key]
+        base = bases[0] if bases else None  # the parameter ratio is against the first
         ratio = f"{est.params_total / base.estimate.params_total:.2f}x" if base else "-"
         table.add_row(row.variant.name + (" (baseline)" if row.variant.role == "baseline" else ""),
-                      base.variant.name if base else "-", f"{est.params_total:,}", ratio, _si(est.tokens),
+                      ", ".join(b.variant.name for b in bases) or "-", f"{est.params_total:,}", ratio, _si(est.tokens),
                       f"{est.steps:,}", _si(est.train_flops) + "FLOP", _duration(est.gpu_hours(gpu_tflops, mfu)),
                       str(row.trials) if row.min_trials == row.trials else f"{row.min_trials}-{row.trials}")
     console.print(table)

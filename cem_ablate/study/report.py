@@ -38,6 +38,7 @@ class ReportRow:
     status: str
     tokens: float | None
     is_baseline: bool = False  # some variant is compared against this one
+    repeated: bool = False  # the variant's second (third, ...) baseline: its optima are on the row above
 
     @property
     def optimum(self):
@@ -65,22 +66,27 @@ def _statistics(record: VariantRecord) -> VariantStatistics | None:
     return VariantStatistics.from_dict(record.stats) if record.stats else None
 
 
-def _baseline(record: VariantRecord, by_key: dict[str, VariantRecord]) -> tuple[str, VariantRecord] | None:
-    """The first baseline of the record present in the report, with its name in the study file."""
-    return next(((name, by_key[k]) for name, k in record.baselines.items() if k in by_key), None)
+def _baselines(record: VariantRecord, by_key: dict[str, VariantRecord]) -> list[tuple[str, VariantRecord]]:
+    """The record's baselines present in the report, with their names in the study file,
+    in the study file's order."""
+    return [(name, by_key[k]) for name, k in record.baselines.items() if k in by_key]
 
 
 def build_rows(records: list[VariantRecord]) -> list[ReportRow]:
+    """One row per variant and baseline it is compared with (a study may name several,
+    e.g. Llama and the same layer at T = 1): the first row of a variant carries it, the
+    others (`repeated`) only add their paired Δ."""
     by_key = {r.key: r for r in records}
     baselines = baseline_keys(records)
     rows = []
     for r in records:
         statistics = _statistics(r)
-        base = _baseline(r, by_key)
-        comparison = statistics.comparisons.get(base[0]) if statistics is not None and base else None
-        rows.append(ReportRow(r.name, r.role, r.params_total, statistics, base[1].name if base else None,
-                              comparison, _status_text(r, statistics), r.metrics.get("tokens_per_trial"),
-                              r.key in baselines))
+        pairs = _baselines(r, by_key) or [None]
+        for i, base in enumerate(pairs):
+            comparison = statistics.comparisons.get(base[0]) if statistics is not None and base else None
+            rows.append(ReportRow(r.name, r.role, r.params_total, statistics, base[1].name if base else None,
+                                  comparison, _status_text(r, statistics), r.metrics.get("tokens_per_trial"),
+                                  r.key in baselines, repeated=i > 0))
     return rows
 
 
@@ -132,7 +138,7 @@ def print_table(rows: list[ReportRow], title: str, console=None) -> None:
     for col in ("variant", "lr", "seeds", "mean ± std"):
         per_lr.add_column(col, justify="left" if col == "variant" else "right")
     for row in rows:
-        for lr_row in row.statistics.stats.by_lr if row.statistics is not None else ():
+        for lr_row in row.statistics.stats.by_lr if row.statistics is not None and not row.repeated else ():
             per_lr.add_row(row.name, f"{lr_row.lr:.3g}", str(lr_row.n), mean_std_text(lr_row))
     console.print(per_lr)
 
@@ -143,7 +149,7 @@ def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
     out = []
     for r in records:
         finished = [(t.lr, t.ppl) for t in r.trials if t.status == "finished" and t.lr and t.ppl is not None]
-        base = _baseline(r, by_key)
+        base = next(iter(_baselines(r, by_key)), None)  # plots and scaling: the first baseline
         statistics = _statistics(r)
         out.append(SweepSeries(
             name=r.name, is_baseline=r.key in baselines,
@@ -166,7 +172,7 @@ def scaling_inputs(records: list[VariantRecord]) -> list[ScalingInput]:
         tokens, flops = r.metrics.get("tokens_per_trial"), r.metrics.get("train_flops_per_token")
         if statistics is None or statistics.stats.optimum is None or not r.params_total or not tokens or not flops:
             continue
-        base = _baseline(r, by_key)
+        base = next(iter(_baselines(r, by_key)), None)  # plots and scaling: the first baseline
         family = r.labels.get("variant", r.name)
         out.append(ScalingInput(r.name, family, base[1].labels.get("variant", base[1].name) if base else None,
                                 float(r.params_total), float(tokens * flops), statistics.stats,
@@ -189,7 +195,7 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     lines += ["", f"## {metric}: mean ± std over seeds per learning rate", "",
               "| variant | lr | seeds | mean ± std | per seed |", "|---|---|---|---|---|"]
     for row in rows:
-        if row.statistics is not None:
+        if row.statistics is not None and not row.repeated:
             lines += per_lr_lines(row.name, row.statistics)
     figures = [f"![{metric} vs parameters]({fig2.name})", "", f"![{metric} vs learning rate]({fig3.name})", ""]
     if scaling is not None:

@@ -173,7 +173,9 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
                 by_key[key] = Variant(base_draft.name, f"{slug(base_draft.name)}-{key}", config,
                                       base_draft.labels, {}, "baseline")
                 variants.append(by_key[key])
-            if key != variant.variant_key:
+            # a variant is not its own baseline, nor compared twice with one variant (reuse at
+            # T = 1 is Llama: `llama` and `T1` baselines then name the same run)
+            if key != variant.variant_key and by_key[key].key not in variant.baselines.values():
                 variant.baselines[name] = by_key[key].key
     if spec.lr_search.pruner != "none":
         _check_pruning_runs_in_process(variants)

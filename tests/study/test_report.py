@@ -50,3 +50,25 @@ def test_report_names_the_metric_and_shows_verdicts_and_scaling(tmp_path):
     assert "## Scaling" in text and "matches llama at 0.85× the parameters" in text
     assert "| better |" in text or "| better" in text
     assert (tmp_path / "scaling.png").stat().st_size > 10_000
+
+
+def test_a_variant_with_two_baselines_gets_a_paired_row_against_each(tmp_path):
+    # Fig. 4's layout: T = 2 is compared with Llama and with the same layer at T = 1.
+    llama, ls = record("llama", "1", 10.0, metric="test perplexity")
+    t1, s1 = record("cem_T1", "1", 10.5, llama.key, metric="test perplexity")
+    t2, s2 = record("cem_T2", "1", 11.0, llama.key, metric="test perplexity")
+    t2.baselines = {"llama": llama.key, "T1": t1.key}
+    llama.stats = VariantStatistics("test perplexity", ls, {}).to_dict()
+    t1.stats = VariantStatistics("test perplexity", s1, {"llama": compare(s1, ls)}).to_dict()
+    t2.stats = VariantStatistics("test perplexity", s2, {"llama": compare(s2, ls), "T1": compare(s2, s1)}).to_dict()
+    rows = build_rows([llama, t1, t2])
+    cem_t2 = [(r.baseline, row_cells(r)) for r in rows if r.name == t2.name]
+    assert [b for b, _ in cem_t2] == [llama.name, t1.name]
+    (_, vs_llama), (_, vs_t1) = cem_t2
+    assert vs_llama[5].startswith("+1") and vs_t1[5].startswith("+0.5") and vs_t1[6] == "worse"
+    assert vs_t1[3] == vs_llama[3]  # the same variant's optimum on both rows
+    text = write_report([llama, t1, t2], "two_baselines", tmp_path).read_text()
+    per_lr = text.split("per learning rate")[1].split("## Trials")[0]
+    assert per_lr.count(f"| {t2.name} |") == 3  # three learning rates, listed once, not once per baseline
+    main_table = text.split("## ")[0]
+    assert main_table.count(f"| {t2.name} |") == 2 and main_table.count(f"vs {t1.name}") == 1

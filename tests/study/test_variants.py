@@ -65,6 +65,22 @@ def test_a_baseline_that_is_listed_is_reused_not_added():
     assert cem.baselines == {"llama": llama.key} and llama.baselines == {}
 
 
+def test_a_second_baseline_compares_recursion_with_one_step_and_names_each_run_once():
+    out = expanded(study(
+        variants=[{"name": "reuse_T2", "set": {"model.attention": {"name": "llama", "steps": 2, "depth_mode": "reuse"}}},
+                  {"name": "cem_T1", "set": {"model.attention": {"name": "cem", "steps": 1}}},
+                  {"name": "cem_T2", "set": {"model.attention": {"name": "cem", "steps": 2}}}],
+        baselines={"llama": {"model.attention": {"name": "llama"}},
+                   "T1": {"model.attention.steps": 1, "model.attention.depth_mode": "recursion"}},
+    ))
+    by_name = {v.name: v for v in out.variants}
+    assert list(by_name) == ["reuse_T2", "cem_T1", "cem_T2", "llama"]  # no extra run for any T1 baseline
+    assert by_name["cem_T2"].baselines == {"llama": by_name["llama"].key, "T1": by_name["cem_T1"].key}
+    assert by_name["cem_T1"].baselines == {"llama": by_name["llama"].key}  # not its own baseline
+    # reuse at one step is Llama itself: compared once, not twice
+    assert by_name["reuse_T2"].baselines == {"llama": by_name["llama"].key}
+
+
 def test_identity_is_stable_and_ignores_lr_and_seed():
     a = expanded(study(axes={"model.attention.name": ["llama", "cem"]}))
     b = expanded(study(axes={"model.attention.name": ["llama", "cem"]}, seeds=[3, 4],
