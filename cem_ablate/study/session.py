@@ -122,6 +122,7 @@ class StudySession:
             if not self.tracker.run_is_active(run_id):
                 run_id = self.tracker.find_variant_run(variant.key) or self._create_parent(variant)
             trials.study.set_user_attr(self._parent_attr(), run_id)
+        self.tracker.sync_baselines(run_id, variant.baselines)  # the study file may have changed them
         self._parents[variant.key] = run_id
         return run_id
 

@@ -143,6 +143,18 @@ class StudyTracker:
             self.client.log_text(run_id, info.study_yaml, "study.yaml")
         return run_id
 
+    def sync_baselines(self, run_id: str, baselines: Mapping[str, str]) -> None:
+        """Point an existing parent's baseline tags at the study file's baselines: a
+        rerun after a baseline was added (or dropped) must compare against it, and the
+        report reads the comparisons to show from these tags."""
+        tags = self.client.get_run(run_id).data.tags
+        current = {k[len(T.BASELINE_PREFIX):]: v for k, v in tags.items() if k.startswith(T.BASELINE_PREFIX)}
+        for name in current.keys() - baselines.keys():
+            self.client.delete_tag(run_id, f"{T.BASELINE_PREFIX}{name}")
+        for name, key in baselines.items():
+            if current.get(name) != key:
+                self.client.set_tag(run_id, f"{T.BASELINE_PREFIX}{name}", key)
+
     def log_variant_summary(self, run_id: str, metrics: Mapping[str, float | None], tags: Mapping[str, str],
                             plot_path: str | None, done: bool, step: int = 0,
                             stats: Mapping[str, Any] | None = None) -> None:
