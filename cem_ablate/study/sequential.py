@@ -29,7 +29,10 @@ def add_seeds(session) -> list[str]:
             delta = compare(stats[v.key], stats[base_key]).at_baseline_optimum
             if delta is None or delta.delta is None or delta.verdict != UNRESOLVED:
                 continue
-            n = session.trials[v.key].active_seeds() + 1  # the pair moves together: same seeds
+            # One more paired seed: the pair's shared seeds plus one. A baseline shared with
+            # other variants may already be ahead (Llama at 5 seeds, this variant at 3):
+            # then only the variant moves, up to its baseline's seeds and beyond together.
+            n = min(session.trials[v.key].active_seeds(), session.trials[base_key].active_seeds()) + 1
             for key in (v.key, base_key):
                 targets[key] = max(targets.get(key, 0), n)
     lines = []

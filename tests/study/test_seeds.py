@@ -108,6 +108,17 @@ def test_only_unresolved_pairs_get_a_seed_and_baselines_move_with_them():
     assert add_seeds(SimpleNamespace(spec=SimpleNamespace(seeds=[0, 1]))) == []  # a list of seeds: never
 
 
+def test_seeds_are_added_one_paired_seed_per_look():
+    # The variant already has 4 seeds (another baseline's pair needed them), its Llama
+    # baseline 2: each look adds one paired seed (Llama 3, then 4), not all at once.
+    session = fake_session({"close": -0.05}, noise=0.1)
+    session.trials["close"].n = 4
+    assert add_seeds(session) == ["llama: a Δ is unresolved, now seeds 0..2 (max 4)"]
+    assert session.trials["llama"].n == 3 and session.trials["close"].n == 4
+    add_seeds(session)
+    assert session.trials["llama"].n == 4 and not add_seeds(session)
+
+
 def test_dry_run_states_the_worst_case(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     path = write_study(tmp_path, grid=[1e-3, 2e-3, 4e-3], seeds=SEQUENTIAL)
