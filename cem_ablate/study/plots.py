@@ -57,10 +57,25 @@ def _pyplot():
     return plt
 
 
+def _references(series: list[SweepSeries]) -> set[str]:
+    """The series drawn in the paper's baseline style: each variant's first baseline
+    (Llama), one per group. A second baseline (T = 1 for a T = 2 variant) or a second
+    reference within one group (Table 3's T = 1 per kernel) gets a colour of its own,
+    or it could not be told apart."""
+    first = {s.baseline_name for s in series if s.baseline_name}
+    out, groups = set(), set()
+    for s in series:
+        if s.is_baseline and s.name in first and s.group not in groups:
+            out.add(s.name)
+            groups.add(s.group)
+    return out
+
+
 def _colors(series: list[SweepSeries]) -> dict[str, str]:
     out, i = {}, 0
+    references = _references(series)
     for s in series:
-        if s.is_baseline:
+        if s.name in references:
             out[s.name] = BASELINE_COLOR
         else:
             out[s.name] = VARIANT_COLORS[i % len(VARIANT_COLORS)]
@@ -167,7 +182,7 @@ def _tokens_text(tokens: float | None) -> str:
 def plot_ppl_vs_params(series: list[SweepSeries], path: str | Path, title: str = "") -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.8), dpi=120)
-    colors = _colors(series)
+    colors, references = _colors(series), _references(series)
     by_name = {s.name: s for s in series}
     plotted = [s for s in series if s.fit is not None and s.params]
     for s in plotted:  # links first, under the markers
@@ -177,7 +192,7 @@ def plot_ppl_vs_params(series: list[SweepSeries], path: str | Path, title: str =
                     zorder=1)
     seen_labels = set()
     for s in plotted:
-        if s.is_baseline:
+        if s.name in references:
             style = dict(marker="D", color=BASELINE_DIAMOND, s=60)
         else:
             style = dict(marker="o", color=colors[s.name], s=50)

@@ -33,3 +33,21 @@ def test_figures_with_seed_statistics_render(tmp_path):
     assert drawn(plot_ppl_vs_params(s, tmp_path / "params.png"))
     summary = summarize_scaling(inputs(seeds=(0, 1, 2), spread=0.1), n_resamples=100)
     assert drawn(plot_scaling(summary, tmp_path / "scaling.png", metric="test RMSE"))
+
+
+def test_only_each_groups_first_baseline_wears_the_baseline_colour():
+    # Fig. 2c: Llama is every variant's first baseline, T = 1 a second one (of T = 2);
+    # Table 3: one T = 1 per kernel, in the same group. Each needs a colour of its own.
+    from dataclasses import replace
+
+    from cem_ablate.study.plots import BASELINE_COLOR, _colors
+
+    llama = series("llama", 0.0, True)
+    t1 = replace(series("T1", 0.1, True), baseline_name="llama")
+    t2 = replace(series("T2", 0.2), baseline_name="llama")
+    colors = _colors([t1, t2, llama])
+    assert colors["llama"] == BASELINE_COLOR and len(set(colors.values())) == 3
+    rbf, ns = series("rbf_T1", 0.0, True), series("ns_T1", 0.1, True)
+    deeper = [replace(series("rbf_T4", 0.0), baseline_name="rbf_T1"), replace(series("ns_T4", 0.0), baseline_name="ns_T1")]
+    colors = _colors([rbf, *deeper, ns])
+    assert colors["rbf_T1"] == BASELINE_COLOR and colors["ns_T1"] != BASELINE_COLOR and len(set(colors.values())) == 4
