@@ -112,7 +112,10 @@ def row_cells(row: ReportRow) -> list[str]:
                                  else "")
         own_text = delta_text(own)
     n_seeds = str(row.statistics.stats.n_seeds) if row.statistics is not None else "-"
-    return [row.name, fmt(row.params, ","), n_seeds, lr_star_text(row.optimum), objective_star_text(row.optimum),
+    # A second baseline's row names its comparison, so that every row's first cell is
+    # unique (one variant, one row per baseline; a reader keyed by name keeps the first).
+    name = f"{row.name} (vs {row.baseline})" if row.repeated else row.name
+    return [name, fmt(row.params, ","), n_seeds, lr_star_text(row.optimum), objective_star_text(row.optimum),
             delta, verdict, own_text, seeds_to_resolve_text(main), row.status]
 
 
