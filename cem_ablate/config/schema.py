@@ -36,6 +36,16 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _same_shape(tp: Any, value: Any) -> bool:
+    """Whether `value` has the container shape of annotation `tp` (mapping or list)."""
+    origin = get_origin(tp)
+    if isinstance(value, Mapping):
+        return dataclasses.is_dataclass(tp) or origin in (dict, Mapping) or tp is dict
+    if isinstance(value, list):
+        return origin in (list, tuple) or tp in (list, tuple)
+    return False
+
+
 def coerce(tp: Any, value: Any, path: str) -> Any:
     """Check `value` against annotation `tp`, converting where lossless."""
     origin = get_origin(tp)
@@ -57,9 +67,12 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
             try:
                 return coerce(arg, value, path)
             except ConfigError as err:
-                errors.append(err)
-        if len(errors) == 1:
-            raise errors[0]
+                errors.append((arg, err))
+        # A mapping can only have meant the mapping-shaped member (`seeds: {min: 2, at: owned}`
+        # -> seeds.at's own error, not "expected list | SequentialSeeds"); likewise a list.
+        shaped = [err for arg, err in errors if _same_shape(arg, value)]
+        if len(errors) == 1 or len(shaped) == 1:
+            raise (errors[0][1] if len(errors) == 1 else shaped[0])
         raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}.")
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):

@@ -43,7 +43,9 @@ def _duration(hours: float) -> str:
 
 def seeds_text(seeds) -> str:
     if isinstance(seeds, SequentialSeeds):
-        return (f"seeds 0..{seeds.min - 1}, one more to a variant and its baseline while their Δ is "
+        where = {"baseline": "at the baseline's lr*", "own": "at the variant's own lr*",
+                 "both": "at either lr*"}[seeds.at]
+        return (f"seeds 0..{seeds.min - 1}, one more to a variant and its baseline while their Δ {where} is "
                 f"unresolved, up to 0..{seeds.max - 1}")
     return f"seeds {list(seeds)}"
 

@@ -1,8 +1,9 @@
 """Sequential seeds (`seeds: {min, max, until: resolved}`, issue 11).
 
 When every planned trial is final, each variant whose paired Δ against a baseline is
-still unresolved (`study.statistics.compare`, at the baseline's lr* grid point) gets
-one more seed, and so does that baseline, up to `max`. The coordinator then runs the
+still unresolved (`study.statistics.compare`; at the baseline's lr* grid point, the
+variant's own, or either: `seeds.at`) gets one more seed, and so does that baseline,
+up to `max`. The coordinator then runs the
 new slots and asks again. A Δ with no paired seed at all (the variant diverged at the
 baseline's lr*) is not something more seeds resolve: it is left alone.
 """
@@ -11,6 +12,14 @@ from __future__ import annotations
 
 from cem_ablate.study.spec import SequentialSeeds
 from cem_ablate.study.statistics import UNRESOLVED, compare, observations, variant_stats
+
+
+def _unresolved(comparison, at: str) -> bool:
+    """Whether the Δ(s) `at` names are unresolved; a Δ with no paired seed (the variant
+    diverged there) is not something more seeds resolve."""
+    deltas = {"baseline": [comparison.at_baseline_optimum], "own": [comparison.at_own_optimum],
+              "both": [comparison.at_baseline_optimum, comparison.at_own_optimum]}[at]
+    return any(d is not None and d.delta is not None and d.verdict == UNRESOLVED for d in deltas)
 
 
 def add_seeds(session) -> list[str]:
@@ -26,8 +35,7 @@ def add_seeds(session) -> list[str]:
         for base_key in v.baselines.values():
             if base_key not in stats:
                 continue
-            delta = compare(stats[v.key], stats[base_key]).at_baseline_optimum
-            if delta is None or delta.delta is None or delta.verdict != UNRESOLVED:
+            if not _unresolved(compare(stats[v.key], stats[base_key]), seeds.at):
                 continue
             # One more paired seed: the pair's shared seeds plus one. A baseline shared with
             # other variants may already be ahead (Llama at 5 seeds, this variant at 3):

@@ -100,9 +100,11 @@ class ExecutionConfig:
 class SequentialSeeds(Sequence):
     """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (issue 11).
 
-    Every variant and its baseline start with seeds 0..min-1; while their paired Δ at
-    the baseline's lr* is unresolved (`study.statistics`), both get the next seed, up
-    to seeds 0..max-1. As a sequence it is every seed the study may train (Optuna's
+    Every variant and its baseline start with seeds 0..min-1; while their paired Δ is
+    unresolved (`study.statistics`), both get the next seed, up to seeds 0..max-1.
+    `at` picks the Δ that decides: at the baseline's lr* grid point (`baseline`, the
+    report's verdict), at the variant's own (`own`: variants whose optimum moves, as
+    Table 3's depths), or either (`both`). As a sequence it is every seed the study may train (Optuna's
     choices for the seed, probes, the dry run's worst case); `initial` the first ones.
     Checked in `StudySpec.validate`, where an error keeps its key path.
     """
@@ -110,6 +112,7 @@ class SequentialSeeds(Sequence):
     min: int = 2
     max: int | None = None
     until: Literal["resolved"] | None = None
+    at: Literal["baseline", "own", "both"] = "baseline"
 
     @property
     def initial(self) -> list[int]:

@@ -24,7 +24,9 @@ SEQUENTIAL = {"min": 2, "max": 4, "until": "resolved"}
     ({"min": 2, "max": 6}, "seeds.until: is required"),
     ({"min": 0, "max": 3, "until": "resolved"}, "seeds.min: must be at least 1"),
     ({"min": 4, "max": 3, "until": "resolved"}, "seeds.max: must be at least min"),
-    ({"min": 2, "max": 3, "until": "forever"}, "seeds: expected"),
+    ({"min": 2, "max": 3, "until": "forever"}, "seeds.until: unknown value 'forever'. Did you mean 'resolved'?"),
+    ({"min": 2, "max": 3, "until": "resolved", "at": "owned"}, "seeds.at: unknown value 'owned'. Did you mean 'own'?"),
+    ("all", "seeds: expected list | SequentialSeeds"),
 ])
 def test_bad_seeds_name_the_key(seeds, where):
     with pytest.raises(ConfigError) as err:
@@ -117,6 +119,27 @@ def test_seeds_are_added_one_paired_seed_per_look():
     assert session.trials["llama"].n == 3 and session.trials["close"].n == 4
     add_seeds(session)
     assert session.trials["llama"].n == 4 and not add_seeds(session)
+
+
+def test_at_own_adds_seeds_where_the_variants_own_optimum_is_unresolved():
+    # A variant whose optimum moved to 4e-3 (Llama's is 2e-3): clearly worse at 2e-3,
+    # level with Llama at 4e-3. `at: baseline` stops, `own` and `both` go on.
+    grid = [1e-3, 2e-3, 4e-3]
+    base = {(lr, s): 10.0 + (lr * 1e3 - 2) ** 2 + 0.1 * s for lr in grid for s in range(6)}
+    # at 4e-3 Llama is at 14.0: the moved variant is level with it there, up to ± 0.05
+    moved = {(lr, s): 14.0 + 0.5 * (lr * 1e3 - 4) ** 2 + 0.1 * s + 0.05 * (-1) ** s for lr in grid for s in range(6)}
+
+    def session(at):
+        variants = [SimpleNamespace(key="llama", name="llama", baselines={}),
+                    SimpleNamespace(key="moved", name="moved", baselines={"llama": "llama"})]
+        spec = SimpleNamespace(seeds=SequentialSeeds(2, 4, "resolved", at), lr_search=LrSearchConfig(grid=grid))
+        return SimpleNamespace(spec=spec, variants=variants,
+                               trials={"llama": FakeTrials(base), "moved": FakeTrials(moved)})
+
+    assert add_seeds(session("baseline")) == []  # +6 at 2e-3, differences ± 0.1: resolved worse
+    for at in ("own", "both"):
+        s = session(at)
+        assert add_seeds(s) and s.trials["moved"].n == 3 and s.trials["llama"].n == 3
 
 
 def test_dry_run_states_the_worst_case(tmp_path, monkeypatch, capsys):
