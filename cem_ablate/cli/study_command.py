@@ -89,14 +89,16 @@ def _print_reuse(expanded, rows, args: argparse.Namespace, console) -> None:
     from cem_ablate.study.reuse import planned_reuse
     from cem_ablate.study.storage import default_storage_url
 
-    reused = planned_reuse(expanded, args.storage or default_storage_url())
+    reused, done = planned_reuse(expanded, args.storage or default_storage_url())
     count = sum(reused.values())
     hours = sum(reused.get(r.variant.key, 0) * r.estimate.gpu_hours(args.gpu_tflops, args.mfu) for r in rows)
+    if sum(done.values()):
+        console.print(f"done: {sum(done.values())} trials of this study already finished (a run trains the rest)")
     if count:
         console.print(f"reused: {count} trials already finished in this storage by other studies "
                       f"(not retrained; {hours:.3g} GPU-hours saved; --no-reuse retrains them)")
     else:
-        console.print("reused: none (no trial of this study is finished in the storage yet)")
+        console.print("reused: none (no trial of this study is finished in another study of the storage)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -54,21 +54,34 @@ def finished_trials(storage) -> dict[str, FinishedTrial]:
     return out
 
 
-def planned_reuse(expanded, storage_url: str) -> dict[str, int]:
-    """Variant key -> how many of its grid trials an existing storage already holds
-    (for the dry run). Reads the storage only if it exists; sampled lrs can't be known."""
+def planned_reuse(expanded, storage_url: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(reused, done): variant key -> how many of its grid trials an existing storage
+    holds finished by other studies (reused, not retrained), and by this study itself
+    (a rerun: already done). For the dry run; reads the storage only if it exists;
+    sampled lrs can't be known."""
     import optuna
 
     from cem_ablate.study.storage import quiet_optuna, sqlite_path
 
     path = sqlite_path(storage_url)
     if path is not None and not path.exists():
-        return {}
+        return {}, {}
     quiet_optuna()
     finished = finished_trials(optuna.storages.RDBStorage(storage_url))
     spec = expanded.spec
     if spec.lr_search.method != "grid" or not finished:
-        return {}
+        return {}, {}
+    from cem_ablate.study.variants import optuna_study_name
+
     seeds = list(spec.seeds)  # every seed the study may train
-    return {v.key: sum(v.run_config(lr, seed).trial_key() in finished for lr in spec.lr_search.grid for seed in seeds)
-            for v in expanded.variants}
+    reused: dict[str, int] = {}
+    done: dict[str, int] = {}
+    for v in expanded.variants:
+        own = optuna_study_name(spec.name, v)
+        for lr in spec.lr_search.grid:
+            for seed in seeds:
+                original = finished.get(v.run_config(lr, seed).trial_key())
+                if original is not None:
+                    counts = done if original.study_name == own else reused
+                    counts[v.key] = counts.get(v.key, 0) + 1
+    return reused, done

@@ -20,7 +20,7 @@ import yaml
 from cem_ablate.config.identity import digest
 from cem_ablate.study.storage import StorageSettings, claim_lock, open_storage
 from cem_ablate.study.trials import VariantTrials
-from cem_ablate.study.variants import ExpandedStudy, Variant, slug
+from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name, slug
 
 PARENT_WAIT_S = 30.0  # how long to wait for a concurrent coordinator to create a parent
 
@@ -33,10 +33,6 @@ class StudySettings:
     threads: int | None = None  # torch threads per worker process (None: the config's)
     progress: bool = True  # the engine's per-step progress bar
     reuse: bool = True  # record finished trials of other studies with the same trial key (study.reuse)
-
-
-def optuna_study_name(study_name: str, variant: Variant) -> str:
-    return f"{study_name}/{variant.key}"
 
 
 class StudySession:

@@ -148,6 +148,11 @@ def _located(err: ConfigError, origins: dict[str, str], label: str) -> ConfigErr
     return ConfigError(where, f"{err.message.rstrip('.')} (in variant {label!r}, at {path or 'top level'}).")
 
 
+def optuna_study_name(study_name: str, variant: Variant) -> str:
+    """The Optuna study holding one variant's trials in a study's storage."""
+    return f"{study_name}/{variant.key}"
+
+
 def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedStudy:
     """All variants of the study, validated; raises ConfigError before anything runs."""
     probe_lr, probe_seed = spec.lr_search.lr_range[0], spec.seeds[0]

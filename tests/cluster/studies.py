@@ -57,7 +57,7 @@ def optuna_trials(storage_url: str, study_name: str) -> list[Trial]:
     storage = optuna.storages.RDBStorage(storage_url)
     out: list[Trial] = []
     for summary in storage.get_all_studies():
-        if not summary.study_name.startswith(study_name + "/"):  # session.optuna_study_name
+        if not summary.study_name.startswith(study_name + "/"):  # variants.optuna_study_name
             continue
         for t in storage.get_all_trials(summary._study_id, deepcopy=False):
             worker = t.user_attrs.get("worker") or {}

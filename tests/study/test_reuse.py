@@ -58,6 +58,11 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
     report = (tmp_path / "reports" / "b" / "report.md").read_text()
     llama_row = next(line for line in report.splitlines() if line.startswith("| llama |"))
     assert "-" != llama_row.split("|")[4].strip()  # an optimum, from the reused trials
+    # A dry run of B now: its own trained trials are "done", A's still "reused".
+    capsys.readouterr()
+    assert main(["study", str(b), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "done: 2 trials of this study already finished" in out and "reused: 2 trials" in out
 
     # --no-reuse trains everything of a third study.
     c = write_study(tmp_path, name="c", grid=GRID, corpus=corpus, variants=[{"name": "llama"}], baselines={})
