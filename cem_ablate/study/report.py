@@ -21,9 +21,9 @@ from pathlib import Path
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling
 from cem_ablate.study.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
 from cem_ablate.study.seed_report import (
-    DEFINITIONS, delta_text, equivalence_rows, fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines,
-    seeds_to_resolve_text)
-from cem_ablate.study.statistics import Comparison, VariantStatistics
+    DEFINITIONS, OPTIMA_COLUMNS, OPTIMA_DEFINITION, delta_text, equivalence_rows, fmt, lr_star_text, mean_std_text,
+    objective_star_text, optima_cells, per_lr_lines, scaling_lines, seeds_to_resolve_text)
+from cem_ablate.study.statistics import Comparison, VariantStatistics, delta_of_optima
 from cem_ablate.tracking.readback import VariantRecord
 
 
@@ -90,6 +90,20 @@ def build_rows(records: list[VariantRecord]) -> list[ReportRow]:
     return rows
 
 
+def optima_rows(records: list[VariantRecord]) -> list[list[str]]:
+    """Cells of the "each at its own optimum" comparison, one row per variant and baseline."""
+    by_key = {r.key: r for r in records}
+    out = []
+    for r in records:
+        mine = _statistics(r)
+        for _, base in _baselines(r, by_key):
+            theirs = _statistics(base)
+            d = delta_of_optima(mine.stats, theirs.stats) if mine is not None and theirs is not None else None
+            if d is not None:
+                out.append(optima_cells(r.name, base.name, d))
+    return out
+
+
 def metric_of(rows: list[ReportRow]) -> str:
     """The study's objective, named (every variant of a study has the same task)."""
     return next((r.statistics.objective for r in rows if r.statistics is not None), "test perplexity")
@@ -146,6 +160,22 @@ def print_table(rows: list[ReportRow], title: str, console=None) -> None:
     console.print(per_lr)
 
 
+def print_optima(records: list[VariantRecord], metric: str, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = optima_rows(records)
+    if not rows:
+        return
+    table = Table(title=f"Δ of the optima: each at its own best learning rate ({metric}, unpaired)",
+                  title_justify="left")
+    for col in OPTIMA_COLUMNS:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    (console or Console()).print(table)
+
+
 def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
     by_key = {r.key: r for r in records}
     baselines = baseline_keys(records)
@@ -195,6 +225,10 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     lines = [f"# Study `{study_name}`", "", DEFINITIONS.format(m=metric), "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(row)) + " |" for row in rows]
+    if optima := optima_rows(records):
+        lines += ["", f"## Δ of the optima: each at its own best learning rate ({metric}, unpaired)", "",
+                  OPTIMA_DEFINITION, "", "| " + " | ".join(OPTIMA_COLUMNS) + " |", "|" + "---|" * len(OPTIMA_COLUMNS)]
+        lines += ["| " + " | ".join(optima) + " |" for optima in optima]
     lines += ["", f"## {metric}: mean ± std over seeds per learning rate", "",
               "| variant | lr | seeds | mean ± std | per seed |", "|---|---|---|---|---|"]
     for row in rows:
@@ -234,6 +268,7 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     if not records:
         raise ConfigError("STUDY", f"study {study_name!r} has no variant runs in {tracking_uri} yet.")
     print_table(build_rows(records), f"study {study_name}", console)
+    print_optima(records, metric_of(build_rows(records)), console)
     inputs = scaling_inputs(records)
     scaling = summarize_scaling(inputs) if has_size_axis(inputs) else None
     if scaling is not None:

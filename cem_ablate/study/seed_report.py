@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from cem_ablate.study.scaling import PARAMS, SATURATING, ScalingSummary
-from cem_ablate.study.statistics import LEVEL, Interval, LrStats, Optimum, PairedDelta, VariantStatistics
+from cem_ablate.study.statistics import (
+    LEVEL, Interval, LrStats, OptimaDelta, Optimum, PairedDelta, VariantStatistics)
 
 DEFINITIONS = (
     "Seeds: every number is over the seeds that finished. mean ± std: sample standard deviation "
@@ -58,6 +59,21 @@ def delta_text(delta: PairedDelta | None) -> str:
     if delta.interval is not None:
         text += " " + interval_text(delta.interval, "+.3g")
     return text + f" at lr {delta.lr:g} (n={delta.n})"
+
+
+OPTIMA_DEFINITION = (
+    "Each at the grid point nearest its own lr*: Δ = mean(variant) − mean(baseline) at possibly "
+    "different learning rates, so the seeds are not paired; [low, high]: 95% Welch t-interval "
+    "(scipy.stats.ttest_ind, unequal variances). It answers \"tuned vs tuned\" where the paired Δs "
+    "above compare both at one learning rate.")
+OPTIMA_COLUMNS = ("variant", "vs baseline", "variant at lr (n)", "baseline at lr (n)", "Δ of optima [95%]",
+                  "verdict")
+
+
+def optima_cells(name: str, baseline: str, d: OptimaDelta) -> list[str]:
+    text = f"{d.delta:+.4g}" + (" " + interval_text(d.interval, "+.3g") if d.interval is not None else "")
+    return [name, baseline, f"{d.variant_lr:g} ({d.n_variant})", f"{d.baseline_lr:g} ({d.n_baseline})", text,
+            d.verdict]
 
 
 def seeds_to_resolve_text(delta: PairedDelta | None) -> str:

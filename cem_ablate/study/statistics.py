@@ -335,6 +335,45 @@ def compare(variant: VariantStats, baseline: VariantStats) -> Comparison:
     )
 
 
+@dataclass(frozen=True)
+class OptimaDelta:
+    """Δ between two variants each at its own best grid point: different learning rates,
+    so the seeds are not paired; Welch's t-interval (unequal variances)."""
+
+    variant_lr: float
+    baseline_lr: float
+    n_variant: int
+    n_baseline: int
+    delta: float  # mean(variant at its lr) - mean(baseline at its lr)
+    interval: Interval | None  # 95% Welch interval (>= 2 seeds each)
+    p_value: float | None
+    verdict: str
+
+
+def delta_of_optima(variant: VariantStats, baseline: VariantStats, level: float = LEVEL) -> OptimaDelta | None:
+    """Each at the grid point nearest its own lr*: "is the variant, tuned, better than the
+    baseline, tuned?" -- the question the paired Δs answer only when both optima share
+    a grid point (Table 3's depths and Fig. 2c's T = 2 move to other learning rates)."""
+    from scipy.stats import ttest_ind
+
+    if variant.optimum is None or baseline.optimum is None:
+        return None
+    lr_v = nearest_lr([r.lr for r in variant.by_lr], variant.optimum.lr_star)
+    lr_b = nearest_lr([r.lr for r in baseline.by_lr], baseline.optimum.lr_star)
+    xv = np.asarray(variant.at(lr_v).values, dtype=np.float64)
+    xb = np.asarray(baseline.at(lr_b).values, dtype=np.float64)
+    delta = float(xv.mean() - xb.mean())
+    if len(xv) < 2 or len(xb) < 2:
+        return OptimaDelta(lr_v, lr_b, len(xv), len(xb), delta, None, None, UNRESOLVED)
+    if np.std(xv) == 0.0 and np.std(xb) == 0.0:  # no spread: scipy's interval is NaN; the point
+        interval, p_value = Interval(delta, delta, level, "welch"), (0.0 if delta != 0.0 else 1.0)
+    else:
+        result = ttest_ind(xv, xb, equal_var=False)
+        ci = result.confidence_interval(level)
+        interval, p_value = Interval(float(ci.low), float(ci.high), level, "welch"), float(result.pvalue)
+    return OptimaDelta(lr_v, lr_b, len(xv), len(xb), delta, interval, p_value, verdict_of(interval))
+
+
 # -- one variant's statistics, as logged on its parent run and read back by the report -----
 
 

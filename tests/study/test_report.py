@@ -70,5 +70,7 @@ def test_a_variant_with_two_baselines_gets_a_paired_row_against_each(tmp_path):
     text = write_report([llama, t1, t2], "two_baselines", tmp_path).read_text()
     per_lr = text.split("per learning rate")[1].split("## Trials")[0]
     assert per_lr.count(f"| {t2.name} |") == 3  # three learning rates, listed once, not once per baseline
+    optima = text.split("## Δ of the optima")[1].split("## ")[0]
+    assert optima.count(f"| {t2.name} | {llama.name} |") == 1 and optima.count(f"| {t2.name} | {t1.name} |") == 1
     main_table = text.split("## ")[0]
     assert main_table.count(f"| {t2.name} |") == 1 and main_table.count(f"| {t2.name} (vs {t1.name}) |") == 1

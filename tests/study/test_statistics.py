@@ -165,3 +165,27 @@ def test_variant_statistics_survive_a_json_round_trip():
     stats = VariantStatistics("test RMSE", vs, {"llama": compare(vs, bs)})
     back = VariantStatistics.from_dict(json.loads(json.dumps(stats.to_dict())))
     assert back == stats and back.comparisons["llama"].at_baseline_optimum.interval is not None
+
+
+def test_delta_of_optima_is_welch_at_each_ones_best_grid_point():
+    # The variant is best at 4e-3, the baseline at 2e-3: the Δ of the optima compares
+    # those two grid points, unpaired (Welch), and equals scipy's on the same values.
+    from scipy.stats import ttest_ind
+
+    from cem_ablate.study.statistics import delta_of_optima
+
+    grid = (1e-3, 2e-3, 4e-3)
+    base = [Observation(lr, s, 10 + (lr * 1e3 - 2) ** 2 + 0.1 * s) for lr in grid for s in range(4)]
+    var = [Observation(lr, s, 9.5 + 0.5 * (lr * 1e3 - 4) ** 2 + 0.13 * ((s * 7) % 4)) for lr in grid for s in range(3)]
+    b, v = variant_stats(base, n_resamples=0), variant_stats(var, n_resamples=0)
+    d = delta_of_optima(v, b)
+    assert (d.variant_lr, d.baseline_lr, d.n_variant, d.n_baseline) == (4e-3, 2e-3, 3, 4)
+    xv = [o.value for o in var if o.lr == 4e-3]
+    xb = [o.value for o in base if o.lr == 2e-3]
+    ref = ttest_ind(xv, xb, equal_var=False)
+    ci = ref.confidence_interval(0.95)
+    assert d.delta == pytest.approx(np.mean(xv) - np.mean(xb), rel=1e-12)
+    assert (d.interval.low, d.interval.high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert d.p_value == pytest.approx(ref.pvalue, rel=1e-12) and d.verdict == "better"
+    one = variant_stats([o for o in var if o.seed == 0], n_resamples=0)
+    assert delta_of_optima(one, b).interval is None and delta_of_optima(one, b).verdict == "unresolved"
