@@ -225,15 +225,16 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     lines = [f"# Study `{study_name}`", "", DEFINITIONS.format(m=metric), "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(row)) + " |" for row in rows]
-    if optima := optima_rows(records):
-        lines += ["", f"## Δ of the optima: each at its own best learning rate ({metric}, unpaired)", "",
-                  OPTIMA_DEFINITION, "", "| " + " | ".join(OPTIMA_COLUMNS) + " |", "|" + "---|" * len(OPTIMA_COLUMNS)]
-        lines += ["| " + " | ".join(optima) + " |" for optima in optima]
     lines += ["", f"## {metric}: mean ± std over seeds per learning rate", "",
               "| variant | lr | seeds | mean ± std | per seed |", "|---|---|---|---|---|"]
     for row in rows:
         if row.statistics is not None and not row.repeated:
             lines += per_lr_lines(row.name, row.statistics)
+    # after the per-lr table: the first two tables keep their places (optima, mean ± std)
+    if optima := optima_rows(records):
+        lines += ["", f"## Δ of the optima: each at its own best learning rate ({metric}, unpaired)", "",
+                  OPTIMA_DEFINITION, "", "| " + " | ".join(OPTIMA_COLUMNS) + " |", "|" + "---|" * len(OPTIMA_COLUMNS)]
+        lines += ["| " + " | ".join(optima) + " |" for optima in optima]
     figures = [f"![{metric} vs parameters]({fig2.name})", "", f"![{metric} vs learning rate]({fig3.name})", ""]
     if scaling is not None:
         lines += [""] + scaling_lines(scaling, metric)

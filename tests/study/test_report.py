@@ -68,9 +68,10 @@ def test_a_variant_with_two_baselines_gets_a_paired_row_against_each(tmp_path):
     assert vs_llama[5].startswith("+1") and vs_t1[5].startswith("+0.5") and vs_t1[6] == "worse"
     assert vs_t1[3] == vs_llama[3]  # the same variant's optimum on both rows
     text = write_report([llama, t1, t2], "two_baselines", tmp_path).read_text()
-    per_lr = text.split("per learning rate")[1].split("## Trials")[0]
+    per_lr = text.split("per learning rate")[1].split("## ")[0]
     assert per_lr.count(f"| {t2.name} |") == 3  # three learning rates, listed once, not once per baseline
     optima = text.split("## Δ of the optima")[1].split("## ")[0]
     assert optima.count(f"| {t2.name} | {llama.name} |") == 1 and optima.count(f"| {t2.name} | {t1.name} |") == 1
     main_table = text.split("## ")[0]
+    assert text.index("mean ± std over seeds") < text.index("## Δ of the optima")  # the first two tables stay put
     assert main_table.count(f"| {t2.name} |") == 1 and main_table.count(f"| {t2.name} (vs {t1.name}) |") == 1
