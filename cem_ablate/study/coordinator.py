@@ -23,11 +23,11 @@ from pathlib import Path
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
-from cem_ablate.study.storage import shown_url
 from cem_ablate.study.summary import publish
 from cem_ablate.study.trials import FAILED
 from cem_ablate.study.variants import ExpandedStudy
 from cem_ablate.study.worker import quiet_lightning, set_torch_threads, write_plan
+from cem_ablate.tracking.store import shown_url
 from cem_ablate.training.child_process import die_with_parent
 
 POLL_S = 2.0

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cem_ablate.config import ConfigError
+from cem_ablate.tracking.store import shown_url
 
 SQLITE_TIMEOUT_S = 120
 CONNECT_TIMEOUT_S = 5  # per attempt, for server databases
@@ -84,16 +85,6 @@ def quiet_optuna() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
-
-
-def shown_url(url: str) -> str:
-    """The URL with its password masked, for messages and logs."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - not parseable: show nothing secret
-        return url.split("@")[-1]
 
 
 def check_driver(url: str) -> None:

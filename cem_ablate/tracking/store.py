@@ -12,7 +12,6 @@ import os
 import time
 import warnings
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from cem_ablate.config import ConfigError
 
@@ -59,12 +58,15 @@ def make_client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
-def _without_password(uri: str) -> str:
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+def shown_url(url: str) -> str:
+    """A store URL (MLflow server, Optuna database) with its password masked, for
+    messages and logs."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not parseable: show nothing secret
+        return url.split("@")[-1]
 
 
 def check_tracking_server(uri: str, attempts: int = SERVER_ATTEMPTS, wait_s: float = 2.0) -> None:
@@ -78,7 +80,7 @@ def check_tracking_server(uri: str, attempts: int = SERVER_ATTEMPTS, wait_s: flo
 
     if not uri.startswith(("http://", "https://")):
         return
-    shown = _without_password(uri)
+    shown = shown_url(uri)
     for attempt in range(attempts):
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=SERVER_TIMEOUT_S) as response:
