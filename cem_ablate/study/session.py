@@ -79,8 +79,8 @@ class StudySession:
             for trials in self.trials.values():
                 trials.fail_dead_trials()
                 trials.reconcile(retry_failed=True)
-        for variant in self.variants:
-            self.parent_run_id(variant)
+        for variant in self.variants:  # once per study run, here: the study file may have changed them
+            self.tracker.sync_baselines(self.parent_run_id(variant), variant.baselines)
 
     def finished_elsewhere(self, trial_key: str, optuna_study: str):
         """A finished or diverged trial of `trial_key` in another Optuna study, or None."""
@@ -118,7 +118,6 @@ class StudySession:
             if not self.tracker.run_is_active(run_id):
                 run_id = self.tracker.find_variant_run(variant.key) or self._create_parent(variant)
             trials.study.set_user_attr(self._parent_attr(), run_id)
-        self.tracker.sync_baselines(run_id, variant.baselines)  # the study file may have changed them
         self._parents[variant.key] = run_id
         return run_id
 

@@ -105,7 +105,7 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
     for r in parents:
         tags = r.data.tags
         labels = {k: tags[k] for k in json.loads(tags.get(T.AXES, "[]")) if k in tags}
-        baselines = {k[len(T.BASELINE_PREFIX):]: v for k, v in tags.items() if k.startswith(T.BASELINE_PREFIX)}
+        baselines = T.baselines_of(tags)
         edge = tags.get(T.AKIMA_EDGE)
         out.append(VariantRecord(
             run_id=r.info.run_id, key=tags.get(T.VARIANT_KEY, ""), name=tags.get(T.VARIANT, r.info.run_name),

@@ -147,8 +147,7 @@ class StudyTracker:
         """Point an existing parent's baseline tags at the study file's baselines: a
         rerun after a baseline was added (or dropped) must compare against it, and the
         report reads the comparisons to show from these tags."""
-        tags = self.client.get_run(run_id).data.tags
-        current = {k[len(T.BASELINE_PREFIX):]: v for k, v in tags.items() if k.startswith(T.BASELINE_PREFIX)}
+        current = T.baselines_of(self.client.get_run(run_id).data.tags)
         for name in current.keys() - baselines.keys():
             self.client.delete_tag(run_id, f"{T.BASELINE_PREFIX}{name}")
         for name, key in baselines.items():

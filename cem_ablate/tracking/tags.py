@@ -28,3 +28,8 @@ EXPERIMENT_KIND = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 PARENT = "mlflow.parentRunId"  # MLflow's own: the UI nests children under it
 NOTE = "mlflow.note.content"
+
+
+def baselines_of(tags) -> dict[str, str]:
+    """A parent run's baselines from its tags: baseline name -> the baseline's variant key."""
+    return {k[len(BASELINE_PREFIX):]: v for k, v in tags.items() if k.startswith(BASELINE_PREFIX)}
