@@ -234,7 +234,7 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     if optima := optima_rows(records):
         lines += ["", f"## Δ of the optima: each at its own best learning rate ({metric}, unpaired)", "",
                   OPTIMA_DEFINITION, "", "| " + " | ".join(OPTIMA_COLUMNS) + " |", "|" + "---|" * len(OPTIMA_COLUMNS)]
-        lines += ["| " + " | ".join(optima) + " |" for optima in optima]
+        lines += ["| " + " | ".join(cells) + " |" for cells in optima]
     figures = [f"![{metric} vs parameters]({fig2.name})", "", f"![{metric} vs learning rate]({fig3.name})", ""]
     if scaling is not None:
         lines += [""] + scaling_lines(scaling, metric)
@@ -268,12 +268,14 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
         records.sort(key=lambda r: r.start_time)
     if not records:
         raise ConfigError("STUDY", f"study {study_name!r} has no variant runs in {tracking_uri} yet.")
-    print_table(build_rows(records), f"study {study_name}", console)
-    print_optima(records, metric_of(build_rows(records)), console)
+    rows = build_rows(records)
+    metric = metric_of(rows)
+    print_table(rows, f"study {study_name}", console)
+    print_optima(records, metric, console)
     inputs = scaling_inputs(records)
     scaling = summarize_scaling(inputs) if has_size_axis(inputs) else None
     if scaling is not None:
-        print_scaling(scaling, metric_of(build_rows(records)), console)
+        print_scaling(scaling, metric, console)
     return write_report(records, study_name, out_dir, scaling)
 
 

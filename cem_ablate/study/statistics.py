@@ -129,6 +129,11 @@ class VariantStats:
     def at(self, lr: float) -> LrStats | None:
         return next((row for row in self.by_lr if row.lr == lr), None)
 
+    @property
+    def best_grid_lr(self) -> float | None:
+        """The grid learning rate nearest lr* (in log2 lr); None without an optimum."""
+        return nearest_lr([r.lr for r in self.by_lr], self.optimum.lr_star) if self.optimum else None
+
 
 @dataclass(frozen=True)
 class PairedDelta:
@@ -323,16 +328,10 @@ def paired_delta(variant: LrStats | None, baseline: LrStats | None, at: str, lr:
 def compare(variant: VariantStats, baseline: VariantStats) -> Comparison:
     """Paired Δ at the baseline's lr* grid point and at the variant's own lr* grid point."""
 
-    def at(target: float | None, lrs: Iterable[float], label: str) -> PairedDelta | None:
-        lr = nearest_lr(lrs, target) if target is not None else None
+    def at(lr: float | None, label: str) -> PairedDelta | None:
         return None if lr is None else paired_delta(variant.at(lr), baseline.at(lr), label, lr)
 
-    return Comparison(
-        at((baseline.optimum.lr_star if baseline.optimum else None), [r.lr for r in baseline.by_lr],
-           AT_BASELINE_OPTIMUM),
-        at((variant.optimum.lr_star if variant.optimum else None), [r.lr for r in variant.by_lr],
-           AT_OWN_OPTIMUM),
-    )
+    return Comparison(at(baseline.best_grid_lr, AT_BASELINE_OPTIMUM), at(variant.best_grid_lr, AT_OWN_OPTIMUM))
 
 
 @dataclass(frozen=True)
@@ -356,10 +355,9 @@ def delta_of_optima(variant: VariantStats, baseline: VariantStats, level: float 
     a grid point (Table 3's depths and Fig. 2c's T = 2 move to other learning rates)."""
     from scipy.stats import ttest_ind
 
-    if variant.optimum is None or baseline.optimum is None:
+    lr_v, lr_b = variant.best_grid_lr, baseline.best_grid_lr
+    if lr_v is None or lr_b is None:
         return None
-    lr_v = nearest_lr([r.lr for r in variant.by_lr], variant.optimum.lr_star)
-    lr_b = nearest_lr([r.lr for r in baseline.by_lr], baseline.optimum.lr_star)
     xv = np.asarray(variant.at(lr_v).values, dtype=np.float64)
     xb = np.asarray(baseline.at(lr_b).values, dtype=np.float64)
     delta = float(xv.mean() - xb.mean())
