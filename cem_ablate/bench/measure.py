@@ -41,7 +41,8 @@ class Timing:
         return min(self.samples)
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA); a no-op on CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -51,7 +52,7 @@ def warm_up(step: Callable[[torch.Tensor], float], batch: torch.Tensor, steps: i
     start = time.perf_counter()
     for _ in range(steps):
         step(batch)
-    _sync(batch.device)
+    sync_device(batch.device)
     return time.perf_counter() - start
 
 
@@ -64,11 +65,11 @@ def time_interleaved(steps: Sequence[Callable[[torch.Tensor], float]], batch: to
     for r in range(repeats):
         for k in range(n):
             i = (k + r) % n  # rotate the order so no case always runs first
-            _sync(batch.device)
+            sync_device(batch.device)
             start = time.perf_counter()
             for _ in range(steps_per_sample):
                 steps[i](batch)
-            _sync(batch.device)
+            sync_device(batch.device)
             samples[i].append((time.perf_counter() - start) / steps_per_sample)
         if on_round:
             on_round(r)

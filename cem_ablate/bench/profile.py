@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.autograd import DeviceType
 
-from cem_ablate.bench.measure import native_stderr_silenced
+from cem_ablate.bench.measure import native_stderr_silenced, sync_device
 
 # Categories by kernel/operator name, first match wins (names of cuBLAS/CUTLASS GEMMs,
 # flash/memory-efficient/flex attention, inductor's Triton kernels, ATen ops).
@@ -84,11 +84,6 @@ class StepProfile:
         return cls(**data)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 OPTIMIZER_RANGE = "bench/optimizer"  # record_function ranges of bench.train_step.TrainStep
 LOSS_RANGE = "bench/loss"
 
@@ -133,7 +128,7 @@ def profile_step(step: Callable[[torch.Tensor], object], batch: torch.Tensor, st
     activities = [torch.profiler.ProfilerActivity.CPU]
     if on_cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    _sync(device)
+    sync_device(device)
     prof = torch.profiler.profile(activities=activities)
     with native_stderr_silenced():  # libkineto's "USDT ... profiler_start" lines
         prof.start()
@@ -141,7 +136,7 @@ def profile_step(step: Callable[[torch.Tensor], object], batch: torch.Tensor, st
         start = time.perf_counter()
         for _ in range(steps):
             step(batch)
-        _sync(device)
+        sync_device(device)
         wall = time.perf_counter() - start
     finally:
         with native_stderr_silenced():
