@@ -40,6 +40,14 @@ def dom(url: str, profile, width: int = 1600) -> str:
         capture_output=True, text=True, timeout=120).stdout
 
 
+def rendered_experiment(uri: str, experiment: str, tmp_path, profile: str, query: str = "", width: int = 1600,
+                        app_name: str | None = None) -> str:
+    """The experiment's page as a fresh browser profile sees it, from a server on `uri`."""
+    with TrackingServer(uri, "127.0.0.1", free_port(), str(tmp_path / "artifacts"), app_name=app_name) as server:
+        assert server.wait_ready()
+        return dom(f"{server.url}/#/experiments/{experiment}{query}", tmp_path / profile, width=width)
+
+
 def add_parent(tracker: StudyTracker, name: str, metrics: dict, tags: dict) -> str:
     """A variant's parent run carrying the aggregates `study.summary` logs."""
     run = tracker.create_variant_run(VariantRunInfo(name, name, "variant", {"variant": name}, {}, {}))
@@ -60,11 +68,7 @@ def test_the_ui_lists_parent_runs_with_their_aggregates(tmp_path):
     parent = tracker.client.get_run(run).data
     assert parent.metrics["objective_star"] == 12.4 and parent.tags[T.VERDICT_PREFIX + "llama"] == "better"
 
-    port = free_port()
-    with TrackingServer(uri, "127.0.0.1", port, str(tmp_path / "artifacts")) as server:
-        assert server.wait_ready()
-        base = f"{server.url}/#/experiments/{experiment}"
-        table = dom(f"{base}?workflowType=machine_learning", tmp_path / "profile-ml")
+    table = rendered_experiment(uri, experiment, tmp_path, "profile-ml", query="?workflowType=machine_learning")
     assert "llama_parent" in table and "cem_attention_parent" in table  # the runs table, parents listed
 
 
@@ -84,10 +88,7 @@ def test_cem_ablate_ui_opens_the_plain_experiment_url_on_the_aggregate_columns(t
                                                  "delta_vs_llama/low": -1.1, "delta_vs_llama/high": -0.4},
                {T.VERDICT_PREFIX + "llama": "better"})
 
-    port = free_port()
-    with TrackingServer(uri, "127.0.0.1", port, str(tmp_path / "artifacts"), app_name=UI_APP) as server:
-        assert server.wait_ready()
-        page = dom(f"{server.url}/#/experiments/{experiment}", tmp_path / "profile-plain", width=3600)
+    page = rendered_experiment(uri, experiment, tmp_path, "profile-plain", width=3600, app_name=UI_APP)
     assert "llama_parent" in page and "cem_parent" in page  # the runs table, not the GenAI overview
     for column in ("objective_star", "objective_star_low", "n_seeds", "lr_star", "delta_vs_llama",
                    T.VERDICT_PREFIX + "llama"):
