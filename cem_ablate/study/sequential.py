@@ -3,9 +3,9 @@
 When every planned trial is final, each variant whose paired Δ against a baseline is
 still unresolved (`study.statistics.compare`; at the baseline's lr* grid point, the
 variant's own, or either: `seeds.at`) gets one more seed, and so does that baseline,
-up to `max`. The coordinator then runs the
-new slots and asks again. A Δ with no paired seed at all (the variant diverged at the
-baseline's lr*) is not something more seeds resolve: it is left alone.
+up to `max`. The coordinator then runs the new slots and asks again. A Δ with no
+paired seed at all (the variant diverged at that learning rate) is not something more
+seeds resolve: it is left alone.
 """
 
 from __future__ import annotations

@@ -104,8 +104,9 @@ class SequentialSeeds(Sequence):
     unresolved (`study.statistics`), both get the next seed, up to seeds 0..max-1.
     `at` picks the Δ that decides: at the baseline's lr* grid point (`baseline`, the
     report's verdict), at the variant's own (`own`: variants whose optimum moves, as
-    Table 3's depths), or either (`both`). As a sequence it is every seed the study may train (Optuna's
-    choices for the seed, probes, the dry run's worst case); `initial` the first ones.
+    Table 3's depths), or either (`both`). As a sequence it is every seed the study may
+    train (Optuna's choices for the seed, probes, the dry run's worst case); `initial`
+    the first ones.
     Checked in `StudySpec.validate`, where an error keeps its key path.
     """
 
