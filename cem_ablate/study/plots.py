@@ -1,7 +1,7 @@
 """Figures in the paper's style (matplotlib, Agg backend: no display needed).
 
 The y axis is the task's objective, named (`metric`: test perplexity, test RMSE,
-recall error). With several seeds (`SweepSeries.stats`, `study.statistics`) every
+recall error). With several seeds (`SweepSeries.stats`, `analysis.statistics`) every
 point is a seed mean with ± std error bars, a shaded band spans mean ± std across
 learning rates, and the star carries the bootstrap intervals of lr* and objective*.
 
@@ -13,7 +13,7 @@ learning rates, and the star carries the bootstrap intervals of lr* and objectiv
   diamonds, variants dots, each variant linked to its baseline by a line; the token
   budget above each marker; error bars: the objective* interval.
 - `plot_scaling`: objective* vs parameters and vs training FLOPs per family with the
-  fitted power laws (`study.scaling`).
+  fitted power laws (`analysis.scaling`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cem_ablate.study.akima import AkimaFit
-from cem_ablate.study.statistics import VariantStats
+from cem_ablate.analysis.akima import AkimaFit
+from cem_ablate.analysis.statistics import VariantStats
 
 BASELINE_COLOR = "#e8743b"  # paper: orange baselines in Fig. 3a
 BASELINE_DIAMOND = "#e377c2"  # paper: pink diamonds for baselines in Fig. 2
@@ -232,7 +232,7 @@ def plot_scaling(summary, path: str | Path, metric: str = "test perplexity", tit
     """Objective* vs parameters and vs training FLOPs per family, with the power laws."""
     import numpy as np
 
-    from cem_ablate.study.scaling import FLOPS, PARAMS, SATURATING
+    from cem_ablate.analysis.scaling import FLOPS, PARAMS, SATURATING
 
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=120)

@@ -5,7 +5,7 @@ parameter counts and the seed statistics with the fit and the verdicts (`stats.j
 computed once by `study.summary`: the report never fits again; child
 runs carry each trial's status and final metric. The task's metric is named
 throughout (test perplexity, test RMSE, recall error). Only the scaling summary of a
-study with a size axis is computed here, from the logged optima (`study.scaling`).
+study with a size axis is computed here, from the logged optima (`analysis.scaling`).
 
     reports/<study>/report.md
     reports/<study>/ppl_vs_params.png   (Fig. 2 style: objective* vs parameters)
@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cem_ablate.analysis.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
+from cem_ablate.analysis.statistics import Comparison, VariantStatistics, delta_of_optima
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling
-from cem_ablate.study.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
 from cem_ablate.study.seed_report import (
     DEFINITIONS, OPTIMA_COLUMNS, OPTIMA_DEFINITION, delta_text, equivalence_rows, fmt, lr_star_text, mean_std_text,
     objective_star_text, optima_cells, per_lr_lines, scaling_lines, seeds_to_resolve_text)
-from cem_ablate.study.statistics import Comparison, VariantStatistics, delta_of_optima
 from cem_ablate.tracking.readback import VariantRecord
 
 

@@ -1,6 +1,6 @@
 """The statistics part of `cem-ablate report`: text for the table and the markdown.
 
-Reads `VariantStatistics` (computed once by the study, `study.statistics`) and formats:
+Reads `VariantStatistics` (computed once by the study, `analysis.statistics`) and formats:
 the optimum with its intervals, the paired Δ with interval and verdict, mean ± std per
 learning rate, and the scaling summary. Numbers only; `study.report` lays them out.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from cem_ablate.study.scaling import PARAMS, SATURATING, ScalingSummary
-from cem_ablate.study.statistics import (
+from cem_ablate.analysis.scaling import PARAMS, SATURATING, ScalingSummary
+from cem_ablate.analysis.statistics import (
     LEVEL, Interval, LrStats, OptimaDelta, Optimum, PairedDelta, VariantStatistics)
 
 DEFINITIONS = (

@@ -1,7 +1,7 @@
 """Sequential seeds (`seeds: {min, max, until: resolved}`, issue 11).
 
 When every planned trial is final, each variant whose paired Δ against a baseline is
-still unresolved (`study.statistics.compare`; at the baseline's lr* grid point, the
+still unresolved (`analysis.statistics.compare`; at the baseline's lr* grid point, the
 variant's own, or either: `seeds.at`) gets one more seed, and so does that baseline,
 up to `max`. The coordinator then runs the new slots and asks again. A Δ with no
 paired seed at all (the variant diverged at that learning rate) is not something more
@@ -10,8 +10,8 @@ seeds resolve: it is left alone.
 
 from __future__ import annotations
 
+from cem_ablate.analysis.statistics import UNRESOLVED, compare, observations, variant_stats
 from cem_ablate.study.spec import SequentialSeeds
-from cem_ablate.study.statistics import UNRESOLVED, compare, observations, variant_stats
 
 
 def _unresolved(comparison, at: str) -> bool:

@@ -101,7 +101,7 @@ class SequentialSeeds(Sequence):
     """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (issue 11).
 
     Every variant and its baseline start with seeds 0..min-1; while their paired Δ is
-    unresolved (`study.statistics`), both get the next seed, up to seeds 0..max-1.
+    unresolved (`analysis.statistics`), both get the next seed, up to seeds 0..max-1.
     `at` picks the Δ that decides: at the baseline's lr* grid point (`baseline`, the
     report's verdict), at the variant's own (`own`: variants whose optimum moves, as
     Table 3's depths), or either (`both`). As a sequence it is every seed the study may

@@ -1,6 +1,6 @@
 """Per-variant results: Akima fit over the finished trials, logged on the parent run.
 
-The one place a variant's fit and seed statistics are computed (`study.statistics`):
+The one place a variant's fit and seed statistics are computed (`analysis.statistics`):
 from the Optuna storage (the trials' recorded values), after every trial of a variant
 (by whichever worker finished it) and once more by the coordinator at the end. They go
 to the parent run as metrics (lr_akima, ppl_akima, per-lr mean/std/n, lr* and
@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from cem_ablate.study.akima import AkimaFit
-from cem_ablate.study.statistics import (
+from cem_ablate.analysis.akima import AkimaFit
+from cem_ablate.analysis.statistics import (
     OBJECTIVE_NAMES, VariantStatistics, VariantStats, compare, observations, variant_stats)
 from cem_ablate.study.trials import DIVERGED, FAILED, FINAL_STATES, FINISHED, PRUNED, TrialPoint
 from cem_ablate.study.variants import Variant

@@ -3,9 +3,9 @@
 import numpy as np
 from PIL import Image
 
+from cem_ablate.analysis.scaling import summarize_scaling
+from cem_ablate.analysis.statistics import Observation, variant_stats
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, plot_variant_fit
-from cem_ablate.study.scaling import summarize_scaling
-from cem_ablate.study.statistics import Observation, variant_stats
 from tests.study.test_scaling import inputs
 
 GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]

@@ -2,9 +2,9 @@
 
 import numpy as np
 
+from cem_ablate.analysis.scaling import has_size_axis, summarize_scaling
+from cem_ablate.analysis.statistics import Observation, VariantStatistics, compare, variant_stats
 from cem_ablate.study.report import build_rows, row_cells, scaling_inputs, write_report
-from cem_ablate.study.scaling import has_size_axis, summarize_scaling
-from cem_ablate.study.statistics import Observation, VariantStatistics, compare, variant_stats
 from cem_ablate.tracking.readback import TrialRecord, VariantRecord
 
 SIZES = {"1": 2e6, "2": 4e6, "3": 8e6, "4": 16e6}

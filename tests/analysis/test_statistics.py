@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cem_ablate.study.akima import fit_akima
-from cem_ablate.study.statistics import (
+from cem_ablate.analysis.akima import fit_akima
+from cem_ablate.analysis.statistics import (
     AT_BASELINE_OPTIMUM, AT_OWN_OPTIMUM, BETTER, UNRESOLVED, WORSE, Interval, Observation, by_lr, compare,
     nearest_lr, observations, paired_delta, seeds_needed, variant_stats, verdict_of)
 from cem_ablate.study.trials import TrialPoint
@@ -157,7 +157,7 @@ def test_a_resolved_delta_needs_no_more_seeds_than_it_has():
 def test_variant_statistics_survive_a_json_round_trip():
     import json
 
-    from cem_ablate.study.statistics import VariantStatistics
+    from cem_ablate.analysis.statistics import VariantStatistics
 
     base = make_obs([0, 1, 2])
     var = [Observation(o.lr, o.seed, o.value - 1.0) for o in make_obs([0, 1, 2], rng_seed=2)]
@@ -172,7 +172,7 @@ def test_delta_of_optima_is_welch_at_each_ones_best_grid_point():
     # those two grid points, unpaired (Welch), and equals scipy's on the same values.
     from scipy.stats import ttest_ind
 
-    from cem_ablate.study.statistics import delta_of_optima
+    from cem_ablate.analysis.statistics import delta_of_optima
 
     grid = (1e-3, 2e-3, 4e-3)
     base = [Observation(lr, s, 10 + (lr * 1e3 - 2) ** 2 + 0.1 * s) for lr in grid for s in range(4)]

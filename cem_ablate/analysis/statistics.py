@@ -7,7 +7,7 @@ means a lower value. All arithmetic is float64; distributions come from scipy.st
 Per variant (`variant_stats`):
 - per learning rate: mean, sample std (ddof=1; None for one seed) and n over seeds;
 - lr* and objective*: minimum of the Akima curve through the seed means (SPEC §8,
-  `study.akima`), with 95% percentile-bootstrap intervals over seeds when n >= 2.
+  `analysis.akima`), with 95% percentile-bootstrap intervals over seeds when n >= 2.
   The resampled unit is a seed (all its learning rates together, as they share the
   initialization and data order), and the Akima curve is refitted per resample.
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cem_ablate.study.akima import AkimaFit, fit_akima
+from cem_ablate.analysis.akima import AkimaFit, fit_akima
 
 LEVEL = 0.95
 N_RESAMPLES = 9999  # scipy's default; cheap here: fits are cached per distinct resample

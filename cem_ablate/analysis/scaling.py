@@ -3,7 +3,7 @@
 A family is one variant name across sizes ("llama" at 86M, 108M, ...; "cem_attention"
 at the same sizes). Per family and per axis (parameters; training FLOPs = forward +
 backward FLOPs/token x tokens, `study.estimates`), the optimal objective (Akima objective*,
-`study.statistics`) is fitted with a power law:
+`analysis.statistics`) is fitted with a power law:
 
 - saturating `L = a * (x/x0)^(-b) + c` (scipy.optimize.curve_fit) with >= 4 sizes:
   three parameters need at least one residual degree of freedom;
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cem_ablate.study.statistics import LEVEL, Interval, VariantStats, fit_for_seeds
+from cem_ablate.analysis.statistics import LEVEL, Interval, VariantStats, fit_for_seeds
 
 PARAMS, FLOPS = "parameters", "training FLOPs"
 SATURATING, LOG_LOG = "a*(x/x0)^-b + c", "a*(x/x0)^-b (log-log linear)"

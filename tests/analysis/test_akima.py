@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.interpolate import Akima1DInterpolator
 
-from cem_ablate.study.akima import fit_akima
+from cem_ablate.analysis.akima import fit_akima
 
 PAPER_GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
 

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from cem_ablate.study.scaling import (
+from cem_ablate.analysis.scaling import (
     FLOPS, LOG_LOG, PARAMS, SATURATING, ScalingInput, fit_power_law, has_size_axis, summarize_scaling)
-from cem_ablate.study.statistics import Observation, variant_stats
+from cem_ablate.analysis.statistics import Observation, variant_stats
 
 SIZES = [2e6, 4e6, 8e6, 16e6]
 TOKENS = 1e8
