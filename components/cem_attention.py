@@ -38,8 +38,8 @@ from cem_ablate.registry import register
 from components.alibi import ALiBi
 from components.cem_attention_kernels import causal_alibi, cem_attention_core, select_kernel
 from components.energy_recursion import EnergyRecursion, RecursionOptions
-from components.linear import linear
-from components.norm import RMSNorm
+from cem_ablate.model.blocks import linear
+from cem_ablate.model.blocks import RMSNorm
 from components.preconditioner import PreconditionerConfig, build_preconditioner
 
 ATTENTION_PRECONDITIONER_RANK = 4  # paper, Appendix C.4

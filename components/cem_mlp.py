@@ -29,8 +29,8 @@ from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.schema import require
 from cem_ablate.registry import register
 from components.energy_recursion import EnergyRecursion, RecursionOptions
-from components.linear import linear
-from components.norm import RMSNorm
+from cem_ablate.model.blocks import linear
+from cem_ablate.model.blocks import RMSNorm
 from components.preconditioner import PreconditionerConfig, build_preconditioner
 
 MLP_PRECONDITIONER_RANK = 16  # paper, Appendix C.4

@@ -13,8 +13,8 @@ from torch import nn
 
 from cem_ablate.config.schema import require
 from cem_ablate.config.dims import ModelDims
-from components.linear import linear
-from components.norm import RMSNorm
+from cem_ablate.model.blocks import linear
+from cem_ablate.model.blocks import RMSNorm
 from components.rope import RotaryEmbedding
 from cem_ablate.registry import register
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from torch import nn
 
-from components.norm import RMSNorm
+from cem_ablate.model.blocks import RMSNorm
 
 
 @dataclass

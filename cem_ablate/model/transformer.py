@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from cem_ablate.config.dims import ModelDims
-from components.linear import linear
-from components.norm import RMSNorm
+from cem_ablate.model.blocks import linear
+from cem_ablate.model.blocks import RMSNorm
 
 
 class Block(nn.Module):

@@ -14,8 +14,8 @@ from torch import nn
 
 from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport
-from components.linear import linear
-from components.norm import RMSNorm
+from cem_ablate.model.blocks import linear
+from cem_ablate.model.blocks import RMSNorm
 
 
 class GPRegressor(nn.Module):

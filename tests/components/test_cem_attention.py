@@ -3,7 +3,7 @@ import itertools
 import pytest
 import torch
 
-from components.norm import RMSNorm
+from cem_ablate.model.blocks import RMSNorm
 from tests.components import reference_cem as ref
 from tests.components.helpers import build_sublayer, random_stream
 
