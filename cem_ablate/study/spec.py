@@ -14,6 +14,7 @@
     scale:                                       # named overrides, --scale NAME
       smoke: {base.train.max_steps: 20}
     execution: {workers: 2, threads: 1}          # defaults for --workers / --threads
+    statistics: {alpha: 0.05, correction: holm}  # the report's family-wise error rate
 
 Dotted keys in `set`, `axes`, `baselines` address the run config (`model.mlp.name`);
 in `scale` and `--set` they address the study file itself (`base.train.lr`,
@@ -139,6 +140,23 @@ def initial_seeds(seeds: list[int] | SequentialSeeds) -> list[int]:
 
 
 @dataclass(frozen=True)
+class StatisticsConfig:
+    """How verdicts are decided (`analysis.decision`, README "How sure is a verdict").
+
+    `alpha` is the false-positive rate of a whole report: its comparisons are one family,
+    Holm-adjusted (`correction: holm`), or each tested at `alpha` alone (`none`). The
+    sequential seed rule spends the same `alpha` over its looks.
+    """
+
+    alpha: float = 0.05
+    correction: Literal["holm", "none"] = "holm"
+
+    def validate(self, path: str) -> None:
+        # Above 0.5 a "verdict" is closer to a coin flip than to evidence.
+        require(0.0 < self.alpha < 0.5, join(path, "alpha"), f"must be in (0, 0.5), got {self.alpha}.")
+
+
+@dataclass(frozen=True)
 class VariantSpec:
     name: str
     set: dict[str, Any] = field(default_factory=dict)
@@ -160,6 +178,7 @@ class StudySpec:
     seeds: list[int] | SequentialSeeds = field(default_factory=lambda: [0])
     scale: dict[str, dict[str, Any]] = field(default_factory=dict)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    statistics: StatisticsConfig = field(default_factory=StatisticsConfig)
 
     def validate(self, path: str) -> None:
         require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),

@@ -35,11 +35,21 @@ def _unknown_component(m):
     m["variants"][1]["set"]["model.attention"] = "flash_cem"
 
 
+def _statistics_typo(m):
+    m["statistics"] = {"alpha": 0.05, "corection": "holm"}
+
+
+def _statistics_alpha(m):
+    m["statistics"] = {"alpha": 0.7}
+
+
 @pytest.mark.parametrize("change, expected", [
     (_unknown_axis, "axes.model.attention.heads: unknown key for attention 'llama' 'heads'"),
     (_empty_grid, "lr_search.grid: must hold at least one learning rate."),
     (_negative_lr, "lr_search.grid[1]: learning rates must be > 0, got -0.001."),
     (_unknown_component, "variants[1].set.model.attention: unknown attention component 'flash_cem'"),
+    (_statistics_typo, "statistics.corection: unknown key 'corection'. Did you mean 'correction'?"),
+    (_statistics_alpha, "statistics.alpha: must be in (0, 0.5), got 0.7."),
 ])
 def test_malformed_study_exits_with_one_line_and_touches_nothing(tmp_path, monkeypatch, capsys, change, expected):
     monkeypatch.chdir(tmp_path)
