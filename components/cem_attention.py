@@ -9,8 +9,11 @@ re-normalizes the state, u = RMSNorm(x^t), and moves
     x^{t+1} = x^t + eta Σ_k P_k W_Q^kT o_k(u)      (= x - grad E at u when delta = 0).
 With `diag_update: exact` the KQ-diagonal term of the gradient,
 Σ_k P_k (delta_k ⊙ Σ_j p_ijk c_j), is added (Algorithm 1 leaves it out: `paper`).
-`recursion_state` (x^0 = h or c) and `backprop_steps` (truncated backpropagation)
-are the shared recursion options of `components.energy_recursion`.
+`recursion_state` (x^0 = h or c), `backprop_steps` (truncated backpropagation) and
+`update`/`momentum` (heavy-ball or Nesterov momentum over the steps, SPEC §11.1) are
+the shared recursion options of `components.energy_recursion`, which runs the steps
+through this module's step protocol (`step_context`, `direction`, `advance`,
+`step_energy`).
 
 Two code paths compute the same function (tests hold them to 1e-9 in float64):
 `impl: reference` builds the (B, K, J, J) scores explicitly and lets autograd
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -43,6 +46,17 @@ from cem_ablate.model.blocks import RMSNorm
 from components.preconditioner import PreconditionerConfig, build_preconditioner
 
 ATTENTION_PRECONDITIONER_RANK = 4  # paper, Appendix C.4
+
+
+class AttentionStepContext(NamedTuple):
+    """What every step reads, computed once per block from the context c (SPEC §2)."""
+
+    c: torch.Tensor  # (B, J, D) context RMSNorm(h)
+    keys: torch.Tensor  # (B, K, J, d) W_K c: keys = values (tied)
+    values: torch.Tensor | None  # fast path, diag_update exact: keys ‖ c (Σ_j p_ijk c_j from the same call)
+    readout: torch.Tensor  # (K·d, D) rows W_Q^k P_k; times eta on the fast path
+    bias: torch.Tensor  # reference: ALiBi + self bias; fast: causal ALiBi (the kernels add the self bias)
+    kernel: str  # the attention kernel of the fast path ("reference" on the reference path)
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,8 @@ class CEMAttentionOptions(RecursionOptions):
 class CEMAttention(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMAttentionOptions, steps: int = 1):
         super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps,
-                         options.recursion_state, options.backprop_steps)
+                         options.recursion_state, options.backprop_steps, options.update, options.momentum,
+                         options.learnable_momentum)
         self.impl, self.kernel = options.impl, options.kernel
         d_model, self.n_heads, self.head_dim = dims.d_model, dims.n_heads, dims.head_dim
         self.tau = math.sqrt(self.head_dim)
@@ -126,25 +141,43 @@ class CEMAttention(EnergyRecursion):
         w = self.w_q.weight.view(self.n_heads, self.head_dim, -1)
         return self.precond.fold(w).reshape(self.n_heads * self.head_dim, -1)
 
-    # -- the layer ------------------------------------------------------------------
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    # -- the step protocol (components.energy_recursion, SPEC §11) -----------------
+    def step_context(self, c: torch.Tensor) -> AttentionStepContext:
+        """Keys/values W_K c, the read-out and the bias, once per block."""
+        b, j, d_model = c.shape
         if self.impl == "reference":
-            return self.forward_reference(h)
-        return self.forward_fast(h)
+            keys = self._split_heads(self.w_k(c))  # keys = values (tied)
+            bias = self.alibi(j, self.self_bias, c.dtype, c.device)
+            return AttentionStepContext(c, keys, None, self.readout(), bias, "reference")
+        kv = self._split_heads(self.w_k(c)).contiguous()  # keys = values, once per block
+        values = None  # = kv (tied)
+        if self.delta is not None and self.diag_update == "exact":
+            # one kernel call also returns Σ_j p_ijk c_j, in the value columns after d
+            values = torch.cat([kv, c.unsqueeze(1).expand(b, self.n_heads, j, d_model)], dim=-1)
+        readout = self.scaled_readout(self.readout())
+        alibi = causal_alibi(self.n_heads, j, c.dtype, c.device)
+        return AttentionStepContext(c, kv, values, readout, alibi, self.resolved_kernel(c.device))
 
-    def forward_reference(self, h: torch.Tensor) -> torch.Tensor:
-        """SPEC §2 with explicit (B, K, J, J) scores, differentiated by autograd."""
-        c, keys, bias = self._context(h)
-        readout = self.readout()
+    def direction(self, u: torch.Tensor, ctx: AttentionStepContext) -> torch.Tensor:
+        """eta Σ_k P_k W_Q^kT o_k(u) (+ the exact KQ-diagonal term): shape (B, J, D)."""
+        if self.impl == "reference":
+            return self.step_size * self.descent_direction(u, ctx.c, ctx.keys, ctx.bias, ctx.readout)
+        main, diagonal = self._fast_direction(u, ctx)
+        return main if diagonal is None else main + diagonal
 
-        def step(x, t):
-            u = c if t == 0 and self.recursion_state == "normalized" else self.norm(x)  # u^0 = c
-            return x + self.step_size * self.descent_direction(u, c, keys, bias, readout)
+    def advance(self, x: torch.Tensor, u: torch.Tensor, ctx: AttentionStepContext) -> torch.Tensor:
+        if self.impl == "reference":
+            return x + self.direction(u, ctx)
+        main, diagonal = self._fast_direction(u, ctx)
+        x = x + main
+        return x if diagonal is None else x + diagonal  # term by term: gd's arithmetic order
 
-        return self.descend(h, c, step)
+    def step_energy(self, u: torch.Tensor, ctx: AttentionStepContext) -> torch.Tensor:
+        bias = self.alibi(u.shape[1], self.self_bias, u.dtype, u.device)
+        return self._energy(u, ctx.c, ctx.keys, bias)
 
     def descent_direction(self, u, c, keys, bias, readout):
-        """Σ_k P_k W_Q^kT o_k(u) (+ the exact KQ-diagonal term): shape (B, J, D)."""
+        """Σ_k P_k W_Q^kT o_k(u) (+ the exact KQ-diagonal term) with explicit scores: (B, J, D)."""
         b, j, _ = u.shape
         p = torch.softmax(self._scores(u, c, keys, bias), dim=-1)
         o = (p @ keys).transpose(1, 2).reshape(b, j, -1)
@@ -162,49 +195,37 @@ class CEMAttention(EnergyRecursion):
         return select_kernel(device.type, wide_values=self.delta is not None and self.diag_update == "exact",
                              head_dim=self.head_dim)
 
-    def forward_fast(self, h: torch.Tensor) -> torch.Tensor:
-        """The same function through an exact attention kernel (module docstring)."""
-        b, j, d_model = h.shape
-        k_heads, d = self.n_heads, self.head_dim
+    def _fast_direction(self, u: torch.Tensor, ctx: AttentionStepContext):
+        """The same direction through an exact attention kernel (module docstring), as
+        (read-out term, exact KQ-diagonal term or None); eta is folded into the read-out."""
+        b, j, d_model = u.shape
+        d = self.head_dim
         delta = self.delta
-        exact = delta is not None and self.diag_update == "exact"
-        c = self.norm(h)
-        kv = self._split_heads(self.w_k(c)).contiguous()  # keys = values, once per block
-        values = None  # = kv (tied)
-        if exact:  # one kernel call also returns Σ_j p_ijk c_j, in the value columns after d
-            values = torch.cat([kv, c.unsqueeze(1).expand(b, k_heads, j, d_model)], dim=-1)
-        readout = self.scaled_readout(self.readout())
-        alibi = causal_alibi(k_heads, j, h.dtype, h.device)
-        kernel = self.resolved_kernel(h.device)
+        q = self._split_heads(self.w_q(u)).contiguous()
+        qe = None
+        if delta is not None:  # extra queries of the KQ-diagonal score, e = qe · c
+            qe = (u * (delta / self.tau)).unsqueeze(1) if delta.dim() == 1 \
+                else u.unsqueeze(1) * (delta / self.tau)[None, :, None, :]
+        o = cem_attention_core(ctx.kernel, q, ctx.keys, ctx.values, self.self_bias, ctx.bias, 1.0 / self.tau,
+                               qe, ctx.c if delta is not None else None)
+        main = o[..., :d].transpose(1, 2).reshape(b, j, d_model) @ ctx.readout
+        if not (delta is not None and self.diag_update == "exact"):
+            return main, None
+        scaled = delta if delta.dim() == 1 else delta[:, None, :]
+        return main, self.step_size * self.precond.apply((scaled * o[..., d:]).transpose(1, 2)).sum(-2)
 
-        def step(x, t):
-            u = c if t == 0 else self.norm(x)  # u^0 = c under both recursion states
-            q = self._split_heads(self.w_q(u)).contiguous()
-            qe = None
-            if delta is not None:  # extra queries of the KQ-diagonal score, e = qe · c
-                qe = (u * (delta / self.tau)).unsqueeze(1) if delta.dim() == 1 \
-                    else u.unsqueeze(1) * (delta / self.tau)[None, :, None, :]
-            o = cem_attention_core(kernel, q, kv, values, self.self_bias, alibi, 1.0 / self.tau,
-                                   qe, c if delta is not None else None)
-            x = x + o[..., :d].transpose(1, 2).reshape(b, j, d_model) @ readout
-            if exact:
-                ctx = o[..., d:]  # (B, K, J, D)
-                scaled = delta if delta.dim() == 1 else delta[:, None, :]
-                x = x + self.step_size * self.precond.apply((scaled * ctx).transpose(1, 2)).sum(-2)
-            return x
-
-        return self.descend(h, c, step)
+    def _energy(self, x, c, keys, bias):
+        return -self.tau * torch.logsumexp(self._scores(x, c, keys, bias), dim=-1).sum(dim=(1, 2))
 
     def energy(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E(x | norm(h)) summed over positions and heads: shape (B,)."""
-        c, keys, bias = self._context(h)
-        return -self.tau * torch.logsumexp(self._scores(x, c, keys, bias), dim=-1).sum(dim=(1, 2))
+        return self._energy(x, *self._context(h))
 
     def flops_once(self, seq_len: int) -> float:
         d = self.w_q.in_features
         return 2 * d * d  # W_K c once per block
 
-    def flops_per_step(self, seq_len: int) -> float:
+    def direction_flops(self, seq_len: int) -> float:
         d = self.w_q.in_features
         ctx = (seq_len + 1) / 2  # causal average of keys per query
         per_step = 2 * d * d + 2 * ctx * d + 2 * ctx * d + 2 * d * d  # W_Q u, q·k, p·v, read-out

@@ -11,15 +11,17 @@ them to 1e-9 in float64). Both compute gamma once and fold P into the read-out,
 (D_m, D) = V P (NOTES.md: far cheaper than applying P to every token); the fast path
 also folds eta into that matrix and reuses the context c = RMSNorm(h) as the first
 query state (u^0 = c), saving one norm and one scaling pass per block.
-`recursion_state` (x^0 = h or c) and `backprop_steps` (truncated backpropagation)
-are the shared recursion options of `components.energy_recursion` (SPEC §3).
+`recursion_state` (x^0 = h or c), `backprop_steps` (truncated backpropagation) and
+`update`/`momentum` (SPEC §11.1) are the shared recursion options of
+`components.energy_recursion` (SPEC §3), which runs the steps through this module's
+step protocol (`step_context`, `direction`, `step_energy`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -48,6 +50,13 @@ def silu_integral(z: torch.Tensor) -> torch.Tensor:
     nodes, weights = (t.to(dtype=z.dtype, device=z.device) for t in _gauss_legendre(QUADRATURE_POINTS))
     t = (nodes + 1) * (z.unsqueeze(-1) / 2)
     return (z / 2) * (F.silu(t) * weights).sum(-1)
+
+
+class MLPStepContext(NamedTuple):
+    """What every step reads, computed once per block from the context c (SPEC §3)."""
+
+    gamma: torch.Tensor  # (B, J, D_m) W c
+    readout: torch.Tensor  # (D_m, D) V P; times eta on the fast path
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,8 @@ class CEMMLPParamMatchedOptions(CEMMLPOptions):
 class CEMMLP(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMMLPOptions, steps: int = 1):
         super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps,
-                         options.recursion_state, options.backprop_steps)
+                         options.recursion_state, options.backprop_steps, options.update, options.momentum,
+                         options.learnable_momentum)
         self.impl = options.impl
         d_model = dims.d_model
         d_mlp = round(dims.d_mlp * options.width_multiplier)
@@ -95,34 +105,33 @@ class CEMMLP(EnergyRecursion):
         """(D_m, D) matrix V P: applies P V^T to row vectors in one matmul."""
         return self.precond.fold(self.v.weight)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        c = self.norm(h)
-        gamma = self.w(c)  # once per block
+    # -- the step protocol (components.energy_recursion, SPEC §11) -----------------
+    def step_context(self, c: torch.Tensor) -> MLPStepContext:
+        """gamma = W c and the read-out, once per block."""
+        gamma = self.w(c)
+        readout = self.readout() if self.impl == "reference" else self.scaled_readout(self.readout())
+        return MLPStepContext(gamma, readout)
 
+    def direction(self, u: torch.Tensor, ctx: MLPStepContext) -> torch.Tensor:
+        """eta P V^T (gamma ⊙ SiLU(V u)): shape (B, J, D)."""
         if self.impl == "reference":
-            readout = self.readout()
+            return self.step_size * ((ctx.gamma * F.silu(self.v(u))) @ ctx.readout)
+        return (ctx.gamma * F.silu(self.v(u))) @ ctx.readout  # eta folded into the read-out
 
-            def step(x, t):
-                u = c if t == 0 and self.recursion_state == "normalized" else self.norm(x)  # u^0 = c
-                return x + self.step_size * ((gamma * F.silu(self.v(u))) @ readout)
-        else:
-            readout = self.scaled_readout(self.readout())
+    def step_energy(self, u: torch.Tensor, ctx: MLPStepContext) -> torch.Tensor:
+        return self._energy(u, ctx.gamma)
 
-            def step(x, t):
-                u = c if t == 0 else self.norm(x)  # u^0 = c under both recursion states
-                return x + (gamma * F.silu(self.v(u))) @ readout
-
-        return self.descend(h, c, step)
+    def _energy(self, x: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+        return -(gamma * silu_integral(self.v(x))).sum(dim=(1, 2))
 
     def energy(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """xi(x | norm(h)) summed over positions: shape (B,)."""
-        gamma = self.w(self.norm(h))
-        return -(gamma * silu_integral(self.v(x))).sum(dim=(1, 2))
+        return self._energy(x, self.w(self.norm(h)))
 
     def flops_once(self, seq_len: int) -> float:
         return 2 * self.v.in_features * self.v.out_features  # gamma = W c once per block
 
-    def flops_per_step(self, seq_len: int) -> float:
+    def direction_flops(self, seq_len: int) -> float:
         d, m = self.v.in_features, self.v.out_features
         return 2 * d * m + 2 * m * d + 2 * m
 

@@ -24,11 +24,25 @@ are kept for backward and a step's activations (attention probabilities, MLP
 hidden states) are recomputed when its gradient is needed. Activation memory then
 grows by one (B, J, D) tensor per extra step instead of a full step's activations:
 the paper ran out of memory at T >= 3 without it.
+
+Momentum over the steps (SPEC §11.1, `update: heavy_ball | nesterov`): the state is
+(x, v) with v^0 = 0, v^{t+1} = mu v^t + eta Delta(u^t), x^{t+1} = x^t + v^{t+1}, where
+Nesterov queries the look-ahead u^t = RMSNorm(x^t + mu v^t) (u^0 = c always). Frozen
+steps make x and v constants; checkpointing saves (x^t, v^t) per step. `gd`, T = 1
+(v^0 = 0 and u^0 = c, so mu never enters) and a fixed mu = 0 are gradient descent
+exactly, and run gd's loop, so they are bit-identical to it.
+
+The step protocol a subclass provides (also what a joint-step block drives, SPEC §11.3):
+`step_context(c)`, computed once per block from the context c = RMSNorm(h);
+`direction(u, ctx)` = eta Delta(u), the preconditioned, step-size-scaled update at
+query state u; `advance(x, u, ctx)` = x + direction(u, ctx) in gd's arithmetic order
+(a subclass whose direction has two terms adds them to x one by one); and
+`step_energy(u, ctx)`, the energy per sequence (B,) at u.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,28 +55,42 @@ from cem_ablate.config.schema import require
 
 @dataclass(frozen=True)
 class RecursionOptions:
-    """The recursion options both CEM sublayers share (SPEC §2, §3)."""
+    """The recursion options every CEM sublayer shares (SPEC §2, §3, §11.1)."""
 
     recursion_state: Literal["raw", "normalized"] = "raw"  # x^0 = h (SPEC decision) or c (Algorithm 1)
     backprop_steps: int | None = None  # differentiate the last k of T steps; null: all T
+    update: Literal["gd", "heavy_ball", "nesterov"] = "gd"  # the optimizer the steps run (SPEC §11.1)
+    momentum: float = 0.5  # mu in [0, 1); heavy_ball and nesterov only
+    learnable_momentum: bool = False  # mu = sigmoid(momentum_logit), init logit(momentum)
 
     def validate_recursion(self, path: str) -> None:
         require(self.backprop_steps is None or self.backprop_steps >= 1, f"{path}.backprop_steps",
                 f"must be at least 1 (null: all steps), got {self.backprop_steps}.")
+        require(0.0 <= self.momentum < 1.0, f"{path}.momentum", f"must be in [0, 1), got {self.momentum}.")
+        if self.learnable_momentum:
+            require(self.update != "gd", f"{path}.learnable_momentum",
+                    "needs update: heavy_ball or nesterov (gd has no momentum to learn).")
+            require(self.momentum > 0.0, f"{path}.learnable_momentum",
+                    "needs momentum > 0: the parameter starts at logit(momentum), and logit(0) = -inf.")
 
     def check_steps(self, steps: int, path: str) -> None:
         """Called by the model config with the component's recursion steps T."""
         require(self.backprop_steps is None or self.backprop_steps <= steps, f"{path}.backprop_steps",
                 f"must be at most the recursion steps T = {steps} (1 under depth_mode: reuse), "
                 f"got {self.backprop_steps}.")
+        require(not (self.learnable_momentum and steps == 1), f"{path}.learnable_momentum",
+                "has no effect at T = 1 (v^0 = 0 and u^0 = c, so mu never enters; 1 under depth_mode: reuse): "
+                "the parameter would get no gradient. Use steps >= 2 or learnable_momentum: false.")
 
 
 class EnergyRecursion(nn.Module):
     supports_recursion = True
+    impl = "fast"  # subclasses with a reference path set "reference" per instance
 
     def __init__(self, steps: int, step_size: float, learnable_step_size: bool,
                  checkpoint_steps: bool = False, recursion_state: str = "raw",
-                 backprop_steps: int | None = None):
+                 backprop_steps: int | None = None, update: str = "gd", momentum: float = 0.5,
+                 learnable_momentum: bool = False):
         super().__init__()
         self.steps = steps
         if learnable_step_size:
@@ -72,6 +100,11 @@ class EnergyRecursion(nn.Module):
         self.checkpoint_steps = checkpoint_steps
         self.recursion_state = recursion_state
         self.backprop_steps = steps if backprop_steps is None else backprop_steps
+        self.update = update
+        self.learnable_momentum = learnable_momentum
+        if learnable_momentum:  # one scalar per sublayer (SPEC §11.1), not weight-decayed (not a matrix)
+            self.momentum_logit = nn.Parameter(torch.tensor(math.log(momentum / (1.0 - momentum))))
+        self.fixed_momentum = float(momentum)
         self.track_energy = False
         self.energy_trace: list[float] = []
 
@@ -80,8 +113,39 @@ class EnergyRecursion(nn.Module):
         """T - k: the leading steps that carry no gradient."""
         return self.steps - self.backprop_steps
 
+    @property
+    def momentum_active(self) -> bool:
+        """Whether the steps run the momentum loop: gd, T = 1 and a fixed mu = 0 are gd exactly."""
+        return self.update != "gd" and self.steps > 1 and (self.learnable_momentum or self.fixed_momentum > 0)
+
+    def momentum(self) -> torch.Tensor | float:
+        """mu: sigmoid(momentum_logit) when learnable, else the fixed option."""
+        return torch.sigmoid(self.momentum_logit) if self.learnable_momentum else self.fixed_momentum
+
+    # -- the step protocol (module docstring) -------------------------------------------
+    def step_context(self, c: torch.Tensor):
+        raise NotImplementedError
+
+    def direction(self, u: torch.Tensor, ctx) -> torch.Tensor:
+        raise NotImplementedError
+
+    def advance(self, x: torch.Tensor, u: torch.Tensor, ctx) -> torch.Tensor:
+        """x + eta Delta(u): one gradient-descent step from x with query state u."""
+        return x + self.direction(u, ctx)
+
+    def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
+        raise NotImplementedError
+
     def energy(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def query_state(self, x: torch.Tensor, c: torch.Tensor, t: int) -> torch.Tensor:
+        """u^t: the context c at t = 0 under both recursion states, RMSNorm(x^t) after.
+        `impl: reference` writes u^0 = RMSNorm(x^0) literally under `raw` (x^0 = h: the
+        value c, differentiated along its own path)."""
+        if t == 0 and (self.impl != "reference" or self.recursion_state == "normalized"):
+            return c
+        return self.norm(x)
 
     def scaled_readout(self, readout: torch.Tensor) -> torch.Tensor:
         """eta * readout: folding the step size into the (small) read-out matrix saves a
@@ -90,12 +154,25 @@ class EnergyRecursion(nn.Module):
             return readout
         return readout * self.step_size
 
-    def descend(self, h: torch.Tensor, c: torch.Tensor,
-                step: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
-        """The sublayer output from h and its context c, where `step(x, t)` returns x^{t+1}
-        (a step takes u^0 = c at t = 0 under both readings)."""
+    # -- the recursion ------------------------------------------------------------------
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        c = self.norm(h)
+        return self.descend(h, c, self.step_context(c))
+
+    def descend(self, h: torch.Tensor, c: torch.Tensor, ctx) -> torch.Tensor:
+        """The sublayer output from h, its context c and the step context."""
         normalized = self.recursion_state == "normalized"
         x0 = c if normalized else h
+        if self.momentum_active:
+            x = self._descend_with_momentum(h, c, ctx, x0)
+        else:
+            x = self._descend_gd(h, c, ctx, x0)
+        return h + (x - x0) if normalized else x
+
+    def _descend_gd(self, h, c, ctx, x0):
+        def step(x, t):
+            return self.advance(x, self.query_state(x, c, t), ctx)
+
         x = x0
         frozen = self.frozen_steps if torch.is_grad_enabled() else 0
         if frozen:
@@ -113,11 +190,50 @@ class EnergyRecursion(nn.Module):
             else:
                 x = step(x, t)
         self._record(x, c, h, self.steps)
-        return h + (x - x0) if normalized else x
+        return x
 
-    def _record(self, x: torch.Tensor, c: torch.Tensor, h: torch.Tensor, t: int) -> None:
+    def _descend_with_momentum(self, h, c, ctx, x0):
+        """SPEC §11.1; v = None stands for v^0 = 0 (the first step is a plain gd step)."""
+        mu = self.momentum()
+        nesterov = self.update == "nesterov"
+
+        def lookahead(x, v):
+            """(y^t, mu v^t): Nesterov queries y = x + mu v, heavy ball y = x."""
+            if v is None:
+                return x, None
+            scaled = mu * v
+            return (x + scaled if nesterov else x), scaled
+
+        def step(x, v, t):
+            y, scaled = lookahead(x, v)
+            d = self.direction(self.query_state(y, c, t), ctx)
+            v = d if scaled is None else scaled + d
+            return x + v, v
+
+        x, v = x0, None
+        frozen = self.frozen_steps if torch.is_grad_enabled() else 0
+        if frozen:
+            with torch.no_grad():  # x and v of the frozen steps are constants (no graph)
+                for t in range(frozen):
+                    if self.track_energy:
+                        self._record(lookahead(x, v)[0], c, h, t)
+                    x, v = step(x, v, t)
+                moved = x - x0
+            x = x0 + moved  # a constant offset: gradients reach x^0 with Jacobian I
+        checkpointed = self.checkpoint_steps and torch.is_grad_enabled()
+        for t in range(frozen, self.steps):
+            if self.track_energy:
+                self._record(lookahead(x, v)[0], c, h, t)
+            if checkpointed:  # saves (x^t, v^t) and recomputes the step in backward
+                x, v = checkpoint(step, x, v, t, use_reentrant=False)
+            else:
+                x, v = step(x, v, t)
+        self._record(x, c, h, self.steps)  # the state reached
+        return x
+
+    def _record(self, state: torch.Tensor, c: torch.Tensor, h: torch.Tensor, t: int) -> None:
         if self.track_energy:
-            self.record_energy(c if t == 0 else self.norm(x), h, t)
+            self.record_energy(c if t == 0 else self.norm(state), h, t)
 
     @torch.no_grad()
     def record_energy(self, u: torch.Tensor, h: torch.Tensor, step: int) -> None:
@@ -131,8 +247,17 @@ class EnergyRecursion(nn.Module):
         """Forward FLOPs per token computed once per block (context projections)."""
         raise NotImplementedError
 
-    def flops_per_step(self, seq_len: int) -> float:
+    def direction_flops(self, seq_len: int) -> float:
+        """Forward FLOPs per token of one direction eta Delta(u) (with its query norm)."""
         raise NotImplementedError
+
+    def flops_per_step(self, seq_len: int) -> float:
+        """One step: the direction, plus the velocity update under momentum (mu v and
+        mu v + d: 2 D; Nesterov's look-ahead x + mu v: one D more)."""
+        if not self.momentum_active:
+            return self.direction_flops(seq_len)
+        d_model = self.norm.weight.numel()
+        return self.direction_flops(seq_len) + (3 if self.update == "nesterov" else 2) * d_model
 
     def flops_per_token(self, seq_len: int) -> float:
         return self.flops_once(seq_len) + self.steps * self.flops_per_step(seq_len)

@@ -6,6 +6,7 @@ Maps the residual stream to the new residual stream: h + o_proj(attn(norm(h))).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,12 @@ from cem_ablate.model.blocks import linear
 from cem_ablate.model.blocks import RMSNorm
 from components.rope import RotaryEmbedding
 from cem_ablate.registry import register
+
+
+class LlamaStepContext(NamedTuple):
+    c: torch.Tensor  # (B, J, D) the normalized input: keys and values come from it
+    cos: torch.Tensor  # RoPE tables of the sequence length
+    sin: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -48,15 +55,27 @@ class LlamaAttention(nn.Module):
         b, j, _ = x.shape
         return x.view(b, j, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        b, j, d = h.shape
-        x = self.norm(h)
-        cos, sin = self.rope(j, x.dtype, x.device)
-        q = RotaryEmbedding.apply(self._heads(self.q_proj(x)), cos, sin)
-        k = RotaryEmbedding.apply(self._heads(self.k_proj(x)), cos, sin)
-        v = self._heads(self.v_proj(x))
+    # -- the step protocol (SPEC §11.3: a parallel block drives one step at a shared c) --
+    def step_context(self, c: torch.Tensor) -> LlamaStepContext:
+        """The normalized input c and RoPE's tables. Keys and values are computed from c
+        in `direction`, after the queries, as the sequential layer always did (so its
+        gradients are bit-identical); Llama attention runs one step per block, so they
+        are computed once either way."""
+        cos, sin = self.rope(c.shape[1], c.dtype, c.device)
+        return LlamaStepContext(c, cos, sin)
+
+    def direction(self, u: torch.Tensor, ctx: LlamaStepContext) -> torch.Tensor:
+        """o_proj(attn(q(u), k(c), v(c))): the sublayer's increment at the normalized input u."""
+        b, j, d = u.shape
+        q = RotaryEmbedding.apply(self._heads(self.q_proj(u)), ctx.cos, ctx.sin)
+        k = RotaryEmbedding.apply(self._heads(self.k_proj(ctx.c)), ctx.cos, ctx.sin)
+        v = self._heads(self.v_proj(ctx.c))
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return h + self.o_proj(o.transpose(1, 2).reshape(b, j, d))
+        return self.o_proj(o.transpose(1, 2).reshape(b, j, d))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        x = self.norm(h)
+        return h + self.direction(x, self.step_context(x))
 
     def flops_per_token(self, seq_len: int) -> float:
         d = self.q_proj.in_features

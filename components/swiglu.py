@@ -32,9 +32,18 @@ class SwiGLU(nn.Module):
         self.up_proj = linear(d, m, std)
         self.down_proj = linear(m, d, std)
 
+    # -- the step protocol (SPEC §11.3: a parallel block drives one step at a shared c) --
+    def step_context(self, c: torch.Tensor) -> None:
+        """Nothing is computed once per block: SwiGLU reads only its input."""
+        return None
+
+    def direction(self, u: torch.Tensor, ctx: None = None) -> torch.Tensor:
+        """down(silu(gate(u)) * up(u)): the sublayer's increment at the normalized input u."""
+        return self.down_proj(F.silu(self.gate_proj(u)) * self.up_proj(u))
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         x = self.norm(h)
-        return h + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return h + self.direction(x, self.step_context(x))
 
     def flops_per_token(self, seq_len: int) -> float:
         return 2 * 3 * self.gate_proj.in_features * self.gate_proj.out_features
