@@ -12,6 +12,7 @@ are building blocks of those, imported directly, not registered.
 from components import (  # noqa: F401  (imported for registration)
     cem_attention,
     cem_mlp,
+    hopfield_mlp,
     llama_attention,
     preconditioner,
     swiglu,
