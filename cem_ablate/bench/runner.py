@@ -28,7 +28,8 @@ from cem_ablate.bench.profile import profile_step
 from cem_ablate.bench.results import Row
 from cem_ablate.bench.train_step import TrainStep, compiled_forward, hf_forward, make_optimizer
 from cem_ablate.bench.variants import BASELINE, Variant, model_mapping, parse_variant
-from cem_ablate.model import build_model, model_report
+from cem_ablate.model import build_model, model_report, parse_model_config
+from cem_ablate.model.protocol import resolved_kernel
 
 Log = Callable[[str], None]
 
@@ -158,7 +159,7 @@ def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, 
         log("[bench] note: this device has no native bf16; bf16 steps are emulated and very slow")
     elif cfg.precisions is None and precisions == ["fp32"]:
         log("[bench] fp32 only: this device has no native bf16 (ask for it with --precisions fp32 bf16)")
-    meta["attention_kernels"] = {v.label: attention_kernel(v, device) for v in timed + memory}
+    meta["attention_kernels"] = {v.label: attention_kernel(v, device, cfg.sizes[0]) for v in timed + memory}
     _raise_recompile_limits()
     rows: list[Row] = []
     for size in cfg.sizes:
@@ -269,21 +270,18 @@ def _run_memory_only(variant, cfg, size, precision, device, batch, log) -> list[
     return rows
 
 
-def attention_kernel(variant: Variant, device: torch.device) -> str:
-    """Which attention kernel a variant runs on the device: flex / blocked / sdpa for
-    CEM attention (its `kernel`, `auto` resolved), sdpa for Llama."""
+def attention_kernel(variant: Variant, device: torch.device, size: str = "bench") -> str:
+    """Which attention kernel a variant runs on the device: sdpa for Llama, else what its
+    attention component resolves (`protocol.resolved_kernel`; CEM: flex / blocked / sdpa,
+    `kernel: auto` resolved for the head width of `size`)."""
     attention = variant.sublayers.get("attention")
     if not attention or attention.get("name", "llama") == "llama":
         return "sdpa (torch)"
     if attention.get("impl") == "reference":
         return "reference (explicit scores)"
-    from components.cem_attention_kernels import select_kernel
-
-    kernel = attention.get("kernel", "auto")
-    if kernel != "auto":
-        return kernel
-    wide = attention.get("kq_diag", "none") != "none" and attention.get("diag_update") == "exact"
-    return select_kernel(device.type, wide_values=wide)
+    config = parse_model_config(model_mapping(variant, size, seq_len=16, vocab_size=16))
+    sub = config.attention
+    return resolved_kernel(sub.spec.factory(config.dims, sub.options, sub.recursion_steps), device)
 
 
 def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:

@@ -12,11 +12,19 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, runtime_checkable
 
 from cem_ablate.config.errors import ConfigError, unknown
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class Validated(Protocol):
+    """A config dataclass that checks its own values once parsed (raising ConfigError
+    under `path`); `parse` calls it. Optional: a dataclass without it is not checked."""
+
+    def validate(self, path: str) -> None: ...
 
 
 def join(path: str, key: str | int) -> str:
@@ -142,9 +150,8 @@ def parse(cls: type[T], mapping: Any, path: str = "") -> T:
     if missing:
         raise ConfigError(join(path, missing[0]), "is required.")
     obj = cls(**kwargs)
-    validate = getattr(obj, "validate", None)
-    if callable(validate):
-        validate(path)
+    if isinstance(obj, Validated):
+        obj.validate(path)
     return obj
 
 

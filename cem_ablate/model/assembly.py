@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cem_ablate.model import protocol
 from cem_ablate.model.config import ModelConfig, SublayerConfig, parse_model_config
 from cem_ablate.model.transformer import Block, CEMTransformer
 
 
-def _build_sublayer(sub: SublayerConfig, dims):
-    return sub.spec.factory(dims, sub.options, sub.recursion_steps)
+def _build_sublayer(sub: SublayerConfig, dims) -> protocol.Sublayer:
+    """`factory(dims, options, steps)`, checked against the component protocol."""
+    spec = sub.spec
+    return protocol.check_built(spec.factory(dims, sub.options, sub.recursion_steps), spec,
+                                f"model.{sub.kind}.name")
 
 
 def build_model(cfg: ModelConfig | Mapping[str, Any]) -> CEMTransformer:

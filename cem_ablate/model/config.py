@@ -23,6 +23,7 @@ from cem_ablate import registry
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.errors import ConfigError, unknown
 from cem_ablate.config.schema import join, parse, require, to_dict
+from cem_ablate.model import protocol
 
 # name -> (d_model, n_layers, n_heads, d_mlp). The paper's sizes are SPEC Table 1;
 # the small ones are CPU scales for smoke runs and tests.
@@ -154,16 +155,14 @@ def parse_sublayer(kind: str, value: Any, path: str) -> SublayerConfig:
     depth_mode = value.get("depth_mode", "recursion")
     if depth_mode not in ("recursion", "reuse"):
         raise unknown(join(path, "depth_mode"), depth_mode, ("recursion", "reuse"), what="value")
-    if depth_mode == "recursion" and steps > 1 and not getattr(spec.factory, "supports_recursion", False):
+    if depth_mode == "recursion" and steps > 1 and not protocol.supports_recursion(spec.factory):
         raise ConfigError(
             join(path, "steps"),
             f"{kind} {name!r} has no within-layer recursion; use depth_mode: reuse for steps > 1.",
         )
     opts = {k: v for k, v in value.items() if k not in GENERIC_SUBLAYER_KEYS}
     options = parse(spec.options, opts, path) if spec.options else None
-    check_steps = getattr(options, "check_steps", None)  # options bounded by T (e.g. backprop_steps)
-    if callable(check_steps):
-        check_steps(steps if depth_mode == "recursion" else 1, path)
+    protocol.check_steps(options, steps if depth_mode == "recursion" else 1, path)  # e.g. backprop_steps <= T
     return SublayerConfig(kind, name, steps, depth_mode, options)
 
 
@@ -202,9 +201,7 @@ def _check_dims(cfg: ModelConfig, path: str) -> None:
         f"d_model={dims.d_model} is not divisible by n_heads={dims.n_heads}.",
     )
     for sub in (cfg.attention, cfg.mlp):
-        check = getattr(sub.options, "check_dims", None)
-        if callable(check):
-            check(dims, join(path, sub.kind))
+        protocol.check_dims(sub.options, dims, join(path, sub.kind))
 
 
 def llama_baseline_params(cfg: ModelConfig | Mapping[str, Any]) -> int:

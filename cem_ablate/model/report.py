@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from torch import nn
 
 from cem_ablate.model.blocks import RMSNorm
+from cem_ablate.model.protocol import backward_flops_per_token
 
 
 @dataclass
@@ -71,7 +72,7 @@ def model_report(model: nn.Module, seq_len: int) -> ModelReport:
         for kind, module, repeats in (("attention", block.attention, block.attention_repeats),
                                       ("mlp", block.mlp, block.mlp_repeats)):
             flops[f"blocks.{i}.{kind}"] = repeats * module.flops_per_token(seq_len)
-            backward += repeats * _backward_flops(module, seq_len)
+            backward += repeats * backward_flops_per_token(module, seq_len)
     flops["lm_head"] = 2.0 * model.lm_head.in_features * model.lm_head.out_features
     backward += 2.0 * flops["lm_head"]
     return ModelReport(
@@ -82,8 +83,3 @@ def model_report(model: nn.Module, seq_len: int) -> ModelReport:
         seq_len=seq_len,
         backward_flops_per_token=backward,
     )
-
-
-def _backward_flops(module: nn.Module, seq_len: int) -> float:
-    count = getattr(module, "backward_flops_per_token", None)
-    return count(seq_len) if callable(count) else 2.0 * module.flops_per_token(seq_len)

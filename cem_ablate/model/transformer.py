@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from cem_ablate.config.dims import ModelDims
-from cem_ablate.model.blocks import linear
-from cem_ablate.model.blocks import RMSNorm
+from cem_ablate.model.blocks import RMSNorm, linear
+from cem_ablate.model.protocol import tracks_energy
 
 
 class Block(nn.Module):
@@ -73,7 +73,8 @@ class CEMTransformer(nn.Module):
 
     # -- energy tracking (SPEC §2-§3: do the recursion steps descend?) ----------------
     def cem_sublayers(self) -> dict[str, nn.Module]:
-        return {name: m for name, m in self.named_modules() if hasattr(m, "energy") and hasattr(m, "track_energy")}
+        """The sublayers that record their energy per step (protocol.EnergyTracking)."""
+        return {name: m for name, m in self.named_modules() if tracks_energy(m)}
 
     def set_energy_tracking(self, enabled: bool) -> None:
         for module in self.cem_sublayers().values():
