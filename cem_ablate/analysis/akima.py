@@ -96,3 +96,29 @@ def fit_akima(
         curve_ppls=tuple(float(v) for v in ys),
         method=method,
     )
+
+
+def curve_minima(lrs, values, method: str = "akima", dense: int = DENSE_POINTS,
+                 kind: str = "akima") -> tuple[np.ndarray, np.ndarray]:
+    """Minimum of each curve through `values[..., i]` at `lrs[i]` (>= 2 sorted distinct
+    learning rates, finite values), on the same dense log2(lr) grid as `fit_akima`.
+
+    Vectorized over the leading axes of `values` (many seeds or simulated studies at
+    once). Returns (log2 lr*, objective*) arrays of the leading shape. `kind="spline"`
+    uses a not-a-knot cubic spline instead of Akima's interpolant: both reproduce a
+    parabola exactly, so where they disagree the interpolation itself is uncertain
+    (`analysis.optimum`).
+    """
+    from scipy.interpolate import Akima1DInterpolator, CubicSpline
+
+    x = np.log2(np.asarray(lrs, dtype=np.float64))
+    y = np.asarray(values, dtype=np.float64)
+    lead = y.shape[:-1]
+    flat = y.reshape(-1, y.shape[-1]).T  # (n_lrs, curves)
+    xs = np.linspace(x[0], x[-1], dense)
+    if kind == "spline":
+        ys = CubicSpline(x, flat, axis=0)(xs)
+    else:
+        ys = Akima1DInterpolator(x, flat, axis=0, method=method)(xs)
+    i = np.nanargmin(ys, axis=0)
+    return xs[i].reshape(lead), ys[i, np.arange(ys.shape[1])].reshape(lead)

@@ -1,0 +1,120 @@
+"""Power before compute: what a seed design can detect, and how often it errs (issue 18).
+
+All effects are in units of the seed-to-seed standard deviation: paired, the std of
+the per-seed differences variant − baseline; Welch, the std of each side's values
+(equal on both sides). A seed at paper scale is tens of GPU-hours: this is where a
+user decides how many to buy (`cem-ablate power`, the dry run).
+
+- A fixed one-look, one-test design has an exact answer: the power of a two-sided
+  one-sample t-test (paired) is that of the noncentral t, scipy.stats.nct, with n − 1
+  degrees of freedom and noncentrality Δ/σ·√n; Welch with equal n and std: 2n − 2
+  degrees of freedom and noncentrality Δ/σ·√(n/2) (the Welch statistic then equals
+  the pooled one; its df is Welch's at equal variances).
+- Sequential or multi-test designs are simulated through the decision rule itself
+  (`decision.paired_t` / `decision.welch_t`, `decision.design_p`, `decision.rejects`,
+  the functions `decide` uses), vectorized over all simulated studies with numpy and
+  a seeded generator, so the numbers are deterministic. The simulated seeds follow
+  the study's rule (`study.sequential`): after each look, the seeds stop once every
+  tested Δ is resolved; the verdict is the one at the last look taken.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, stats
+
+from cem_ablate.analysis.decision import Design, design_p, paired_t, rejects, welch_t
+
+REPS = 20_000
+RNG_SEED = 0
+RHO = 0.5  # correlation of the two grid points' Δs under `at: both` (neighbouring learning rates)
+POWER = 0.8
+
+
+def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps: int = REPS,
+             seed: int = RNG_SEED, rho: float = RHO) -> tuple[np.ndarray, np.ndarray]:
+    """Run the design's decision rule on `reps` simulated comparisons.
+
+    Returns (rejected, delta), each of shape (reps, tests_per_look): whether each test's
+    verdict at the last look taken is better/worse, and that look's Δ. The tests of one
+    look (the two grid points of `at: both`) are correlated `rho` per seed.
+    """
+    rng = np.random.default_rng(seed)
+    tests, n_max = design.tests_per_look, max(design.looks)
+
+    def draws() -> np.ndarray:
+        common = rng.standard_normal((reps, 1, n_max))
+        own = rng.standard_normal((reps, tests, n_max))
+        return math.sqrt(rho) * common + math.sqrt(1.0 - rho) * own
+
+    if paired:
+        diffs = delta_over_std + draws()
+    else:
+        x, y = delta_over_std + draws(), draws()
+    rejected = np.zeros((reps, tests), dtype=bool)
+    delta = np.zeros((reps, tests))
+    stopped = np.zeros(reps, dtype=bool)
+    for n in design.testing_looks:
+        result = paired_t(diffs[..., :n]) if paired else welch_t(x[..., :n], y[..., :n])
+        now = rejects(design_p(result.p, design), design.alpha) & (result.delta != 0.0)
+        going = ~stopped
+        rejected[going] = now[going]
+        delta[going] = result.delta[going]
+        stopped |= now.all(axis=1)  # more seeds while any tested Δ is unresolved
+    return rejected, delta
+
+
+def false_positive_rate(design: Design, *, paired: bool = True, reps: int = REPS, seed: int = RNG_SEED,
+                        rho: float = RHO) -> float:
+    """Share of comparisons with no true difference that end with any verdict
+    better/worse (any of the look's tests), simulated through the decision rule."""
+    rejected, _ = simulate(design, 0.0, paired=paired, reps=reps, seed=seed, rho=rho)
+    return float(rejected.any(axis=1).mean())
+
+
+def _exact(design: Design) -> bool:
+    return len(design.looks) == 1 and design.tests_per_look == 1
+
+
+def exact_power(n: int, delta_over_std: float, alpha: float, *, paired: bool = True) -> float:
+    """Two-sided t-test power from the noncentral t (both tails)."""
+    if n < 2:
+        return 0.0
+    df = n - 1.0 if paired else 2.0 * n - 2.0
+    nc = delta_over_std * (math.sqrt(n) if paired else math.sqrt(n / 2.0))
+    crit = stats.t.ppf(1.0 - alpha / 2.0, df)
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+
+def power(design: Design, delta_over_std: float, paired: bool = True, *, reps: int = REPS,
+          seed: int = RNG_SEED, rho: float = RHO) -> float:
+    """Probability that the headline comparison (the first test of a look) ends with the
+    right verdict when the true Δ is `delta_over_std` seed-to-seed stds."""
+    if _exact(design):
+        return exact_power(design.looks[0], abs(delta_over_std), design.look_alpha(), paired=paired)
+    rejected, delta = simulate(design, abs(delta_over_std), paired=paired, reps=reps, seed=seed, rho=rho)
+    return float((rejected[:, 0] & (delta[:, 0] > 0)).mean())
+
+
+_power = power  # `min_detectable_effect`'s argument `power` (the target) shadows the function
+
+
+def min_detectable_effect(design: Design, power: float = POWER, paired: bool = True, *,
+                          reps: int = REPS, seed: int = RNG_SEED, rho: float = RHO) -> float | None:
+    """The smallest Δ (in seed-to-seed stds) detected with probability `power`; None
+    when the design cannot test at all (fewer than 2 seeds)."""
+    if not design.testing_looks:
+        return None
+    target = power
+
+    def gap(d: float) -> float:
+        return _power(design, d, paired, reps=reps, seed=seed, rho=rho) - target
+
+    high = 1.0
+    while gap(high) < 0.0:
+        high *= 2.0
+        if high > 1e3:
+            return None
+    return float(optimize.brentq(gap, 0.0, high, xtol=1e-4))
