@@ -13,7 +13,8 @@ The estimate is the minimum of the Akima curve through the seed means (SPEC §8,
   spline -- both exact for a parabola -- disagree where the shape between the points
   matters; their difference at the mean curve is added (it is 0 for a parabola).
 The lr* interval is clipped to the sampled range (the estimate is the minimum over
-that range; beyond it the grid says nothing).
+that range; beyond it the grid says nothing); where lr* sits on the grid's edge the
+true optimum may lie beyond it, and no lr* interval is given.
 
 Replaces the percentile bootstrap over seeds, which covered the true optimum in about
 51% (2 seeds), 75% (3) and 83% (5) of simulated studies while printed as 95%. This
@@ -44,9 +45,9 @@ METHOD = "t over per-seed optima + interpolation spread"
 class OptimumBounds:
     """95% intervals of lr* (in lr) and objective*, or why there are none."""
 
-    lr: tuple[float, float] | None
+    lr: tuple[float, float] | None  # None also when lr* sits on the grid's edge
     objective: tuple[float, float] | None
-    reason: str | None = None  # e.g. "n too small (2 seeds; intervals from 3)"
+    reason: str | None = None  # why an interval is missing: "n too small (2 seeds; intervals from 3)", edge
     n: int = 0  # seeds with an optimum of their own
     level: float = LEVEL
     method: str = METHOD
@@ -102,5 +103,8 @@ def optimum_bounds(per_seed: Mapping[int, Mapping[float, float]], lrs, ppls, lr_
     sx, sy = curve_minima(lrs, ppls, method, kind="spline")
     ex, ey = math.log2(lr_star), float(objective_star)
     hx, hy = (float(h) for h in half_widths(px, py, ex, ey, float(sx), float(sy), level))
+    objective = (ey - hy, ey + hy)
+    if not min(lrs) < lr_star < max(lrs):  # the true optimum may lie beyond the grid: no interval
+        return OptimumBounds(None, objective, "lr* at the grid's edge: a bound, no interval", n, level)
     lr = (max(2.0 ** (ex - hx), min(lrs)), min(2.0 ** (ex + hx), max(lrs)))
-    return OptimumBounds(lr, (ey - hy, ey + hy), None, n, level)
+    return OptimumBounds(lr, objective, None, n, level)

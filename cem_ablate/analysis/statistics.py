@@ -7,9 +7,9 @@ means a lower value. All arithmetic is float64; distributions come from scipy.st
 Per variant (`variant_stats`):
 - per learning rate: mean, sample std (ddof=1; None for one seed) and n over seeds;
 - lr* and objective*: minimum of the Akima curve through the seed means (SPEC §8,
-  `analysis.akima`), with 95% percentile-bootstrap intervals over seeds when n >= 2.
-  The resampled unit is a seed (all its learning rates together, as they share the
-  initialization and data order), and the Akima curve is refitted per resample.
+  `analysis.akima`), with 95% intervals from 3 seeds on (`analysis.optimum`: a
+  t-interval over the seeds' own optima plus the interpolation's uncertainty, its
+  coverage checked by simulation); with fewer seeds "n too small" instead.
 
 Per variant and baseline (`compare`): the paired difference Δ = variant - baseline,
 pairing trials of the same learning rate and seed (same init and data order, so the
@@ -33,10 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from cem_ablate.analysis.akima import AkimaFit, fit_akima
+from cem_ablate.analysis.optimum import optimum_bounds
 
 LEVEL = 0.95
-N_RESAMPLES = 9999  # scipy's default; cheap here: fits are cached per distinct resample
-BOOTSTRAP_SEED = 0  # a report is reproducible: the same trials give the same intervals
 MAX_SEEDS_NEEDED = 100_000  # beyond this, "needs more seeds than anyone will train": None
 
 BETTER, WORSE, UNRESOLVED = "better", "worse", "unresolved"
@@ -61,8 +60,8 @@ class Interval:
     low: float
     high: float
     level: float = LEVEL
-    method: str = ""  # "t", "percentile bootstrap"
-    widened: bool = False  # percentile interval stretched to include the estimate (see `_bootstrap_optimum`)
+    method: str = ""  # "t", "welch", `analysis.optimum.METHOD`
+    widened: bool = False  # read back from stats.json written by the former percentile bootstrap
 
     def contains(self, x: float) -> bool:
         return self.low <= x <= self.high
@@ -95,8 +94,9 @@ class LrStats:
 class Optimum:
     fit: AkimaFit  # through the seed means
     n_seeds: int
-    lr_interval: Interval | None  # None with a single seed
+    lr_interval: Interval | None  # None below `analysis.optimum.MIN_SEEDS` seeds (see interval_note)
     objective_interval: Interval | None
+    interval_note: str | None = None  # why there is no interval, e.g. "n too small (2 seeds; intervals from 3)"
 
     @property
     def lr_star(self) -> float:
@@ -204,55 +204,30 @@ def fit_for_seeds(rows: tuple[LrStats, ...], seeds: Iterable[int], method: str) 
     return fit_akima(points, method=method)
 
 
-def _bootstrap_optimum(rows: tuple[LrStats, ...], seeds: tuple[int, ...], fit: AkimaFit, method: str,
-                       n_resamples: int, rng_seed: int) -> tuple[Interval, Interval]:
-    """95% percentile-bootstrap intervals of lr* and objective*, seeds resampled.
-
-    scipy.stats.bootstrap with a non-vectorized statistic over the seed positions: each
-    resample is a multiset of seeds whose mean curve is refitted. With 2-6 seeds there
-    are only 3-462 distinct multisets, so fits are cached. Percentile, not BCa: BCa's
-    jackknife and bias correction break down on such discrete bootstrap distributions
-    (a point mass gives an infinite bias term). lr* is resampled on log2(lr), the axis
-    of the fit. The Akima minimum of a mean curve is not monotone in the seeds: on a
-    bumpy curve the full-data estimate can fall outside the resamples' 2.5-97.5%
-    range; the interval is then widened to include it (and says so) rather than
-    report an interval that excludes its own estimate.
-    """
-    from scipy.stats import bootstrap
-
-    cache: dict[tuple[int, ...], tuple[float, float]] = {}
-
-    def statistic(positions: np.ndarray) -> np.ndarray:
-        key = tuple(sorted(int(p) for p in positions))
-        if key not in cache:
-            f = fit_for_seeds(rows, (seeds[p] for p in key), method)
-            cache[key] = (math.log2(f.lr_star), f.ppl_star) if f is not None else (math.nan, math.nan)
-        return np.asarray(cache[key], dtype=np.float64)
-
-    result = bootstrap((np.arange(len(seeds)),), statistic, n_resamples=n_resamples, vectorized=False,
-                       confidence_level=LEVEL, method="percentile", rng=np.random.default_rng(rng_seed))
-    low, high = result.confidence_interval
-    estimates = (math.log2(fit.lr_star), fit.ppl_star)
-    out = []
-    for lo, hi, est in zip(low, high, estimates):
-        widened = not (lo <= est <= hi)
-        out.append((min(lo, est), max(hi, est), widened))
-    (lr_lo, lr_hi, lr_w), (obj_lo, obj_hi, obj_w) = out
-    return (Interval(2.0**lr_lo, 2.0**lr_hi, LEVEL, "percentile bootstrap", lr_w),
-            Interval(float(obj_lo), float(obj_hi), LEVEL, "percentile bootstrap", obj_w))
-
-
-def variant_stats(obs: Iterable[Observation], method: str = "akima", n_resamples: int = N_RESAMPLES,
-                  rng_seed: int = BOOTSTRAP_SEED) -> VariantStats:
+def variant_stats(obs: Iterable[Observation], method: str = "akima", n_resamples: int | None = None,
+                  rng_seed: int | None = None, *, intervals: bool = True) -> VariantStats:
+    """Per-lr statistics and the optimum, with its intervals (`analysis.optimum`) unless
+    `intervals=False` (the sequential seeds' check needs only the fit). `n_resamples`
+    and `rng_seed` are what the former bootstrap took: `n_resamples=0` still means no
+    intervals; otherwise they are ignored (the interval is deterministic)."""
     rows = by_lr(obs)
     seeds = tuple(sorted({s for row in rows for s in row.seeds}))
     fit = fit_for_seeds(rows, seeds, method)
     if fit is None:
         return VariantStats(rows, None)
-    lr_interval = objective_interval = None
-    if len(seeds) >= 2 and n_resamples > 0:  # n_resamples=0: no intervals (sequential seeds' check)
-        lr_interval, objective_interval = _bootstrap_optimum(rows, seeds, fit, method, n_resamples, rng_seed)
-    return VariantStats(rows, Optimum(fit, len(seeds), lr_interval, objective_interval))
+    if not intervals or n_resamples == 0:
+        return VariantStats(rows, Optimum(fit, len(seeds), None, None))
+    per_seed: dict[int, dict[float, float]] = defaultdict(dict)
+    for row in rows:
+        for s, v in row.by_seed().items():
+            per_seed[s][row.lr] = v
+    bounds = optimum_bounds(per_seed, fit.lrs, fit.ppls, fit.lr_star, fit.ppl_star, method, LEVEL)
+
+    def interval(ends: tuple[float, float] | None) -> Interval | None:
+        return Interval(*ends, LEVEL, bounds.method) if ends is not None else None
+
+    return VariantStats(rows, Optimum(fit, len(seeds), interval(bounds.lr), interval(bounds.objective),
+                                      bounds.reason))
 
 
 # -- variant vs baseline -------------------------------------------------------------------
@@ -404,7 +379,8 @@ class VariantStatistics:
         opt = stats["optimum"]
         optimum = None if opt is None else Optimum(
             AkimaFit.from_dict(opt["fit"]),
-            opt["n_seeds"], interval(opt["lr_interval"]), interval(opt["objective_interval"]))
+            opt["n_seeds"], interval(opt["lr_interval"]), interval(opt["objective_interval"]),
+            opt.get("interval_note"))
         comparisons = {name: Comparison(delta(c["at_baseline_optimum"]), delta(c["at_own_optimum"]))
                        for name, c in data["comparisons"].items()}
         return cls(data["objective"], VariantStats(rows, optimum), comparisons)
