@@ -1,4 +1,8 @@
-"""`cem-ablate components`: what can be put in a model config."""
+"""`cem-ablate components`: what can be put in a model config.
+
+A plugin that failed to load is left out with one `warning:` line on stderr (the
+registry's); the listing of everything else is unaffected.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cem_ablate import registry
     from cem_ablate.config.errors import unknown
+    from cem_ablate.model import protocol  # noqa: F401  (declares what attention/mlp must provide)
 
     kinds = sorted({spec.kind for spec in registry.all_specs()})
     if args.kind and args.kind not in kinds:

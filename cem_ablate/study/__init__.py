@@ -1,0 +1,1 @@
+"""Studies: study file -> typed variants -> Optuna trial queue -> workers -> report."""
