@@ -86,10 +86,13 @@ def _check_tokenizers(expanded) -> None:
 
 def _print_reuse(expanded, rows, args: argparse.Namespace, console) -> None:
     """How many planned trials an existing storage already holds (trained once, reused)."""
-    from cem_ablate.study.reuse import planned_reuse
+    from cem_ablate.study.reuse import planned_retrain, planned_reuse
     from cem_ablate.study.storage import default_storage_url
 
     reused, done = planned_reuse(expanded, args.storage or default_storage_url())
+    retrain = sum(planned_retrain(expanded, args.storage or default_storage_url()).values())
+    if retrain:
+        console.print(f"to retrain (code changed): {retrain} trials of this study finished under other code")
     count = sum(reused.values())
     hours = sum(reused.get(r.variant.key, 0) * r.estimate.gpu_hours(args.gpu_tflops, args.mfu) for r in rows)
     if sum(done.values()):
@@ -145,6 +148,6 @@ def run(args: argparse.Namespace) -> int:
         from cem_ablate.study.report import make_report
 
         path = make_report(settings.tracking_uri, expanded.spec.name, Path(args.report_dir) / expanded.spec.name,
-                           [v.key for v in expanded.variants], console)
+                           [v.key for v in expanded.variants], console, expanded=expanded)
         print(f"report: {path}")
     return code

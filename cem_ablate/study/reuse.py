@@ -8,6 +8,11 @@ retrained by each. A reused trial is recorded in the new study with its value an
 `reused_from = "<study>#<trial number>"`; its MLflow child in the new experiment
 carries the original's final metrics and the tag `cem_ablate.reused_from` (the
 original child run's id). `cem-ablate study --no-reuse` trains everything.
+
+The code is part of the key (the code fingerprint, config/fingerprint.py): after an
+edit of a platform or component module a config uses, its trials have new keys, so
+nothing trained before the edit is reused, and a rerun of the same study retrains
+the trials it finished under other code (study/trials.py: stale trials).
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cem_ablate.study.trials import DIVERGED, FINISHED, trial_status
+from cem_ablate.study.trials import DIVERGED, FINAL_STATES, FINISHED, TRIAL_KEY_ATTR, trial_status
 
-TRIAL_KEY_ATTR = "trial_key"  # the Optuna trial's RunConfig.trial_key()
+__all__ = ["TRIAL_KEY_ATTR", "REUSED_FROM_ATTR", "FinishedTrial", "finished_trials", "planned_reuse",
+           "planned_retrain"]
 REUSED_FROM_ATTR = "reused_from"  # "<study name>#<trial number>" of the original
 
 
@@ -85,3 +91,39 @@ def planned_reuse(expanded, storage_url: str) -> tuple[dict[str, int], dict[str,
                     counts = done if original.study_name == own else reused
                     counts[v.key] = counts.get(v.key, 0) + 1
     return reused, done
+
+
+def planned_retrain(expanded, storage_url: str) -> dict[str, int]:
+    """Variant key -> how many grid trials this study finished under another trial key
+    than they have now (the code, data or platform version changed: a run retrains
+    them, study/trials.py). For the dry run; reads the storage only if it exists."""
+    import optuna
+
+    from cem_ablate.study.storage import quiet_optuna, sqlite_path
+    from cem_ablate.study.variants import optuna_study_name
+
+    path = sqlite_path(storage_url)
+    if expanded.spec.lr_search.method != "grid" or (path is not None and not path.exists()):
+        return {}
+    quiet_optuna()
+    storage = optuna.storages.RDBStorage(storage_url)
+    out: dict[str, int] = {}
+    for v in expanded.variants:
+        try:
+            study_id = storage.get_study_id_from_name(optuna_study_name(expanded.spec.name, v))
+        except KeyError:
+            continue
+        current: dict[tuple[float, int], str] = {}
+        recorded: dict[tuple[float, int], set[str]] = {}
+        for t in storage.get_all_trials(study_id, deepcopy=False):
+            lr, seed, key = t.params.get("lr"), t.params.get("seed"), t.user_attrs.get(TRIAL_KEY_ATTR)
+            if lr is None or seed is None or not key or trial_status(t) not in FINAL_STATES:
+                continue
+            point = (float(lr), int(seed))
+            if point not in current:
+                current[point] = v.run_config(*point).trial_key()
+            recorded.setdefault(point, set()).add(key)
+        stale = sum(1 for point, keys in recorded.items() if current[point] not in keys)
+        if stale:
+            out[v.key] = stale
+    return out

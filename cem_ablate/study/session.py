@@ -7,6 +7,10 @@ serialized through the Optuna storage: only the process whose `create_study`
 succeeded (a unique name in the database) creates the parent; everyone else reads
 its run id from the Optuna study's user attributes. So workers and machines started
 together never make two parents for one variant.
+
+`prepare()` also finds the trials finished under other code (stale: their trial key,
+which holds the code fingerprint, is not the current one; study/trials.py), says so in
+one line and tags their MLflow children stale; their slots are queued again.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import yaml
 
 from cem_ablate.config.identity import digest
 from cem_ablate.study.storage import StorageSettings, claim_lock, open_storage
-from cem_ablate.study.trials import VariantTrials
+from cem_ablate.study.trials import CODE_FINGERPRINT_ATTR, CODE_PARTS_ATTR, TRIAL_KEY_ATTR, VariantTrials
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name, slug
 
 PARENT_WAIT_S = 30.0  # how long to wait for a concurrent coordinator to create a parent
@@ -51,7 +55,8 @@ class StudySession:
         for variant in expanded.variants:
             trials, created = VariantTrials.open(
                 self.storage, settings.storage.url, optuna_study_name(self.spec.name, variant),
-                self.spec.lr_search, self.spec.seeds, worker_index)
+                self.spec.lr_search, self.spec.seeds, worker_index,
+                trial_key=lambda lr, seed, v=variant: v.run_config(lr, seed).trial_key())
             self.trials[variant.key] = trials
             self._created[variant.key] = created
             if created:
@@ -72,15 +77,60 @@ class StudySession:
         that shares --workdir (so a retried trial resumes the killed attempt)."""
         return self.study_dir / variant.key / f"{slug(slot_key, limit=80)}-{trial_key}"
 
-    def prepare(self) -> None:
+    def prepare(self, echo=print) -> None:
         """Queue what is unfinished and make sure every variant has its parent run."""
         self.tracker.experiment_id(self.spec.description, self.expanded.study_hash)
         with claim_lock(self.settings.storage.url):
+            stale = {v.key: self.trials[v.key].stale_slots() for v in self.variants}
             for trials in self.trials.values():
                 trials.fail_dead_trials()
                 trials.reconcile(retry_failed=True)
+        if any(stale.values()):
+            echo(self._retrain_line(stale))
+            for slots in stale.values():
+                for t in (t for ts in slots.values() for t in ts if t.user_attrs.get("mlflow_run_id")):
+                    self.tracker.mark_stale(t.user_attrs["mlflow_run_id"],
+                                            f"trial key {t.user_attrs.get(TRIAL_KEY_ATTR, '')} is not current")
+        self._unmark_current()
         for variant in self.variants:  # once per study run, here: the study file may have changed them
             self.tracker.sync_baselines(self.parent_run_id(variant), variant.baselines)
+
+    def _unmark_current(self) -> None:
+        """Children tagged stale whose trial counts again (the code went back to theirs)."""
+        marked = set(self.tracker.stale_runs())
+        if not marked:
+            return
+        current = {t.user_attrs.get("mlflow_run_id") for trials in self.trials.values()
+                   for t in trials.current_trials() if t.user_attrs.get(TRIAL_KEY_ATTR)}
+        for run_id in marked & current:
+            self.tracker.unmark_stale(run_id)
+
+    def _retrain_line(self, stale: dict[str, dict[str, list]]) -> str:
+        """One line: how many trials are retrained, of which variants, and why (which
+        code changed, when the stale trials recorded their code parts)."""
+        count = sum(len(slots) for slots in stale.values())
+        names = [v.name for v in self.variants if stale.get(v.key)]
+        old, new, changed = set(), set(), set()
+        for variant in self.variants:
+            if not stale.get(variant.key):
+                continue
+            current = variant.config.code_fingerprint()
+            new.add(current.digest)
+            for t in (t for ts in stale[variant.key].values() for t in ts):
+                old.add(t.user_attrs.get(CODE_FINGERPRINT_ATTR) or "unrecorded")
+                parts = t.user_attrs.get(CODE_PARTS_ATTR)
+                if isinstance(parts, dict):
+                    changed.update(current.changed_parts(parts))
+        trained = f"{count} trial{'s' if count != 1 else ''} {'were' if count != 1 else 'was'} trained"
+        variants = f"(variant{'s' if len(names) != 1 else ''}: {', '.join(names)})"
+        if old == new:  # same code: the data or the platform version changed the key
+            return f"trial keys changed since {trained} {variants}: data or platform version; retraining them"
+        where = ""
+        if changed:
+            shown = sorted(changed)
+            where = f" in {', '.join(shown[:4])}" + (f" (+{len(shown) - 4} more)" if len(shown) > 4 else "")
+        return (f"code changed since {trained} {variants}: fingerprint {', '.join(sorted(old))} -> "
+                f"{', '.join(sorted(new))}{where}; retraining them")
 
     def finished_elsewhere(self, trial_key: str, optuna_study: str):
         """A finished or diverged trial of `trial_key` in another Optuna study, or None."""

@@ -25,6 +25,13 @@ Trial states and the `status` user attribute:
 `reconcile` queues every slot that has no trial in progress and no final one; it is
 idempotent and runs under the claim lock, so rerunning a killed study runs only
 what is unfinished.
+
+A final trial whose recorded trial key is not the current key of its lr and seed
+(`RunConfig.trial_key()`: the code fingerprint, the data or the platform version
+changed since it trained) is *stale*: kept in the storage for history, but invisible
+to everything that reads the study (points, slot states, fits, reports), so its slot
+counts as missing and is queued again. If the code goes back, the old trial's key
+is current again and it counts again.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import os
 import socket
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +52,9 @@ SLOT_ATTR = "slot"
 STATUS_ATTR = "status"
 WORKER_ATTR = "worker"
 SEEDS_ATTR = "seeds_active"  # sequential seeds: how many seeds (0..n-1) the variant trains now
+TRIAL_KEY_ATTR = "trial_key"  # the trial's RunConfig.trial_key(), set when it is claimed
+CODE_FINGERPRINT_ATTR = "code_fingerprint"  # RunConfig.code_fingerprint().digest of that key
+CODE_PARTS_ATTR = "code_parts"  # its per-file digests, to name what changed (config/fingerprint.py)
 
 FINISHED, DIVERGED, FAILED, PRUNED, KILLED, DUPLICATE = (
     "finished", "diverged", "failed", "pruned", "killed", "duplicate")
@@ -169,8 +180,10 @@ class VariantTrials:
     """The Optuna study of one variant and the slots it must finish."""
 
     def __init__(self, study, storage_url: str, slots: list[Slot], lr_search: LrSearchConfig,
-                 sequential: SequentialSeeds | None = None):
+                 sequential: SequentialSeeds | None = None, trial_key: Callable[[float, int], str] | None = None):
         self.study = study
+        self._trial_key = trial_key  # (lr, seed) -> the current RunConfig.trial_key(); None: never stale
+        self._keys: dict[tuple[float, int], str] = {}
         self.storage = study._storage
         self.storage_url = storage_url
         self._slots = slots  # with sequential seeds: the slots of every seed up to max
@@ -202,7 +215,8 @@ class VariantTrials:
 
     @classmethod
     def open(cls, storage, storage_url: str, study_name: str, lr_search: LrSearchConfig,
-             seeds: list[int], worker_index: int = 0) -> tuple[VariantTrials, bool]:
+             seeds: list[int], worker_index: int = 0,
+             trial_key: Callable[[float, int], str] | None = None) -> tuple[VariantTrials, bool]:
         """Create the study (True) or load it (False): creation is atomic in the storage."""
         import optuna
 
@@ -213,16 +227,48 @@ class VariantTrials:
         except optuna.exceptions.DuplicatedStudyError:
             study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
         sequential = seeds if isinstance(seeds, SequentialSeeds) else None
-        return cls(study, storage_url, plan_slots(lr_search, seeds), lr_search, sequential), created
+        return cls(study, storage_url, plan_slots(lr_search, seeds), lr_search, sequential, trial_key), created
 
     # -- reading ---------------------------------------------------------------------
 
     def all_trials(self):
+        """Every trial in the storage, stale ones included (history)."""
         return self.storage.get_all_trials(self.study_id, deepcopy=False)
+
+    def current_trials(self):
+        """The trials that count: every one but the stale."""
+        return [t for t in self.all_trials() if not self.is_stale(t)]
+
+    def current_key(self, lr: float, seed: int) -> str | None:
+        if self._trial_key is None:
+            return None
+        point = (float(lr), int(seed))
+        if point not in self._keys:
+            self._keys[point] = self._trial_key(*point)
+        return self._keys[point]
+
+    def is_stale(self, trial) -> bool:
+        """A final trial recorded under another trial key than its lr and seed have now."""
+        recorded = trial.user_attrs.get(TRIAL_KEY_ATTR)
+        lr, seed = trial.params.get("lr"), trial.params.get("seed")
+        if self._trial_key is None or not recorded or lr is None or seed is None:
+            return False
+        return trial_status(trial) in FINAL_STATES and recorded != self.current_key(lr, seed)
+
+    def stale_slots(self) -> dict[str, list]:
+        """Slot key -> its stale trials, for the slots that have no current final trial
+        (those a run retrains now; a retrained slot is not listed again)."""
+        states = self.slot_states()
+        out: dict[str, list] = defaultdict(list)
+        for t in self.all_trials():
+            slot = str(t.user_attrs.get(SLOT_ATTR, ""))
+            if slot in states and states[slot] not in FINAL_STATES and self.is_stale(t):
+                out[slot].append(t)
+        return dict(out)
 
     def points(self) -> list[TrialPoint]:
         out = []
-        for t in self.all_trials():
+        for t in self.current_trials():
             lr = t.params.get("lr", t.system_attrs.get("fixed_params", {}).get("lr"))
             seed = t.params.get("seed", t.system_attrs.get("fixed_params", {}).get("seed"))
             status = trial_status(t)
@@ -250,7 +296,7 @@ class VariantTrials:
     def reconcile(self, retry_failed: bool = False) -> list[str]:
         """Queue every slot with nothing in progress and nothing final. Idempotent."""
         trials_by_slot: dict[str, list] = defaultdict(list)
-        for t in self.all_trials():
+        for t in self.current_trials():
             trials_by_slot[str(t.user_attrs.get(SLOT_ATTR, ""))].append(t)
         queued = []
         for slot in self.slots:
@@ -316,7 +362,7 @@ class VariantTrials:
         again. Two workers never train one slot.
         """
         slot = claimed.user_attrs.get(SLOT_ATTR)
-        for t in self.all_trials():
+        for t in self.current_trials():
             if t.number != claimed.number and t.user_attrs.get(SLOT_ATTR) == slot:
                 if trial_status(t) in (FINISHED, DIVERGED, PRUNED, "running"):
                     return True

@@ -78,7 +78,8 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
         if not page:
             break
     parents = [r for r in runs if r.data.tags.get(T.KIND) == "variant"]
-    children = [r for r in runs if r.data.tags.get(T.KIND) == "trial"]
+    # A stale child was trained by other code and retrained since (study/trials.py): history only.
+    children = [r for r in runs if r.data.tags.get(T.KIND) == "trial" and T.STALE not in r.data.tags]
     if variant_keys is not None:
         wanted = set(variant_keys)
         parents = [r for r in parents if r.data.tags.get(T.VARIANT_KEY) in wanted]

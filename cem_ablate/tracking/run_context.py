@@ -4,7 +4,8 @@
   and type, and git when the entry point lives in a repository). `cem-ablate` is a
   console script outside the repository, so MLflow's git provider finds nothing; the
   commit is then read with MLflow's own git helper from the installed package's
-  folder (an editable install: the working tree the code runs from).
+  folder (an editable install: the working tree the code runs from), with
+  `cem_ablate.git_dirty` (`git status --porcelain` there: uncommitted changes).
 - `system_metrics(run_id)`: `SystemMetricsMonitor`, the thread behind
   `mlflow.start_run(log_system_metrics=True)`, on an explicit run and store (no global
   active run: a study's trial run is created by the tracker, trained in the engine).
@@ -18,7 +19,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import subprocess
 from pathlib import Path
+
+from cem_ablate.tracking import tags as T
 
 SAMPLING_S = 5.0
 GIT_COMMIT, GIT_BRANCH, GIT_REPO_URL = "mlflow.source.git.commit", "mlflow.source.git.branch", "mlflow.source.git.repoURL"
@@ -30,14 +34,29 @@ def source_tags() -> dict[str, str]:
     from mlflow.utils import git_utils
 
     tags = dict(resolve_tags({}))
+    package = str(Path(__file__).resolve().parents[1])
     if GIT_COMMIT not in tags:
-        package = str(Path(__file__).resolve().parents[1])
         for key, read in ((GIT_COMMIT, git_utils.get_git_commit), (GIT_BRANCH, git_utils.get_git_branch),
                           (GIT_REPO_URL, git_utils.get_git_repo_url)):
             value = read(package)
             if value:
                 tags[key] = value
+    if GIT_COMMIT in tags:
+        dirty = git_dirty(package)
+        if dirty is not None:
+            tags[T.GIT_DIRTY] = "true" if dirty else "false"
     return tags
+
+
+def git_dirty(folder: str) -> bool | None:
+    """True if the repository holding `folder` has uncommitted changes (`git status
+    --porcelain`: modified, staged or untracked files); None without git or a repository."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(out.strip())
 
 
 @contextlib.contextmanager

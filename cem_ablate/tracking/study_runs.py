@@ -217,6 +217,24 @@ class StudyTracker:
                 pass
         record_outcome(self.client, run_id, status, reason, final)
 
+    def log_trial_code(self, run_id: str, fingerprint: str, parts: Mapping[str, str]) -> None:
+        """The code fingerprint of a trial: a tag, and its per-file digests as an artifact."""
+        self.client.set_tag(run_id, T.CODE_FINGERPRINT, fingerprint)
+        self.client.log_text(run_id, json.dumps({"fingerprint": fingerprint, "parts": dict(parts)},
+                                                indent=1, sort_keys=True), T.CODE_ARTIFACT)
+
+    def mark_stale(self, run_id: str, reason: str) -> None:
+        """A child whose trial is retrained under new code: kept for history, left out of reports."""
+        self.client.set_tag(run_id, T.STALE, reason)
+
+    def stale_runs(self) -> list[str]:
+        """The run ids of this experiment's children tagged stale."""
+        return [r.info.run_id for r in self._search(f"tags.`{T.STALE}` LIKE '%'")]
+
+    def unmark_stale(self, run_id: str) -> None:
+        """A stale child whose trial key is current again (the code went back)."""
+        self.client.delete_tag(run_id, T.STALE)
+
     def mark_killed(self, run_id: str) -> None:
         """An interrupted trial: ended, with no status (it is retried, not finished)."""
         self.client.set_terminated(run_id, "KILLED")

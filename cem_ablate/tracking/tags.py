@@ -18,10 +18,15 @@ STATUS = "cem_ablate.status"  # a run's outcome: finished / diverged / failed / 
 PROGRESS = "cem_ablate.progress"  # a variant's (parent run's) progress: running / done
 REASON = "cem_ablate.reason"
 REUSED_FROM = "cem_ablate.reused_from"  # a reused trial's child: the original child run's id
+CODE_FINGERPRINT = "cem_ablate.code_fingerprint"  # a trial's RunConfig.code_fingerprint() (per file: CODE_ARTIFACT)
+CODE_ARTIFACT = "code_fingerprint.json"  # {"fingerprint": ..., "parts": {file or dist:<name>: digest or version}}
+STALE = "cem_ablate.stale"  # a child trained under another trial key (code changed): kept, not read back
+GIT_DIRTY = "cem_ablate.git_dirty"  # "true" / "false": uncommitted changes where mlflow.source.git.commit is set
 AKIMA_EDGE = "cem_ablate.akima_edge"  # "low" / "high" / "none"
 OBJECTIVE = "cem_ablate.objective"  # the task's metric: test perplexity / test RMSE / recall error
 VERDICT_PREFIX = "cem_ablate.verdict."  # + baseline name -> better / worse / unresolved (at the baseline's lr*)
 VERDICT_OWN_LR_PREFIX = "cem_ablate.verdict_own_lr."  # + baseline name: the same at the variant's own lr*
+PAIRING_PREFIX = "cem_ablate.pairing."  # + baseline name -> paired / unpaired (study.pairing: the test used)
 # MLflow's own: the UI's experiment kind; "custom_model_development" is its training kind
 # (the "Machine learning" view; mlflow/server/js ExperimentKind enum, MLflow 3.17).
 EXPERIMENT_KIND = "mlflow.experimentKind"

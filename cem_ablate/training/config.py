@@ -17,19 +17,22 @@ Two facts have their single owner here:
   vocabulary 32,000 trains on 20 x 86,371,488 tokens.
 - a run's identity: `variant_key()` (what defines the trained function: everything but
   lr, seed and execution settings) and `trial_key()` (the variant, lr, seed, the data's
-  fingerprint and the platform version). Run folders, Optuna study names, MLflow tags
-  and cross-study reuse all use these two.
+  fingerprint, the platform version and the code fingerprint, config/fingerprint.py).
+  Run folders, Optuna study names, MLflow tags and cross-study reuse all use these two.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cem_ablate import registry
 from cem_ablate.config import ConfigError, parse, require, to_dict
 from cem_ablate.config.errors import unknown
+from cem_ablate.config.fingerprint import CodeFingerprint, ComponentSource, code_fingerprint
 from cem_ablate.config.identity import digest
 from cem_ablate.config.schema import join
 from cem_ablate.data.config import DataConfig
@@ -58,7 +61,10 @@ class TrainConfig:
     num_nodes: int = 1
     accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = "auto"
     precision: Literal["auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed"] = "auto"
-    compile: bool = False  # torch.compile each block
+    compile: bool = False  # torch.compile each block, and the head + loss unit as one graph
+    # head + loss (training/head_loss.py): chunked never holds the full (tokens, vocab) logits;
+    # auto = chunked on CUDA, plain elsewhere (CPU losses bit-identical to earlier versions)
+    loss_impl: Literal["auto", "chunked", "plain"] = "auto"
     val_every_n_steps: int = 50
     val_batches: int = 20  # per device, per validation
     test_batches: int | None = None  # per device; null: the whole test split
@@ -147,12 +153,20 @@ class RunConfig:
     def trial_key(self) -> str:
         """One training run's identity: two configs with the same trial key train the
         same function on the same data with the same code, so a finished result of
-        one is a result of the other (trial reuse across studies)."""
+        one is a result of the other (trial reuse across studies). "The same code" is
+        the code fingerprint (`code_fingerprint`) and the platform version; the
+        variant key leaves code out, so a study's Optuna study names survive edits."""
         from cem_ablate import __version__
         from cem_ablate.data.sources import data_fingerprint
 
         return digest({"variant": self.variant_key(), "lr": repr(float(self.train.lr)), "seed": self.train.seed,
-                       "data": data_fingerprint(self.data), "platform": __version__})
+                       "data": data_fingerprint(self.data), "platform": __version__,
+                       "code": self.code_fingerprint().digest})
+
+    def code_fingerprint(self) -> CodeFingerprint:
+        """The platform's model/training/data/config source plus the modules of every
+        component this config uses, built-in or plugin (config/fingerprint.py)."""
+        return code_fingerprint(component_sources(self.model))
 
     def to_mapping(self) -> dict[str, Any]:
         """Plain nested dict that `parse_run_config` reads back to an equal config.
@@ -169,9 +183,39 @@ class RunConfig:
         return out
 
 
+def component_sources(model: ModelConfig) -> list[ComponentSource]:
+    """Where the code of every component `model` uses lives: its attention and MLP,
+    and the components their options name by kind (e.g. `preconditioner: {name: ...}`)."""
+    out: list[ComponentSource] = []
+
+    def add(spec: registry.ComponentSpec) -> None:
+        module = getattr(spec.factory, "__module__", None) or "?"
+        file = getattr(sys.modules.get(module), "__file__", None)
+        out.append(ComponentSource(module, file, spec.distribution))
+
+    def walk(options: Any) -> None:
+        if not dataclasses.is_dataclass(options) or isinstance(options, type):
+            return
+        for f in dataclasses.fields(options):
+            value = getattr(options, f.name)
+            name = getattr(value, "name", None)
+            if dataclasses.is_dataclass(value) and isinstance(name, str) and registry.names(f.name):
+                try:
+                    add(registry.get(f.name, name))
+                except ConfigError:
+                    pass
+            walk(value)
+
+    for sublayer in (model.attention, model.mlp):
+        add(sublayer.spec)
+        walk(sublayer.options)
+    return out
+
+
 TOP_LEVEL_KEYS = ("name", "model", "train", "data")
 TRIAL_KEYS = ("lr", "seed")  # what varies between the trials of one variant
-EXECUTION_KEYS = ("threads", "ckpt_every_n_steps", "log_every_n_steps")  # how, not what, a run computes
+# how, not what, a run computes (loss_impl: the same loss to rounding, like threads)
+EXECUTION_KEYS = ("threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl")
 
 
 def parse_run_config(mapping: Any, path: str = "") -> RunConfig:

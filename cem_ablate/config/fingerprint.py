@@ -1,0 +1,165 @@
+"""The code fingerprint: a digest of the source that determines a trial's result.
+
+`RunConfig.trial_key()` promises that two trials with one key train the same function
+with the same code; this is the "same code" part. Two kinds of source go in, read as
+files (nothing here imports the code it fingerprints):
+
+- the platform modules that build, train and evaluate a model: every `*.py` under
+  `cem_ablate/{model,training,data,config}/` and `cem_ablate/registry.py`, whatever
+  files exist there at runtime;
+- every component module a config uses (`ComponentSource`, collected by
+  `RunConfig.code_fingerprint`): the module defining the registered factory and,
+  transitively, the modules of the same top-level package it imports (read with
+  `ast`: `components/cem_attention.py` brings `energy_recursion.py`,
+  `preconditioner.py`, `alibi.py`, ... but not `swiglu.py`), plus for a plugin its
+  distribution's name and version.
+
+Not in it, so editing them keeps every result: the CLI, `study/` (queue, reuse,
+statistics, reports), `tracking/`, `bench/`, docs, tests and the study files. The
+bytes are hashed (a comment edit in a platform module counts as a change).
+
+Each file's digest is read once per process and cached: a process fingerprints the
+code it imported when it started, not an edit made while it trains.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cem_ablate.config.identity import KEY_CHARS, digest
+
+PLATFORM_ROOT = Path(__file__).resolve().parents[1]  # the `cem_ablate` package
+PLATFORM_PARTS = ("model", "training", "data", "config", "registry.py")  # under PLATFORM_ROOT
+DISTRIBUTION_PREFIX = "dist:"  # part name of a plugin distribution: "dist:<name>" -> version
+
+
+@dataclass(frozen=True)
+class ComponentSource:
+    """Where a registered component's code lives (registry.ComponentSpec)."""
+
+    module: str  # the module defining the factory, e.g. "components.cem_attention"
+    file: str | None  # its source file (None: not from a file, e.g. defined in __main__)
+    distribution: str | None = None  # "<name>==<version>" of the plugin that registered it
+
+
+@dataclass(frozen=True)
+class CodeFingerprint:
+    digest: str
+    parts: Mapping[str, str] = field(default_factory=dict)  # file name (or dist:<name>) -> digest (version)
+
+    def changed_parts(self, old_parts: Mapping[str, str]) -> list[str]:
+        """Names of the parts that differ from `old_parts` (edited, added or removed)."""
+        return sorted(name for name in set(self.parts) | set(old_parts)
+                      if self.parts.get(name) != old_parts.get(name))
+
+
+def code_fingerprint(components: Iterable[ComponentSource], platform_root: Path | None = None) -> CodeFingerprint:
+    """The fingerprint of the platform plus `components` (see the module docstring)."""
+    root = Path(platform_root) if platform_root is not None else PLATFORM_ROOT
+    parts = dict(platform_parts(root))
+    for component in sorted(set(components), key=lambda c: c.module):
+        parts.update(component_parts(component))
+    return CodeFingerprint(digest(sorted(parts.items())), parts)
+
+
+@functools.cache
+def platform_parts(root: Path) -> tuple[tuple[str, str], ...]:
+    files = []
+    for part in PLATFORM_PARTS:
+        path = root / part
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
+    return tuple((f"{root.name}/{p.relative_to(root).as_posix()}", file_digest(p))
+                 for p in files if "__pycache__" not in p.parts)
+
+
+@functools.cache
+def component_parts(component: ComponentSource) -> tuple[tuple[str, str], ...]:
+    out = {}
+    if component.distribution:
+        name, _, version = component.distribution.partition("==")
+        out[DISTRIBUTION_PREFIX + name] = version
+    if component.file is None or not Path(component.file).is_file():
+        out[f"module:{component.module}"] = "unreadable"  # still named: a change of module changes the key
+        return tuple(sorted(out.items()))
+    base = package_base(component.module, Path(component.file))
+    for path in sorted(package_closure(component.module, Path(component.file))):
+        out[path.relative_to(base).as_posix()] = file_digest(path)
+    return tuple(sorted(out.items()))
+
+
+@functools.cache
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:KEY_CHARS]
+
+
+def cache_clear() -> None:
+    """Forget every digest read (for tests that edit a copy of the code in-process)."""
+    for cached in (platform_parts, component_parts, file_digest):
+        cached.cache_clear()
+
+
+# -- the modules a component module imports from its own package -----------------------
+
+def package_base(module: str, file: Path) -> Path:
+    """The folder holding the module's top-level package (or the module itself)."""
+    depth = module.count(".") + (1 if file.name == "__init__.py" else 0)
+    return file.resolve().parents[depth]
+
+
+def module_file(base: Path, module: str) -> Path | None:
+    """The source file of `module` under `base`, or None if it is no file there."""
+    path = base.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def package_closure(module: str, file: Path) -> set[Path]:
+    """`file` and, transitively, the files of the modules of the same top-level
+    package that it imports (package `__init__`s only when imported by name: the
+    zoo's `__init__` imports every family, which a config does not use)."""
+    base = package_base(module, file)
+    top = module.split(".")[0]
+    seen: dict[str, Path] = {module: file.resolve()}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = seen[name]
+        for target in imported_modules(name, path, base):
+            if target.split(".")[0] != top or target in seen:
+                continue
+            target_file = module_file(base, target)
+            if target_file is not None:
+                seen[target] = target_file.resolve()
+                todo.append(target)
+    return set(seen.values())
+
+
+def imported_modules(name: str, path: Path, base: Path) -> set[str]:
+    """Modules `name` (at `path`) imports: `from pkg import mod` names the submodule
+    `pkg.mod` where that is a file, else `pkg`."""
+    is_package = path.name == "__init__.py"
+    found = set()
+    try:
+        tree = ast.parse(path.read_bytes())
+    except SyntaxError:
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            anchor_module = node.module or ""
+            if node.level:  # relative import
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                anchor_module = ".".join(anchor + ([anchor_module] if anchor_module else []))
+            for alias in node.names:
+                sub = f"{anchor_module}.{alias.name}" if anchor_module else alias.name
+                found.add(sub if module_file(base, sub) is not None else anchor_module)
+    return {m for m in found if m}
