@@ -1,0 +1,110 @@
+"""The decision rule against scipy.stats and a hand-computed Holm example."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from cem_ablate.analysis.decision import (
+    BETTER, PAIRED_T, UNRESOLVED, WELCH_T, WORSE, Decision, Design, adjust, decide, holm, resolved)
+
+
+def values(seeds, mean, rng):
+    return {s: float(mean + rng.normal()) for s in seeds}
+
+
+def test_designs_count_their_looks_and_tests():
+    assert Design.fixed(5).looks == (5,) and Design.fixed(5).look_alpha() == 0.05
+    seq = Design.sequential(2, 5)
+    assert seq.looks == (2, 3, 4, 5) and seq.look_alpha() == pytest.approx(0.05 / 4)
+    both = Design.sequential(3, 6, at="both", alpha=0.1)
+    assert both.looks == (3, 4, 5, 6) and both.tests_per_look == 2 and both.look_alpha() == pytest.approx(0.1 / 8)
+    assert Design.sequential(1, 3).looks == (2, 3)  # one seed tests nothing and spends no alpha
+    assert Design.sequential(2, 2) == Design.fixed(2)
+
+
+@pytest.mark.parametrize("design", [Design.fixed(4), Design.sequential(2, 6), Design.sequential(2, 5, "both")])
+def test_paired_decision_equals_ttest_rel(design):
+    rng = np.random.default_rng(0)
+    v, b = values(range(6), 10.0, rng), values(range(6), 10.5, rng)
+    d = decide(v, b, paired=True, design=design)
+    xv, xb = [v[s] for s in range(6)], [b[s] for s in range(6)]
+    ref = stats.ttest_rel(xv, xb)
+    ci = ref.confidence_interval(1 - design.look_alpha())
+    assert d.test == PAIRED_T and (d.n_variant, d.n_baseline, d.n_pairs) == (6, 6, 6)
+    assert d.delta == pytest.approx(np.mean(np.subtract(xv, xb)), rel=1e-12)
+    assert d.p == pytest.approx(ref.pvalue, rel=1e-12)
+    assert (d.low, d.high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert d.p_design == pytest.approx(min(1.0, ref.pvalue * design.n_tests), rel=1e-12)
+    assert d.std == pytest.approx(np.std(np.subtract(xv, xb), ddof=1), rel=1e-12)
+
+
+@pytest.mark.parametrize("design", [Design.fixed(3), Design.sequential(3, 6)])
+def test_welch_decision_uses_every_seed_each_side_and_equals_ttest_ind(design):
+    rng = np.random.default_rng(1)
+    v = values([0, 1, 2], 9.0, rng)
+    b = values([0, 1, 2, 3, 4], 10.0, rng) | {5: math.inf}  # a diverged seed is dropped
+    d = decide(v, b, paired=False, design=design)
+    ref = stats.ttest_ind(list(v.values()), [b[s] for s in range(5)], equal_var=False)
+    ci = ref.confidence_interval(1 - design.look_alpha())
+    assert d.test == WELCH_T and (d.n_variant, d.n_baseline, d.n_pairs) == (3, 5, 3)
+    assert d.p == pytest.approx(ref.pvalue, rel=1e-12)
+    assert (d.low, d.high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+
+
+def test_paired_uses_only_shared_finite_seeds_and_needs_two():
+    d = decide({0: 1.0, 1: 2.0, 2: math.nan, 3: 4.0}, {0: 1.5, 1: 2.0, 2: 3.0}, paired=True, design=Design.fixed(3))
+    assert d.n_pairs == 2 and d.n_variant == 3 and d.delta == pytest.approx(-0.25)
+    one = decide({0: 1.0}, {0: 2.0, 1: 3.0}, paired=True, design=Design.fixed(2))
+    assert one.delta == -1.0 and one.p is None and one.low is None and one.verdict == UNRESOLVED
+    none = decide({0: 1.0}, {1: 2.0}, paired=True, design=Design.fixed(2))
+    assert none.delta is None and none.n_pairs == 0
+    welch_one = decide({0: 1.0}, {0: 2.0, 1: 3.0}, paired=False, design=Design.fixed(2))
+    assert welch_one.p is None and welch_one.delta == pytest.approx(-1.5)
+
+
+def test_verdict_sign_and_the_design_threshold():
+    base = {s: 10.0 + 0.1 * s for s in range(5)}
+    better = decide({s: v - 1.0 + 0.01 * (-1) ** s for s, v in base.items()}, base, paired=True,
+                    design=Design.fixed(5))
+    worse = decide({s: v + 1.0 + 0.01 * (-1) ** s for s, v in base.items()}, base, paired=True,
+                   design=Design.fixed(5))
+    assert better.verdict == BETTER and worse.verdict == WORSE
+    # p between alpha/K and alpha: resolved with one look, unresolved under a 4-look design.
+    rng = np.random.default_rng(3)
+    for _ in range(1000):
+        v, b = values(range(5), 0.8, rng), values(range(5), 0.0, rng)
+        fixed = decide(v, b, paired=True, design=Design.fixed(5))
+        if 0.0125 < fixed.p < 0.05:
+            break
+    assert 0.0125 < fixed.p < 0.05
+    seq = Design.sequential(2, 5)
+    d = decide(v, b, paired=True, design=seq)
+    assert fixed.resolved and resolved(fixed, Design.fixed(5))
+    assert not d.resolved and not resolved(d, seq)
+    assert d.low < 0 < d.high and not fixed.low < 0 < fixed.high  # the interval agrees with the verdict
+
+
+def test_identical_differences_are_a_point_interval():
+    d = decide({0: 2.0, 1: 3.0}, {0: 1.0, 1: 2.0}, paired=True, design=Design.fixed(2))
+    assert (d.delta, d.low, d.high, d.p) == (1.0, 1.0, 1.0, 0.0) and d.verdict == WORSE
+
+
+def test_holm_against_a_hand_computed_example():
+    # Sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> max-accumulated 0.06.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.2, 0.9]) == pytest.approx([0.4, 0.9]) and holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])
+    base = Decision(-1.0, -2.0, -0.5, 0.0, 0.0, PAIRED_T, 3, 3, 3)
+    family = [dataclasses.replace(base, p=p, p_design=p, delta=delta)
+              for p, delta in ((0.01, -1.0), (0.04, 1.0), (0.03, -1.0), (0.005, 1.0))]
+    untested = Decision(None, None, None, None, None, WELCH_T, 1, 3, 0)
+    out = adjust(family + [untested])
+    assert [d.p_holm for d in out[:4]] == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert [d.verdict for d in out] == [BETTER, UNRESOLVED, UNRESOLVED, WORSE, UNRESOLVED]
+    assert out[4].p_holm is None
+    none = adjust(family, correction="none")
+    assert [d.p_holm for d in none] == [0.01, 0.04, 0.03, 0.005]
+    assert [d.verdict for d in none] == [BETTER, WORSE, BETTER, WORSE]
+    assert Decision.from_dict(out[0].to_dict()) == out[0]
