@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from torch import nn
+
+from cem_ablate.config.errors import ConfigError
 from cem_ablate.model import protocol
 from cem_ablate.model.config import ModelConfig, SublayerConfig, parse_model_config
-from cem_ablate.model.transformer import Block, CEMTransformer
+from cem_ablate.model.transformer import Block, CEMTransformer, ParallelBlock
 
 
 def _build_sublayer(sub: SublayerConfig, dims) -> protocol.Sublayer:
@@ -21,13 +24,23 @@ def build_model(cfg: ModelConfig | Mapping[str, Any]) -> CEMTransformer:
     """Validate `cfg` (raising ConfigError naming the key) and build the model."""
     config = parse_model_config(cfg)
     dims = config.dims
-    blocks = [
-        Block(
-            _build_sublayer(config.attention, dims),
-            _build_sublayer(config.mlp, dims),
-            attention_repeats=config.attention.repeats,
-            mlp_repeats=config.mlp.repeats,
-        )
-        for _ in range(dims.n_layers)
-    ]
+    blocks = [_build_block(config, dims) for _ in range(dims.n_layers)]
     return CEMTransformer(dims, blocks, config)
+
+
+def _build_block(config: ModelConfig, dims) -> Block:
+    """One block of `config` (SPEC §11.2 stream options, §11.3 block layout)."""
+    stream = {"stream": config.stream, "stream_momentum": config.stream_momentum,
+              "velocity_norm": config.velocity_norm, "dims": dims}
+    attention, mlp = _build_sublayer(config.attention, dims), _build_sublayer(config.mlp, dims)
+    if config.block == "parallel":
+        # The joint step runs the sublayers' steps itself (T = attention steps, SPEC §11.3).
+        # The methods were checked on the class at parse; the block normalizes with the
+        # attention's `norm`, an attribute of the built module.
+        if not isinstance(getattr(attention, "norm", None), nn.Module):
+            raise ConfigError("model.attention.name",
+                              f"attention {config.attention.name!r} ({config.attention.spec.source}) has no "
+                              "`norm` module, which block: parallel normalizes with (SPEC §11.3).")
+        return ParallelBlock(attention, mlp, steps=config.attention.steps, **stream)
+    return Block(attention, mlp, attention_repeats=config.attention.repeats,
+                 mlp_repeats=config.mlp.repeats, **stream)

@@ -10,6 +10,12 @@ the options of the chosen component (its registered options dataclass):
 gamma fixed; SPEC §2-§3); `depth_mode: reuse` applies the whole sublayer T times with
 the same weights (SPEC §5). Every problem raises `ConfigError` naming the key path
 before any module is built.
+
+Model-wide options of the energy-lens family (SPEC §11.2-§11.3; the defaults are the
+model of SPEC §1-§5, unchanged): `stream` carries a velocity across the sublayers,
+`block: parallel` takes one joint step on the attention and MLP energies per block.
+Their one description, with the defaults of `ModelOptions`, is `MODEL_OPTIONS`
+(listed by `cem-ablate components`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from cem_ablate import registry
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.errors import ConfigError, unknown
 from cem_ablate.config.schema import join, parse, require, to_dict
+from cem_ablate.model import protocol
+from cem_ablate.model import protocol
 from cem_ablate.model import protocol
 
 # name -> (d_model, n_layers, n_heads, d_mlp). The paper's sizes are SPEC Table 1;
@@ -38,6 +46,11 @@ SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
 }
 DEFAULT_VOCAB_SIZE = 32000
 GENERIC_SUBLAYER_KEYS = ("name", "steps", "depth_mode")
+
+# What `block: parallel` calls on both sublayers (SPEC §11.3; protocol.JointStep),
+# checked on the registered class before building. `step_energy` is needed only by
+# the energy trace, which the block records only for sublayers that track energy.
+JOINT_STEP_METHODS = ("step_context", "direction")
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,41 @@ class SublayerConfig:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelOptions:
+    """The model-wide options of SPEC §11.2-§11.3; the defaults are today's model."""
+
+    stream: Literal["residual", "heavy_ball", "nesterov"] = "residual"
+    stream_momentum: float = 0.5  # mu_l = sigmoid(a_l) starts at this value
+    velocity_norm: Literal["none", "rms"] = "none"
+    block: Literal["sequential", "parallel"] = "sequential"
+
+    @property
+    def has_velocity(self) -> bool:
+        return self.stream != "residual"
+
+
+# One line per option of ModelOptions, for `cem-ablate components` (defaults read from
+# the dataclass, so the listing cannot drift from the parser).
+MODEL_OPTIONS: dict[str, str] = {
+    "stream": "velocity stream across depth (SPEC §11.2): residual | heavy_ball | nesterov",
+    "stream_momentum": "initial mu of every sublayer's learnable stream momentum, in (0, 1)",
+    "velocity_norm": "RMSNorm of the velocity after each update: none | rms",
+    "block": "sequential (attention then MLP) | parallel (one joint step, SPEC §11.3)",
+}
+
+
+def format_model_options() -> str:
+    """The `model:` options with their defaults, as `cem-ablate components` lists them."""
+    defaults = ModelOptions()
+    lines = ["model options:"]
+    for key, description in MODEL_OPTIONS.items():
+        lines.append(f"  {key:<20} {description}")
+        lines.append(f"      {key} = {getattr(defaults, key)!r}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ModelConfig(ModelOptions):
     size: str | None = None
     d_model: int | None = None
     n_layers: int | None = None
@@ -103,10 +150,14 @@ class ModelConfig:
         )
 
     def to_mapping(self) -> dict[str, Any]:
+        # Model options at their defaults are left out: a config written before they
+        # existed keeps its mapping, hence its variant and trial keys.
+        defaults = ModelOptions()
         out = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
             if f.name not in ("attention", "mlp") and getattr(self, f.name) is not None
+            and not (f.name in MODEL_OPTIONS and getattr(self, f.name) == getattr(defaults, f.name))
         }
         out["attention"] = self.attention.to_mapping()
         out["mlp"] = self.mlp.to_mapping()
@@ -114,7 +165,7 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class _ModelFields:
+class _ModelFields(ModelOptions):
     """The scalar keys of `model:`; sublayers are parsed through the registry."""
 
     size: str | None = None
@@ -185,7 +236,45 @@ def parse_model_config(mapping: Any, path: str = "model") -> ModelConfig:
         mlp=parse_sublayer("mlp", fields.mlp, join(path, "mlp")),
     )
     _check_dims(cfg, path)
+    _check_model_options(cfg, path)
     return cfg
+
+
+def _check_model_options(cfg: ModelConfig, path: str) -> None:
+    momentum = cfg.stream_momentum
+    require(0.0 < momentum < 1.0, join(path, "stream_momentum"),
+            f"must be in (0, 1): the learnable mu = sigmoid(a) starts at a = logit({momentum}) "
+            "(SPEC §11.2); for mu = 0 use stream: residual.")
+    if cfg.block == "parallel":
+        _check_parallel(cfg, path)
+
+
+def _check_parallel(cfg: ModelConfig, path: str) -> None:
+    """`block: parallel` (SPEC §11.3): one joint step of T steps on both sublayers' energies."""
+    for sub in (cfg.attention, cfg.mlp):
+        sub_path = join(path, sub.kind)
+        missing = [m for m in JOINT_STEP_METHODS if not callable(getattr(sub.spec.factory, m, None))]
+        if missing:
+            raise ConfigError(join(sub_path, "name"),
+                              f"{sub.kind} {sub.name!r} has no joint step ({', '.join(missing)}), "
+                              "which block: parallel needs (SPEC §11.3).")
+        require(sub.depth_mode == "recursion", join(sub_path, "depth_mode"),
+                "block: parallel takes its T joint steps by recursion (SPEC §11.3); "
+                "plain reuse is not defined for it.")
+        # The joint step is plain gradient descent from x^0 = h with the whole graph kept:
+        # SPEC §11.3 defines no momentum, normalized state or truncation for it.
+        options = sub.options
+        for key, plain in (("update", "gd"), ("recursion_state", "raw"), ("checkpoint_steps", False)):
+            value = getattr(options, key, plain)
+            require(value == plain, join(sub_path, key),
+                    f"must be {plain!r} under block: parallel (SPEC §11.3 defines the joint step "
+                    f"as gradient descent from x^0 = h), got {value!r}.")
+        backprop = getattr(options, "backprop_steps", None)
+        require(backprop is None or backprop == sub.steps, join(sub_path, "backprop_steps"),
+                f"block: parallel differentiates every joint step; got {backprop}.")
+    require(cfg.mlp.steps == cfg.attention.steps, join(join(path, "mlp"), "steps"),
+            f"block: parallel takes T = attention steps = {cfg.attention.steps} joint steps; "
+            f"the MLP's steps must be equal, got {cfg.mlp.steps} (SPEC §11.3).")
 
 
 def _check_dims(cfg: ModelConfig, path: str) -> None:

@@ -48,6 +48,8 @@ def _component_of(name: str, module_path: list[str]) -> str:
         return "embedding"
     if name.startswith("lm_head"):
         return "head"
+    if name.endswith("stream_logit"):  # the velocity stream's momenta (SPEC §11.2)
+        return "stream"
     if "attention" in module_path:
         return "attention"
     if "mlp" in module_path:
@@ -73,6 +75,10 @@ def model_report(model: nn.Module, seq_len: int) -> ModelReport:
                                       ("mlp", block.mlp, block.mlp_repeats)):
             flops[f"blocks.{i}.{kind}"] = repeats * module.flops_per_token(seq_len)
             backward += repeats * backward_flops_per_token(module, seq_len)
+        stream = block.stream_flops_per_token()  # velocity updates (SPEC §11.2); 0 on the residual stream
+        if stream:
+            flops[f"blocks.{i}.stream"] = stream
+            backward += 2.0 * stream
     flops["lm_head"] = 2.0 * model.lm_head.in_features * model.lm_head.out_features
     backward += 2.0 * flops["lm_head"]
     return ModelReport(

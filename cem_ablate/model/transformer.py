@@ -1,4 +1,4 @@
-"""Decoder-only Transformer assembled from registered sublayers (SPEC §1, §10).
+"""Decoder-only Transformer assembled from registered sublayers (SPEC §1, §10, §11).
 
     h = embed(ids); for each block: h = attention(h) [x repeats]; h = mlp(h) [x repeats]
     logits = lm_head(norm(h))
@@ -6,9 +6,20 @@
 Sublayers own their norm and residual (CEM absorbs the residual into its recursion),
 so a block is just the two of them in order. Under `depth_mode: reuse` the block
 applies a sublayer `repeats` times with the same weights (SPEC §5).
+
+Two model options change how a block uses its sublayers (SPEC §11):
+- `stream: heavy_ball | nesterov` (§11.2) carries a velocity v across depth: each
+  sublayer application f contributes its increment F(y) = f(y) - y to v, and x moves by
+  v. A block then maps (x, v) to (x, v); `stream: residual` (the default) builds
+  exactly the block above, with no extra parameters.
+- `block: parallel` (§11.3) replaces "attention, then MLP" by T joint steps on the sum
+  of both energies at one normalized state (`ParallelBlock`).
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -18,20 +29,141 @@ from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.model.protocol import tracks_energy
 
 
+StreamStep = tuple[int, Callable[[torch.Tensor], torch.Tensor]]
+
+
 class Block(nn.Module):
-    def __init__(self, attention: nn.Module, mlp: nn.Module, attention_repeats: int = 1, mlp_repeats: int = 1):
+    """Attention then MLP, each applied `repeats` times, on the residual or velocity stream.
+
+    With `stream` other than residual the block owns, per sublayer l (attention, MLP),
+    the momentum logit a_l (`stream_logit`, mu_l = sigmoid(a_l), init
+    logit(stream_momentum)) and, with `velocity_norm: rms`, an RMSNorm of v
+    (`velocity_norm[l]`). SPEC §11.2 indexes mu by sublayer, so under plain reuse every
+    application of a sublayer is one stream update with that sublayer's mu_l and norm.
+    """
+
+    def __init__(self, attention: nn.Module, mlp: nn.Module, attention_repeats: int = 1, mlp_repeats: int = 1,
+                 *, stream: str = "residual", stream_momentum: float = 0.5, velocity_norm: str = "none",
+                 dims: ModelDims | None = None):
         super().__init__()
         self.attention = attention
         self.mlp = mlp
         self.attention_repeats = attention_repeats
         self.mlp_repeats = mlp_repeats
+        self.stream = stream
+        self.d_model = dims.d_model if dims is not None else None
+        if stream != "residual":  # residual: today's block, no stream parameters at all
+            n = self.n_stream_sublayers
+            logit = math.log(stream_momentum / (1.0 - stream_momentum))
+            self.stream_logit = nn.Parameter(torch.full((n,), logit))
+            if velocity_norm == "rms":
+                self.velocity_norm = nn.ModuleList(RMSNorm(dims.d_model, dims.norm_eps) for _ in range(n))
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.attention_repeats):
-            h = self.attention(h)
-        for _ in range(self.mlp_repeats):
-            h = self.mlp(h)
-        return h
+    @property
+    def n_stream_sublayers(self) -> int:
+        """The sublayers l that own a stream momentum mu_l (SPEC §11.2: attention, MLP)."""
+        return 2
+
+    def stream_steps(self) -> list[StreamStep]:
+        """The sublayer applications in order, each with its stream index l."""
+        return [(0, self.attention)] * self.attention_repeats + [(1, self.mlp)] * self.mlp_repeats
+
+    def forward(self, x: torch.Tensor, v: torch.Tensor | None = None):
+        """x -> x on the residual stream; (x, v) -> (x, v) on a velocity stream
+        (v = None: zero velocity, the state after the embedding)."""
+        if self.stream == "residual":
+            for _, f in self.stream_steps():
+                x = f(x)
+            return x
+        if v is None:
+            v = torch.zeros_like(x)
+        mu = torch.sigmoid(self.stream_logit)
+        norms = getattr(self, "velocity_norm", None)
+        for index, f in self.stream_steps():
+            # SPEC §11.2: nesterov evaluates the sublayer at the look-ahead y = x + mu v.
+            y = x + mu[index] * v if self.stream == "nesterov" else x
+            v = mu[index] * v + (f(y) - y)
+            if norms is not None:
+                v = norms[index](v)
+            x = x + v
+        return x, v
+
+    def stream_flops_per_token(self) -> float:
+        """Element-wise forward FLOPs of the velocity updates (0 on the residual stream):
+        F = f(y) - y, mu v, v + F, x + v (4 D); nesterov's y = x + mu v reuses mu v (1 D);
+        a velocity RMSNorm about 4 D."""
+        if self.stream == "residual":
+            return 0.0
+        d = self.d_model
+        per_update = 4 * d + (d if self.stream == "nesterov" else 0) + (4 * d if hasattr(self, "velocity_norm") else 0)
+        return float(per_update * len(self.stream_steps()))
+
+
+class ParallelBlock(Block):
+    """The Energy Transformer's joint step, causal (SPEC §11.3, `block: parallel`):
+
+        c = RMSNorm(h) (the attention's norm; the MLP's own norm is removed)
+        x^0 = h ;  u^t = c if t = 0 else RMSNorm(x^t)
+        x^{t+1} = x^t + eta_att Delta_att(u^t) + eta_mlp Delta_mlp(u^t),  t = 0..T-1 ;  output x^T
+
+    Keys/values and gamma come once from c (`step_context`), as in the sequential
+    recursion. With Llama sublayers and T = 1 this is the PaLM/GPT-J parallel block
+    x + Attn(c) + MLP(c). On a velocity stream the joint step is one sublayer f
+    (x^T = f(h)), so the block owns one stream momentum and one velocity norm.
+    The energy trace records attention + MLP energy at each query state u^t and after
+    the last step (`blocks.i/step t`), as a CEM sublayer records its own.
+    """
+
+    def __init__(self, attention: nn.Module, mlp: nn.Module, steps: int = 1, **stream_options):
+        # The MLP's norm is not used by the joint step: drop it before the parameters are
+        # counted or registered with an optimizer (SPEC §11.3: one RMSNorm per block).
+        if "norm" in mlp._modules:
+            del mlp.norm
+        super().__init__(attention, mlp, **stream_options)
+        self.steps = steps
+        self.energy_trace: list[float] = []
+        if tracks_energy(attention) and tracks_energy(mlp):
+            self.track_energy = False  # only blocks of two energy sublayers join the trace (not Llama)
+
+    @property
+    def norm(self) -> nn.Module:
+        return self.attention.norm
+
+    @property
+    def n_stream_sublayers(self) -> int:
+        return 1
+
+    def stream_steps(self) -> list[StreamStep]:
+        return [(0, self.joint_step)]
+
+    def joint_step(self, h: torch.Tensor) -> torch.Tensor:
+        c = self.norm(h)
+        ctx_att = self.attention.step_context(c)
+        ctx_mlp = self.mlp.step_context(c)
+        tracking = getattr(self, "track_energy", False)
+        if tracking:
+            self.energy_trace = []
+        x = h
+        for t in range(self.steps):
+            u = c if t == 0 else self.norm(x)
+            if tracking:
+                self._record(u, ctx_att, ctx_mlp)
+            x = x + self.attention.direction(u, ctx_att) + self.mlp.direction(u, ctx_mlp)
+        if tracking:
+            self._record(self.norm(x), ctx_att, ctx_mlp)
+        return x
+
+    @torch.no_grad()
+    def _record(self, u: torch.Tensor, ctx_att, ctx_mlp) -> None:
+        self.energy_trace.append(float(self.block_energy(u, ctx_att, ctx_mlp).mean()))
+
+    def block_energy(self, u: torch.Tensor, ctx_att, ctx_mlp) -> torch.Tensor:
+        return self.attention.step_energy(u, ctx_att) + self.mlp.step_energy(u, ctx_mlp)
+
+    def energy(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Attention + MLP energy of query state x given block input h: shape (B,)."""
+        c = self.norm(h)
+        return self.block_energy(x, self.attention.step_context(c), self.mlp.step_context(c))
 
 
 class CEMTransformer(nn.Module):
@@ -49,9 +181,20 @@ class CEMTransformer(nn.Module):
         return self.lm_head(self.norm(self.hidden_states(input_ids)))
 
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
-        h = self.embed_tokens(input_ids)
-        for block in self.blocks:
-            h = block(h)
+        return self.run_blocks(self.embed_tokens(input_ids))
+
+    def run_blocks(self, h: torch.Tensor, blocks=None) -> torch.Tensor:
+        """The stream x after `blocks` (default: the model's own; the bench passes compiled
+        ones). On a velocity stream (SPEC §11.2) v starts at 0 after the embedding and the
+        final norm reads x."""
+        blocks = self.blocks if blocks is None else blocks
+        if self.blocks[0].stream == "residual":
+            for block in blocks:
+                h = block(h)
+            return h
+        v = None
+        for block in blocks:
+            h, v = block(h, v)
         return h
 
     def parameter_groups(self, weight_decay: float) -> list[dict]:
