@@ -102,6 +102,10 @@ def to_hf_llama(model: CEMTransformer):
         raise ConfigError("model", "only a Llama baseline (attention: llama, mlp: llama) converts to LlamaForCausalLM.")
     if cfg.attention.repeats != 1 or cfg.mlp.repeats != 1:
         raise ConfigError("model", "a model with plain layer reuse has no LlamaForCausalLM equivalent.")
+    if cfg.stream != "residual" or cfg.block != "sequential":  # SPEC §11.2-§11.3: not a Llama function
+        key = "stream" if cfg.stream != "residual" else "block"
+        raise ConfigError(f"model.{key}", f"{key}: {getattr(cfg, key)} has no LlamaForCausalLM equivalent "
+                          "(only stream: residual, block: sequential converts).")
     d = model.dims
     hf_config = LlamaConfig(
         hidden_size=d.d_model,

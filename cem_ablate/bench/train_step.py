@@ -45,9 +45,7 @@ def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]
     blocks = [torch.compile(block, fullgraph=True, dynamic=False) for block in model.blocks]
 
     def forward(input_ids: torch.Tensor) -> torch.Tensor:
-        h = model.embed_tokens(input_ids)
-        for block in blocks:
-            h = block(h)
+        h = model.run_blocks(model.embed_tokens(input_ids), blocks)  # residual or velocity stream (SPEC §11.2)
         return model.lm_head(model.norm(h))
 
     return forward

@@ -198,3 +198,21 @@ def test_default_options_stay_out_of_the_config_mapping():
     mapping = parse_model_config({**DIMS, "stream": "nesterov", "velocity_norm": "rms"}).to_mapping()
     assert (mapping["stream"], mapping["velocity_norm"]) == ("nesterov", "rms")
     assert parse_model_config(mapping).stream == "nesterov"
+
+
+def test_a_velocity_stream_does_not_export_to_hugging_face():
+    from cem_ablate.interop import to_hf_llama
+
+    with pytest.raises(ConfigError) as info:
+        to_hf_llama(stream_model("llama", randomize=False, stream="nesterov"))
+    assert info.value.path == "model.stream"
+
+
+def test_the_bench_forward_runs_the_velocity_stream():
+    """bench.train_step.compiled_forward chains compiled blocks through the model's run_blocks."""
+    from cem_ablate.bench.train_step import compiled_forward
+
+    torch._dynamo.reset()
+    model = stream_model("llama", stream="heavy_ball", velocity_norm="rms").float()
+    batch = ids()
+    assert (compiled_forward(model)(batch) - model(batch)).abs().max() <= 1e-4
