@@ -22,4 +22,8 @@ def run(args: argparse.Namespace) -> int:
     if args.kind and args.kind not in kinds:
         raise unknown("--kind", args.kind, kinds, what="component kind")
     print(registry.format_listing(kinds=[args.kind] if args.kind else None))
+    if not args.kind:  # the model-wide options (SPEC §11.2-§11.3), from model/config.py
+        from cem_ablate.model.config import format_model_options
+
+        print(format_model_options())
     return 0

@@ -216,3 +216,15 @@ def test_the_bench_forward_runs_the_velocity_stream():
     model = stream_model("llama", stream="heavy_ball", velocity_norm="rms").float()
     batch = ids()
     assert (compiled_forward(model)(batch) - model(batch)).abs().max() <= 1e-4
+
+
+def test_cli_components_lists_the_model_options_with_defaults():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "components"],
+                         capture_output=True, text=True, check=True).stdout
+    listing = out[out.index("model options:"):]
+    for fragment in ["stream = 'residual'", "stream_momentum = 0.5", "velocity_norm = 'none'",
+                     "block = 'sequential'", "nesterov", "parallel"]:
+        assert fragment in listing, fragment
