@@ -163,7 +163,10 @@ def load_components() -> None:
     if _loaded:
         return
     _loaded = True
-    points = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name != BUILTIN_ENTRY_POINT)
+    # The zoo first, then plugins by name: the load order (which one wins a clash, the
+    # order of warnings) must not depend on the order of sys.path.
+    points = sorted(entry_points(group=ENTRY_POINT_GROUP),
+                    key=lambda ep: (ep.name != BUILTIN_ENTRY_POINT, ep.name, ep.value))
     if not any(ep.name == BUILTIN_ENTRY_POINT for ep in points):
         raise RuntimeError(f"the built-in components are not registered: entry point {BUILTIN_ENTRY_POINT!r} of "
                            f"group {ENTRY_POINT_GROUP!r} is missing; reinstall cem-ablate (pip install -e .).")
