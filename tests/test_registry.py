@@ -61,3 +61,19 @@ def test_plugin_registers_through_entry_point(tmp_path):
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["CEMAttention", "0.5"]
+
+
+def test_no_plugin_fails_in_this_installation():
+    """The zoo and every installed plugin load (a failure would only warn elsewhere)."""
+    assert registry.failures() == []
+
+
+def test_unknown_names_get_a_suggestion_and_the_key_path():
+    from cem_ablate.config.errors import ConfigError
+
+    try:
+        registry.get("attention", "cme", "model.attention.name")
+    except ConfigError as err:
+        assert err.path == "model.attention.name" and "Did you mean 'cem'?" in str(err)
+    else:
+        raise AssertionError("no ConfigError")
