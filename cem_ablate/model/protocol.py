@@ -118,7 +118,8 @@ class JointStep(Protocol):
 
     def step_energy(self, u: Tensor, ctx: Any) -> Tensor:
         """Energy per sequence (B,) at u, for the energy trace (CEM and hopfield;
-        Llama sublayers may raise NotImplementedError)."""
+        Llama sublayers may raise NotImplementedError or omit it: the step itself needs
+        only `norm`, `step_context` and `direction`, see `missing_joint_step`)."""
         ...
 
 
