@@ -1,7 +1,8 @@
 """The identity hash: a short digest of a JSON-able value, the one way cem-ablate names
 things by their content (variant and trial keys, study hashes, store-specific
 attribute names). `RunConfig.variant_key()` and `RunConfig.trial_key()` decide *what*
-is hashed; this module only decides *how*.
+is hashed (the trial key includes the code fingerprint, `config/fingerprint.py`); this
+module only decides *how*.
 """
 
 from __future__ import annotations
