@@ -26,7 +26,7 @@ from cem_ablate.bench.config import BenchConfig, native_bf16, resolve_precisions
 from cem_ablate.bench.measure import CPUContention, step_peak_bytes, time_interleaved, warm_up
 from cem_ablate.bench.profile import profile_step
 from cem_ablate.bench.results import Row
-from cem_ablate.bench.train_step import TrainStep, compiled_forward, hf_forward, make_optimizer
+from cem_ablate.bench.train_step import TrainStep, compiled_forward, head_loss_for, hf_forward, make_optimizer
 from cem_ablate.bench.variants import BASELINE, Variant, model_mapping, parse_variant
 from cem_ablate.model import build_model, model_report, parse_model_config
 from cem_ablate.model.protocol import resolved_kernel
@@ -47,8 +47,9 @@ class Case:
 
 
 def _build_model(variant: Variant, cfg: BenchConfig, size: str, device: torch.device):
-    """(model, forward factory per mode, FLOP-report source); HF runs eager only (the
-    reference target is eager), and its FLOPs are those of the identical baseline."""
+    """(model, (forward, head + loss unit) factory per mode, FLOP-report source); HF runs
+    eager only (the reference target is eager) on its own logits with the plain
+    cross-entropy, and its FLOPs are those of the identical baseline."""
     torch.manual_seed(cfg.seed)
     if variant.external:
         from cem_ablate.interop import to_hf_llama
@@ -60,9 +61,10 @@ def _build_model(variant: Variant, cfg: BenchConfig, size: str, device: torch.de
         else:
             model.config._attn_implementation = "sdpa"
         model = model.to(device).train()
-        return model, {"eager": lambda: hf_forward(model)}, llama
+        return model, {"eager": lambda: (hf_forward(model), None)}, llama
     model = build_model(model_mapping(variant, size, cfg.seq_len, cfg.vocab_size)).to(device).train()
-    return model, {"eager": lambda: model, "compiled": lambda: compiled_forward(model)}, model
+    return model, {"eager": lambda: (model.hidden_states, head_loss_for(model, device, compiled=False)),
+                   "compiled": lambda: (compiled_forward(model), head_loss_for(model, device, compiled=True))}, model
 
 
 def build_cases(variants: list[Variant], modes: list[str], cfg: BenchConfig, size: str, precision: str,
@@ -80,10 +82,10 @@ def build_cases(variants: list[Variant], modes: list[str], cfg: BenchConfig, siz
         for mode in modes:
             if mode not in forwards:
                 continue
-            forward = forwards[mode]()
+            forward, head_loss = forwards[mode]()
             row = _row(variant, mode, cfg, size, precision, report.params_total, report.train_flops_per_token,
                        memory_only)
-            cases.append(Case(row, TrainStep(model, forward, optimizer, precision, device)))
+            cases.append(Case(row, TrainStep(model, forward, optimizer, precision, device, head_loss)))
     return cases
 
 
@@ -287,6 +289,8 @@ def attention_kernel(variant: Variant, device: torch.device, size: str = "bench"
 def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
     from cem_ablate.config.schema import to_dict
     from cem_ablate.training.hardware import cpu_model
+    from cem_ablate.training.head_loss import resolve_loss_impl
+    from cem_ablate.training.optimizer import adamw_kernel_options
 
     facts: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -297,8 +301,10 @@ def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
         "python": platform.python_version(),
         "config": to_dict(cfg),
         "git_commit": _git_commit(),
-        "step": "forward + cross-entropy (fp32 logits) + backward + clip 1.0 + AdamW (SPEC §7); "
-                "compiled = each block torch.compile(fullgraph=True)",
+        "step": "forward + head and cross-entropy (fp32 logits; training.head_loss, "
+                f"{resolve_loss_impl('auto', device.type)}) + backward + clip 1.0 + AdamW "
+                f"({'fused' if adamw_kernel_options(device) else 'torch default'}) (SPEC §7); "
+                "compiled = each block and the head + loss unit torch.compile(fullgraph=True)",
         "memory_method": "torch.profiler memory events (CPU) / max_memory_allocated (CUDA); "
                          "peak = weights + AdamW state + peak allocated inside the step",
     }

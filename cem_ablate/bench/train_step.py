@@ -1,13 +1,18 @@
 """One training step, the unit the benchmark times: forward, loss, backward, clip, AdamW.
 
-This is a plain PyTorch loop with the same math as the training engine's step
-(cem_ablate.training): next-token cross-entropy on float32 logits, gradient clipping
-at 1.0 and AdamW with betas (0.9, 0.95), eps 1e-9, weight decay 0.1 on matrices and
+This is a plain PyTorch loop with the same math and the same code as the training
+engine's step (cem_ablate.training): the head + loss unit (`training.head_loss`: final
+norm, LM head and next-token cross-entropy on float32 logits; `auto` = chunked on
+CUDA, plain on CPU), gradient clipping at 1.0 and AdamW from `training.optimizer`
+(fused on CUDA) with betas (0.9, 0.95), eps 1e-9, weight decay 0.1 on matrices and
 embeddings only (SPEC §7), under `torch.autocast(bfloat16)` for bf16 ("bf16-mixed").
-Lightning's per-step bookkeeping is left out so the numbers measure the model.
+Lightning's per-step bookkeeping is left out so the numbers measure the model
+(`bench.train_parity` measures what it costs).
 
 `compiled` mode compiles each block with `fullgraph=True` (the engine's
-`train.compile` also compiles per block), so a graph break fails loudly.
+`train.compile` also compiles per block) and the head + loss unit as one graph, so a
+graph break fails loudly. The external reference (HF Llama) returns logits and takes
+the plain cross-entropy.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from torch import nn
 from torch.profiler import record_function
 
 from cem_ablate.bench.profile import LOSS_RANGE, OPTIMIZER_RANGE
+from cem_ablate.training.head_loss import HeadLoss, head_loss_unit, resolve_loss_impl
+from cem_ablate.training.optimizer import build_adamw, parameters_device
 
 ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-9}
 WEIGHT_DECAY = 0.1
@@ -39,16 +46,25 @@ def decay_groups(model: nn.Module, weight_decay: float = WEIGHT_DECAY) -> list[d
 
 
 def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The model's forward with every block compiled (fullgraph) and shared weights."""
+    """The model's hidden states (before the final norm) with every block compiled
+    (fullgraph) and shared weights; the head + loss unit follows (`head_loss_for`)."""
     # dynamic=False: a run compiles one model at one shape; without it, a bench that
     # compiles several sizes in one process would get shape-generic (slower) graphs.
     blocks = [torch.compile(block, fullgraph=True, dynamic=False) for block in model.blocks]
 
     def forward(input_ids: torch.Tensor) -> torch.Tensor:
-        h = model.run_blocks(model.embed_tokens(input_ids), blocks)  # residual or velocity stream (SPEC §11.2)
-        return model.lm_head(model.norm(h))
+        h = model.embed_tokens(input_ids)
+        for block in blocks:
+            h = block(h)
+        return h
 
     return forward
+
+
+def head_loss_for(model: nn.Module, device: torch.device, compiled: bool, loss_impl: str = "auto") -> HeadLoss:
+    """The training engine's head + loss unit for this device (compiled as one graph
+    in compiled mode, as `train.compile` does)."""
+    return head_loss_unit(model, resolve_loss_impl(loss_impl, device.type), compile=compiled)
 
 
 def hf_forward(hf_model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -59,12 +75,18 @@ def hf_forward(hf_model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class TrainStep:
-    """A callable doing one optimizer step on a fixed batch of token ids (B, J + 1)."""
+    """A callable doing one optimizer step on a fixed batch of token ids (B, J + 1).
+
+    With `head_loss`, `forward` returns hidden states and the unit turns them into the
+    loss (the models of this project); without it, `forward` returns logits and the
+    plain cross-entropy follows (the HF reference, or a model called whole)."""
 
     def __init__(self, model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor],
-                 optimizer: torch.optim.Optimizer, precision: str, device: torch.device):
+                 optimizer: torch.optim.Optimizer, precision: str, device: torch.device,
+                 head_loss: HeadLoss | None = None):
         self.model = model
         self.forward = forward
+        self.head_loss = head_loss
         self.optimizer = optimizer
         self.device = device
         self.autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" \
@@ -75,9 +97,12 @@ class TrainStep:
         reading it would make every step wait for the GPU (the timer synchronizes)."""
         inputs, targets = batch[:, :-1], batch[:, 1:]
         with self.autocast():
-            logits = self.forward(inputs)
+            out = self.forward(inputs)
             with record_function(LOSS_RANGE):  # ranges name the step's parts in a profile (bench/profile.py)
-                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+                if self.head_loss is not None:
+                    loss = self.head_loss(out, targets)
+                else:
+                    loss = F.cross_entropy(out.flatten(0, 1).float(), targets.flatten())
         loss.backward()
         with record_function(OPTIMIZER_RANGE):
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
@@ -94,4 +119,5 @@ class TrainStep:
 
 
 def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(decay_groups(model), **ADAMW)
+    """AdamW as training builds it (`training.optimizer`: fused on CUDA)."""
+    return build_adamw(decay_groups(model), **ADAMW, device=parameters_device(model))

@@ -1,4 +1,7 @@
-"""Callbacks of the engine: throughput and MFU, atomic checkpoints, plain progress lines."""
+"""Callbacks of the engine: throughput and MFU, atomic checkpoints, plain progress lines.
+
+None of them waits for the device on an ordinary step (issue 20): they act on the
+logging and checkpoint steps, where a sync happens anyway."""
 
 from __future__ import annotations
 
@@ -13,42 +16,87 @@ import torch
 
 
 class ThroughputMonitor(L.Callback):
-    """Tokens/s and MFU over training time only (validation and checkpoints excluded).
+    """Tokens/s and MFU over training time only (validation and checkpoints excluded),
+    without a host sync on ordinary steps (issue 20).
 
-    Rates are cumulative over this session (a resumed run restarts the clock) and
-    handed to Lightning every batch, which writes them at its logging cadence.
+    Time is measured in *spans* of consecutive training batches. A span opens at a
+    batch's start and closes, with one device sync, on steps that sync anyway (those
+    Lightning logs at, every `log_every_n_steps`; checkpoint steps, before the
+    checkpoint is written), before validation, and at the end of training; no other
+    step waits for the device. The first optimizer step of a session (compilation,
+    allocator and autotuning warm-up) is a span of its own that counts only when nothing
+    else was measured, so a short run still has a rate, and a long one reports the
+    steady rate the bench measures.
+
+    Rates are cumulative over this session (a resumed run restarts the clock) and are
+    logged on the logging steps (`tokens_per_sec`, `mfu`, `tokens_seen`).
     MFU = training FLOPs/token x tokens/s / peak FLOP/s of all devices together, with
     the model report's training count (forward + backward; 3 x forward unless a CEM
     sublayer differentiates only its last k steps, SPEC §2).
     """
 
     def __init__(self, tokens_per_micro_batch: int, tokens_per_step: int, train_flops_per_token: float,
-                 peak_flops: float):
+                 peak_flops: float, log_every_n_steps: int = 1, ckpt_every_n_steps: int | None = None):
         self.tokens_per_micro_batch = tokens_per_micro_batch  # all ranks together
         self.tokens_per_step = tokens_per_step
         self.train_flops_per_token = train_flops_per_token
         self.peak_flops = peak_flops
-        self.total_tokens = 0
+        self.log_every_n_steps = log_every_n_steps
+        self.ckpt_every_n_steps = ckpt_every_n_steps
+        self.total_tokens = 0  # steady spans
         self.total_seconds = 0.0
-        self._start: float | None = None
+        self.warmup_tokens = 0  # the session's first optimizer step
+        self.warmup_seconds = 0.0
+        self._span_start: float | None = None
+        self._span_tokens = 0
+        self._first_step: int | None = None  # global step when this session started
+        self._closed_step = -1
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self._start = time.perf_counter()
+        if self._first_step is None:
+            self._first_step = trainer.global_step
+        if self._span_start is None:
+            self._span_start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self._start is None:
+        if self._span_start is None:
             return
-        if pl_module.device.type == "cuda":
-            torch.cuda.synchronize(pl_module.device)
-        self.total_seconds += time.perf_counter() - self._start
-        self.total_tokens += self.tokens_per_micro_batch
-        self._start = None
-        metrics = {"tokens_per_sec": self.tokens_per_sec,
-                   "tokens_seen": float(trainer.global_step * self.tokens_per_step)}
-        mfu = self.mfu
-        if not math.isnan(mfu):
-            metrics["mfu"] = mfu
-        pl_module.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
+        self._span_tokens += self.tokens_per_micro_batch
+        step = trainer.global_step
+        if step == self._closed_step or trainer.fit_loop._should_accumulate():
+            return  # mid-accumulation, or this step's span is already closed
+        warmup = step == self._first_step + 1
+        logs = step % self.log_every_n_steps == 0
+        checkpoints = self.ckpt_every_n_steps is not None and step % self.ckpt_every_n_steps == 0
+        if warmup or logs or checkpoints:
+            self._close(pl_module.device, warmup=warmup)
+            self._closed_step = step
+        if logs:
+            metrics = {"tokens_per_sec": self.tokens_per_sec, "tokens_seen": float(step * self.tokens_per_step)}
+            mfu = self.mfu
+            if not math.isnan(mfu):
+                metrics["mfu"] = mfu
+            pl_module.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
+
+    def on_validation_start(self, trainer, pl_module):
+        self._close(pl_module.device)
+
+    def on_train_end(self, trainer, pl_module):
+        self._close(pl_module.device)
+
+    def _close(self, device: torch.device, warmup: bool = False) -> None:
+        if self._span_start is None:
+            return
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the span's queued work is part of its time
+        seconds = time.perf_counter() - self._span_start
+        if warmup:
+            self.warmup_seconds += seconds
+            self.warmup_tokens += self._span_tokens
+        else:
+            self.total_seconds += seconds
+            self.total_tokens += self._span_tokens
+        self._span_start, self._span_tokens = None, 0
 
     @property
     def mfu(self) -> float:
@@ -56,7 +104,10 @@ class ThroughputMonitor(L.Callback):
 
     @property
     def tokens_per_sec(self) -> float:
-        return self.total_tokens / self.total_seconds if self.total_seconds > 0 else math.nan
+        """Steady rate (warm-up excluded); the warm-up step's rate when that is all there is."""
+        if self.total_seconds > 0:
+            return self.total_tokens / self.total_seconds
+        return self.warmup_tokens / self.warmup_seconds if self.warmup_seconds > 0 else math.nan
 
 
 def save_checkpoint_atomically(trainer: L.Trainer, path: Path) -> None:

@@ -154,6 +154,7 @@ class _Session:
             tokens_per_step=budget.tokens_per_step,
             train_flops_per_token=task.report.train_flops_per_token,
             peak_flops=total_peak_flops(device, precision, train.devices, train.num_nodes),
+            log_every_n_steps=train.log_every_n_steps, ckpt_every_n_steps=train.ckpt_every_n_steps,
         )
         callbacks = [self.throughput, PeriodicCheckpoint(self.folder.last_checkpoint, train.ckpt_every_n_steps)]
         bar = self.progress and is_terminal()

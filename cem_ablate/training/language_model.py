@@ -1,7 +1,10 @@
 """Next-token prediction around any `build_model` model (text and MQAR tasks).
 
 Loss: mean token cross-entropy over targets that are not `IGNORE_INDEX` (MQAR
-scores only the query positions). Evaluation: perplexity through torchmetrics
+scores only the query positions), computed by the head + loss unit
+(`training.head_loss`, the benchmark's too): `train.loss_impl` picks plain or chunked
+(`auto`: chunked on CUDA, plain on CPU), and `train.compile` compiles the unit as one
+graph beside the blocks. Evaluation: perplexity through torchmetrics
 (exact over the whole evaluation set and synced across ranks), logged as
 `{stage}_ppl` and `{stage}_loss` = log(ppl) - the study's pruning callback reads
 `val_loss` - plus `{stage}_recall_acc` for MQAR. At each validation, CEM models also
@@ -12,7 +15,6 @@ the steps should descend), as `energy/<sublayer>/step<t>`.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
@@ -21,6 +23,7 @@ from torchmetrics.text import Perplexity
 from cem_ablate.data.mqar import IGNORE_INDEX
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
+from cem_ablate.training.head_loss import HeadLoss, head_loss_unit, resolve_loss_impl
 from cem_ablate.training.recipe import RecipeModule
 
 STAGES = ("val", "test")
@@ -40,18 +43,26 @@ class LanguageModelModule(RecipeModule):
             self.metrics[stage] = MetricCollection(metrics, prefix=f"{stage}_")
         self.track_energy = bool(getattr(model, "cem_sublayers", dict)())
         self.energy: dict[str, float] = {}
+        self._head_loss: HeadLoss | None = None  # built on the first step, once the device is known
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
+    def head_loss(self) -> HeadLoss:
+        """The head + loss unit for the device the model trains on."""
+        if self._head_loss is None:
+            impl = resolve_loss_impl(self.train_cfg.loss_impl, self.device.type)
+            self._head_loss = head_loss_unit(self.model, impl, compile=self.train_cfg.compile,
+                                             ignore_index=IGNORE_INDEX)
+        return self._head_loss
+
     def training_step(self, batch, batch_idx):
         inputs, targets = batch
-        logits = self.model(inputs)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
-        loss = self.checked_loss(loss)
-        if loss is not None:
-            self.log("train_ppl", loss.detach().exp(), on_step=True, on_epoch=False)
-        return loss
+        loss = self.head_loss()(self.model.hidden_states(inputs), targets)
+        return self.checked_loss(loss)
+
+    def extra_training_metrics(self, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"train_ppl": loss.exp()}
 
     def _evaluate(self, stage: str, batch) -> None:
         inputs, targets = batch

@@ -5,9 +5,22 @@ AdamW with the model's parameter groups (decay on matrices and embeddings only;
 group, as a plain AdamW setup would: SPEC §7 leaves them undecayed), lr warmup then cosine to `final_lr_frac` of the peak, stepped per optimizer step.
 Gradient clipping is the Trainer's (`gradient_clip_val`).
 
+AdamW's kernel (fused on CUDA, torch's default elsewhere) is chosen by
+`training.optimizer`, which the benchmark's step uses too.
+
 Divergence: a non-finite training loss on any rank stops the run cleanly. All ranks
 agree on it (one all-reduce of a flag), skip the update, record the step, and ask
 the Trainer to stop; the engine then reports status `diverged` instead of raising.
+
+No host sync on ordinary steps (issue 20: reading the loss every step made the GPU
+wait for Python, so training ran slower than the bench). The loss is watched on the
+device: the first non-finite step and the last finite loss are kept in small tensors
+and read only on *check steps*: steps that log (every `log_every_n_steps`), validate,
+checkpoint, or end the run. Between two check steps a non-finite loss still updates
+the weights (they become non-finite too); at the next check step the run stops with
+`diverged_step` = the first non-finite step, exactly as an every-step check would
+report it, and no checkpoint or validation ever sees the non-finite weights (those
+steps are check steps).
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ from torch import nn
 from cem_ablate import registry
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
+from cem_ablate.training.optimizer import build_adamw, parameters_device
 from cem_ablate.training.schedule import warmup_cosine
 
 
@@ -31,15 +45,17 @@ class RecipeModule(L.LightningModule):
         self.train_cfg = train
         self.budget = budget
         self.diverged_step: int | None = None  # optimizer steps completed when the loss went non-finite
-        self.last_train_loss = math.nan
         self.last_val_step: int | None = None  # global step of the latest validation
+        # on-device watch of the training loss, read on check steps only (module docstring)
+        self._first_bad_step: torch.Tensor | None = None  # -1 while every loss was finite
+        self._last_finite_loss: torch.Tensor | None = None
 
     def configure_optimizers(self):
         t = self.train_cfg
         groups = self.model.parameter_groups(t.weight_decay)
         if t.decay_preconditioner:
             groups = decay_preconditioners(groups, self.model, t.weight_decay)
-        optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, eps=t.eps)
+        optimizer = build_adamw(groups, lr=t.lr, betas=t.betas, eps=t.eps, device=parameters_device(self.model))
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: warmup_cosine(step, self.budget.steps, self.budget.warmup_steps, t.final_lr_frac),
@@ -47,18 +63,75 @@ class RecipeModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def checked_loss(self, loss: torch.Tensor) -> torch.Tensor | None:
-        """The loss to optimize, or None (skip the update and stop) when it is not finite."""
-        bad = not bool(torch.isfinite(loss))
+        """The loss to optimize, or None (skip the update and stop) when a non-finite
+        loss was seen; the host looks only on check steps (module docstring)."""
+        self._watch(loss.detach())
+        if not self.is_check_step():
+            return loss
+        bad = bool(self._first_bad_step >= 0)  # the one host sync of a check step
         if self.trainer.world_size > 1:
             bad = self.trainer.strategy.reduce_boolean_decision(bad, all=False)
         if bad:
-            self.diverged_step = self.global_step
+            first = int(self._first_bad_step)
+            self.diverged_step = first if first >= 0 else self.global_step  # another rank's loss went first
             self.trainer.should_stop = True
             return None
-        self.last_train_loss = float(loss.detach())
-        self.log_dict({"train_loss": loss.detach(), "lr": self.current_lr()}, on_step=True, on_epoch=False,
-                      prog_bar=True)
+        if self.is_log_step():
+            self._log_training(loss.detach().float().cpu())
         return loss
+
+    def _log_training(self, loss: torch.Tensor) -> None:
+        """Log a step's training metrics as host tensors: Lightning converts progress-bar
+        metrics with `.item()` after *every* batch, which on a device tensor is a sync;
+        on a host copy (made on this logging step, which syncs anyway) it is free. The
+        bar only gets them when there is a bar."""
+        bar = self.trainer.progress_bar_callback is not None
+        self.log_dict({"train_loss": loss, "lr": torch.tensor(self.current_lr())}, on_step=True, on_epoch=False,
+                      prog_bar=bar)
+        extra = self.extra_training_metrics(loss)
+        if extra:
+            self.log_dict(extra, on_step=True, on_epoch=False)
+
+    def extra_training_metrics(self, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Task-specific metrics of a logged training step, from its (host) loss."""
+        return {}
+
+    def _watch(self, loss: torch.Tensor) -> None:
+        """Device-side bookkeeping: first non-finite step, last finite loss (no sync)."""
+        if self._first_bad_step is None or self._first_bad_step.device != loss.device:
+            self._first_bad_step = torch.full((), -1, dtype=torch.long, device=loss.device)
+            self._last_finite_loss = torch.full((), math.nan, dtype=loss.dtype, device=loss.device)
+        finite = torch.isfinite(loss)
+        self._last_finite_loss = torch.where(finite, loss.to(self._last_finite_loss.dtype), self._last_finite_loss)
+        newly_bad = (~finite) & (self._first_bad_step < 0)
+        self._first_bad_step = torch.where(newly_bad, self.global_step, self._first_bad_step)
+
+    @property
+    def last_train_loss(self) -> float:
+        """The last finite training loss (read at the end of a run: one sync)."""
+        return math.nan if self._last_finite_loss is None else float(self._last_finite_loss)
+
+    def _completing_step(self) -> int:
+        """The optimizer step the current micro-batch completes (1-based), as Lightning's
+        logger connector counts it when it decides to write (`should_update_logs`)."""
+        return self.global_step + 1
+
+    def _last_micro_batch(self) -> bool:
+        """Whether this micro-batch ends an accumulation window (the optimizer steps):
+        Lightning's own test, the one its logger connector uses."""
+        return self.budget.accumulation == 1 or not self.trainer.fit_loop._should_accumulate()
+
+    def is_log_step(self) -> bool:
+        """The steps Lightning writes training metrics at (every `log_every_n_steps`)."""
+        return self._last_micro_batch() and self._completing_step() % self.train_cfg.log_every_n_steps == 0
+
+    def is_check_step(self) -> bool:
+        """Steps the host looks at the loss: logging, validation, checkpoint, the last."""
+        if not self._last_micro_batch():
+            return False
+        step, t = self._completing_step(), self.train_cfg
+        return (step % t.log_every_n_steps == 0 or step % t.val_every_n_steps == 0
+                or step % t.ckpt_every_n_steps == 0 or step >= self.budget.steps)
 
     def on_validation_end(self) -> None:
         if not self.trainer.sanity_checking:
