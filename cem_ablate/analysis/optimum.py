@@ -87,8 +87,15 @@ def optimum_bounds(per_seed: Mapping[int, Mapping[float, float]], lrs, ppls, lr_
     estimate (`lr_star`, `objective_star`, an `AkimaFit`) went through. A seed with
     fewer than 2 finite learning rates has no optimum of its own and is left out.
     """
-    if len(lrs) < 2:
-        return OptimumBounds(None, None, "one learning rate: no curve to locate an optimum on", 0, level)
+    if len(lrs) < 2:  # objective* is that learning rate's seed mean: a t-interval over the seeds
+        ys = [float(v) for values in per_seed.values() for v in values.values() if math.isfinite(v)]
+        if len(ys) < MIN_SEEDS:
+            return OptimumBounds(None, None, f"n too small ({len(ys)} seed{'s' * (len(ys) != 1)}; "
+                                 f"intervals from {MIN_SEEDS})", len(ys), level)
+        q = stats.t.ppf(0.5 + level / 2.0, len(ys) - 1)
+        h = float(q * np.std(ys, ddof=1) / math.sqrt(len(ys)))
+        return OptimumBounds(None, (objective_star - h, objective_star + h),
+                             "one learning rate: lr* is not estimated", len(ys), level)
     px, py = [], []
     for values in per_seed.values():
         points = sorted((float(lr), float(v)) for lr, v in values.items() if math.isfinite(v))

@@ -18,8 +18,9 @@ Equivalence of a variant V (x_V, objective L_V) against its baseline family B:
 x_eq = B's law inverted at L_V, the size at which B would reach V's objective;
 multiplier = x_V / x_eq. "matches llama at 0.85x the parameters" means V reaches the
 objective llama would reach with x_V / 0.85 parameters (< 1: V is more efficient).
-An x_eq outside B's sampled range is an extrapolation and flagged. With >= 2 seeds per
-variant, a 95% percentile-bootstrap interval resamples each variant's seeds
+An x_eq outside B's sampled range is an extrapolation and flagged. The report gives
+the multiplier without an interval (`N_RESAMPLES`: its percentile bootstrap under-
+covers at 3 seeds); `n_resamples > 0` computes one: each variant's seeds resampled
 independently (scipy.stats.bootstrap with one sample per variant), refitting Akima
 optima and laws per resample.
 """
@@ -37,7 +38,12 @@ from cem_ablate.analysis.statistics import LEVEL, Interval, VariantStats, fit_fo
 PARAMS, FLOPS = "parameters", "training FLOPs"
 SATURATING, LOG_LOG = "a*(x/x0)^-b + c", "a*(x/x0)^-b (log-log linear)"
 MIN_SATURATING_POINTS = 4
-N_RESAMPLES = 1000  # each resample refits every law (curve_fit): ~1-3 ms each
+# No multiplier intervals by default: an interval is printed only where its coverage
+# has been checked (issue 18), and this percentile bootstrap covered the true
+# multiplier in 85% of simulated 4-size studies of 3 seeds each (236 intervals,
+# seed std 0.3 on objectives 5-10) while printed as 95%. n_resamples > 0 still
+# computes it (each resample refits every law with curve_fit: ~1-3 ms).
+N_RESAMPLES = 0
 BOOTSTRAP_SEED = 0
 
 
@@ -183,7 +189,7 @@ def summarize_scaling(inputs: list[ScalingInput], n_resamples: int = N_RESAMPLES
     x_eqs = _x_equivalents(inputs, laws, objective)
     intervals: list[Interval | None] = [None] * len(x_eqs)
     usable = [i for i in inputs if i.stats.optimum is not None]
-    if compared and usable and all(i.stats.n_seeds >= 2 for i in usable):
+    if n_resamples > 0 and compared and usable and all(i.stats.n_seeds >= 2 for i in usable):
         intervals = _bootstrap_multipliers(usable, compared, n_resamples, rng_seed)
     equivalences = []
     k = 0

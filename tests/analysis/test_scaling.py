@@ -79,3 +79,10 @@ def test_size_axis_detection():
     assert has_size_axis(inputs())
     assert not has_size_axis(inputs(sizes=[4e6]))
     assert math.isclose(summarize_scaling(inputs(sizes=[4e6])).equivalences[0].x, 4e6)
+
+
+def test_multipliers_carry_no_interval_unless_asked():
+    # Its percentile bootstrap under-covers at 3 seeds (analysis.scaling.N_RESAMPLES):
+    # the report prints the multiplier alone.
+    summary = summarize_scaling(inputs(seeds=(0, 1, 2), spread=0.1))
+    assert summary.equivalences and all(e.interval is None for e in summary.equivalences)

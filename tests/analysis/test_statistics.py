@@ -209,3 +209,11 @@ def test_delta_of_optima_is_welch_at_each_ones_best_grid_point():
     assert d.p_value == pytest.approx(ref.pvalue, rel=1e-12) and d.verdict == "better"
     one = variant_stats([o for o in var if o.seed == 0], n_resamples=0)
     assert delta_of_optima(one, b).interval is None and delta_of_optima(one, b).verdict == "unresolved"
+
+
+def test_one_learning_rate_gives_the_t_interval_of_its_seed_mean_and_no_lr_interval():
+    values = [5.0, 6.0, 8.0]
+    opt = variant_stats([Observation(1e-3, s, v) for s, v in enumerate(values)]).optimum
+    ci = stats.ttest_1samp(values, 0.0).confidence_interval(0.95)
+    assert (opt.objective_interval.low, opt.objective_interval.high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert opt.lr_interval is None and "one learning rate" in opt.interval_note
