@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from cem_ablate.config.errors import ConfigError, unknown
+from cem_ablate.config.errors import ConfigError, closest, unknown
 from cem_ablate.config.schema import to_dict
 
 ENTRY_POINT_GROUP = "cem_ablate.components"
@@ -203,8 +203,8 @@ def get(kind: str, name: str, path: str = "") -> ComponentSpec:
             raise ConfigError(path, f"{kind} component {name!r} is unavailable: {failure.describe()}.")
     if _FAILURES:
         plugins = "; ".join(f.describe() for f in _FAILURES)
-        raise ConfigError(path, f"unknown {kind} component {name!r} (it may come from a plugin that failed: "
-                          f"{plugins}). Built-in and loaded: {', '.join(sorted(by_name)) or 'none'}.")
+        raise ConfigError(path, f"unknown {kind} component {name!r}; it may come from a plugin that failed: "
+                          f"{plugins}.{closest(name, by_name)} Loaded: {', '.join(sorted(by_name)) or 'none'}.")
     if kind not in _REGISTRY:
         raise unknown(path, kind, _REGISTRY, what="component kind")
     raise unknown(path, name, by_name, what=f"{kind} component")
