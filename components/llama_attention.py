@@ -73,6 +73,9 @@ class LlamaAttention(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o_proj(o.transpose(1, 2).reshape(b, j, d))
 
+    def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
+        raise NotImplementedError("Llama attention descends no energy (SPEC §1): it has no energy trace.")
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         x = self.norm(h)
         return h + self.direction(x, self.step_context(x))

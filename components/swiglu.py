@@ -41,6 +41,9 @@ class SwiGLU(nn.Module):
         """down(silu(gate(u)) * up(u)): the sublayer's increment at the normalized input u."""
         return self.down_proj(F.silu(self.gate_proj(u)) * self.up_proj(u))
 
+    def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
+        raise NotImplementedError("SwiGLU descends no energy (SPEC §1): it has no energy trace.")
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         x = self.norm(h)
         return h + self.direction(x, self.step_context(x))

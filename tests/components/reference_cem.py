@@ -86,8 +86,8 @@ def recursion(h, gain, steps, update, recursion_state="raw", backprop_steps=None
     return h + (x - x0) if recursion_state == "normalized" else x
 
 
-def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0, recursion_state="raw",
-                      backprop_steps=None):
+def attention_update(layer, h, diag_update="paper", step_size=1.0):
+    """u -> eta Σ_k P_k (W_Q^kT o_k(u) [+ delta_k ⊙ Σ_j p_ijk c_j]) with context c = RMSNorm(h)."""
     B, J, D = h.shape
     K = layer.n_heads
     d = D // K
@@ -109,6 +109,12 @@ def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0, recur
             total = total + g @ dense_preconditioner(layer.precond, D, k).T
         return step_size * total
 
+    return update
+
+
+def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0, recursion_state="raw",
+                      backprop_steps=None):
+    update = attention_update(layer, h, diag_update, step_size)
     return recursion(h, layer.norm.weight, steps, update, recursion_state, backprop_steps)
 
 
@@ -125,7 +131,8 @@ def mlp_energy(layer, x, h):
     return -(gamma * phi).sum(dim=(1, 2))
 
 
-def mlp_forward(layer, h, steps, step_size=1.0, recursion_state="raw", backprop_steps=None):
+def mlp_update(layer, h, step_size=1.0):
+    """u -> eta P V^T (gamma ⊙ SiLU(V u)) with gamma = W RMSNorm(h)."""
     D = h.shape[-1]
     c = rms_norm(h, layer.norm.weight)
     gamma = c @ layer.w.weight.T
@@ -135,4 +142,9 @@ def mlp_forward(layer, h, steps, step_size=1.0, recursion_state="raw", backprop_
         g = (gamma * F.silu(u @ layer.v.weight.T)) @ layer.v.weight  # V^T(gamma ⊙ SiLU(V u))
         return step_size * g @ P.T
 
+    return update
+
+
+def mlp_forward(layer, h, steps, step_size=1.0, recursion_state="raw", backprop_steps=None):
+    update = mlp_update(layer, h, step_size)
     return recursion(h, layer.norm.weight, steps, update, recursion_state, backprop_steps)

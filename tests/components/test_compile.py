@@ -2,11 +2,12 @@
 
 One compiled graph covers the whole zoo: blocks of several one-layer models
 (every registered attention and MLP, the CEM options that change the code path,
-plain reuse, per-step checkpointing, the normalized recursion state and truncated
-backpropagation, whose no_grad steps must not break the graph) are chained in one module and compiled with
-`fullgraph=True`, which raises on any graph break. A single compile keeps this test
-to about a minute on 2 cores (a cold compile is 35-75 s, NOTES.md). Compiled and
-eager forward outputs and gradients must agree in float32 to 1e-4.
+plain reuse, per-step checkpointing, the normalized recursion state, truncated
+backpropagation, whose no_grad steps must not break the graph, and SPEC §11.1
+momentum) are chained in one module and compiled with `fullgraph=True`, which raises
+on any graph break. A single compile keeps this test to about a minute on 2 cores (a
+cold compile is 35-75 s, NOTES.md). Compiled and eager forward outputs and gradients
+must agree in float32 to 1e-4.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ DIMS = {"d_model": 32, "n_layers": 1, "n_heads": 4, "d_mlp": 48, "vocab_size": 5
 
 BLOCKS = [  # (attention, mlp) sub-configs; together they name every registered attention and MLP
     ({"name": "llama", "steps": 2, "depth_mode": "reuse"}, {"name": "llama"}),
+    # SPEC §11.1 momentum (learnable mu, frozen steps: constant x and v) and the hopfield MLP
     ({"name": "cem", "kq_diag": "shared", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 2},
-      "recursion_state": "normalized", "backprop_steps": 1},
-     {"name": "cem", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 3}, "backprop_steps": 1}),
+      "recursion_state": "normalized", "backprop_steps": 1, "update": "heavy_ball", "learnable_momentum": True},
+     {"name": "hopfield", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 3}, "backprop_steps": 1,
+      "update": "nesterov"}),
     ({"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "preconditioner": "diag"},
      {"name": "cem_param_matched", "preconditioner": "diag"}),
     ({"name": "cem", "kq_diag": "none", "kernel": "sdpa", "steps": 2, "checkpoint_steps": True},
      {"name": "cem", "steps": 3, "checkpoint_steps": True, "learnable_step_size": True,
-      "recursion_state": "normalized"}),
+      "recursion_state": "normalized", "update": "nesterov"}),  # per-step checkpoints of x and v
     ({"name": "cem", "steps": 2, "depth_mode": "reuse", "kq_diag": "none"},
      {"name": "cem", "steps": 2, "depth_mode": "reuse", "preconditioner": "identity"}),
 ]
