@@ -278,9 +278,8 @@ def test_bad_momentum_options_are_one_error_naming_the_key(kind, name, sub, matc
 # -- memory (issue 19 acceptance) -------------------------------------------------------------
 def test_truncated_heavy_ball_at_eight_steps_peaks_near_one_step():
     """T = 8 heavy ball with backprop_steps: 1 peaks at <= 1.3x the memory of T = 1 in a
-    training step (measured 1.17x here, 1 layer, d_model 128, J = 256; untruncated 5.2x):
-    the frozen steps keep no
-    graph, only the constants x and v."""
+    training step (measured 1.17x here: one layer, d_model 128, J = 256; 5.2x without
+    truncation): the frozen steps keep no graph, only the constants x and v."""
     from cem_ablate.bench.measure import step_peak_bytes
 
     def peak(sub):
