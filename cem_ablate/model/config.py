@@ -47,11 +47,6 @@ SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
 DEFAULT_VOCAB_SIZE = 32000
 GENERIC_SUBLAYER_KEYS = ("name", "steps", "depth_mode")
 
-# What `block: parallel` calls on both sublayers (SPEC §11.3; protocol.JointStep),
-# checked on the registered class before building. `step_energy` is needed only by
-# the energy trace, which the block records only for sublayers that track energy.
-JOINT_STEP_METHODS = ("step_context", "direction")
-
 
 @dataclass(frozen=True)
 class SublayerConfig:
@@ -253,7 +248,7 @@ def _check_parallel(cfg: ModelConfig, path: str) -> None:
     """`block: parallel` (SPEC §11.3): one joint step of T steps on both sublayers' energies."""
     for sub in (cfg.attention, cfg.mlp):
         sub_path = join(path, sub.kind)
-        missing = [m for m in JOINT_STEP_METHODS if not callable(getattr(sub.spec.factory, m, None))]
+        missing = protocol.missing_joint_step(sub.spec.factory)  # checked on the class, before building
         if missing:
             raise ConfigError(join(sub_path, "name"),
                               f"{sub.kind} {sub.name!r} has no joint step ({', '.join(missing)}), "

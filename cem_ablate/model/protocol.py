@@ -153,8 +153,9 @@ def resolved_kernel(module: nn.Module, device: torch.device) -> str:
 
 
 def missing_joint_step(factory: Any) -> tuple[str, ...]:
-    """The JointStep methods a registered factory lacks (for a `block: parallel` config
-    error naming them); the energy is optional (Llama sublayers have none)."""
+    """The JointStep methods a registered factory lacks, for a `block: parallel` config
+    error naming them. `step_energy` is not among them: only the energy trace uses it,
+    which the block records only for sublayers that track energy (Llama has none)."""
     return tuple(name for name in ("step_context", "direction") if not callable(getattr(factory, name, None)))
 
 
