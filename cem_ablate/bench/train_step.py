@@ -53,10 +53,8 @@ def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]
     blocks = [torch.compile(block, fullgraph=True, dynamic=False) for block in model.blocks]
 
     def forward(input_ids: torch.Tensor) -> torch.Tensor:
-        h = model.embed_tokens(input_ids)
-        for block in blocks:
-            h = block(h)
-        return h
+        # run_blocks: the residual stream, or the velocity stream (x, v) of SPEC §11.2
+        return model.run_blocks(model.embed_tokens(input_ids), blocks)
 
     return forward
 
