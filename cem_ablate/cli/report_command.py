@@ -1,7 +1,8 @@
 """`cem-ablate report STUDY`: the table, markdown and figures of a study, from MLflow.
 
 STUDY is a study file (its variants, after `--scale`/`--set`, are selected exactly by
-their variant key) or a study name (the newest run of each variant name).
+their variant key; its `statistics:` decide the verdicts) or a study name (the newest
+run of each variant name; the verdicts as the study recorded its design).
 Output: a table on the terminal and `<out>/report.md`, `<out>/ppl_vs_params.png`
 (Fig. 2 style), `<out>/ppl_vs_lr.png` (Fig. 3a style); `<out>` defaults to
 `reports/<study name>/`.
@@ -29,7 +30,7 @@ def _is_file(study: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
 
-    variant_keys = None
+    variant_keys, expanded = None, None
     if _is_file(args.study):
         from cem_ablate.cli.study_command import load_expanded
 
@@ -55,6 +56,6 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         console = Console(width=160)
     out = Path(args.out) if args.out else Path("reports") / name
-    path = make_report(uri, name, out, variant_keys, console)
+    path = make_report(uri, name, out, variant_keys, console, expanded=expanded)
     print(f"report: {path}")
     return 0

@@ -8,6 +8,12 @@ output in `<workdir>/<study>/logs/worker-<i>.log`, and prints study-level progre
 from the storage. Workers die with the coordinator (Linux: PR_SET_PDEATHSIG), so a killed study
 leaves no orphan training; rerunning the same command resumes it. Several machines
 run the same command against one `--storage` / `--tracking-uri` to share the work.
+
+The coordinator, not the workers, publishes the parents' statistics, plots and
+verdicts (`study.summary.StudyPublisher`) whenever a trial ends and once at the end:
+a verdict is Holm-adjusted over the whole study, and a bootstrap per trial per worker
+was wasted work. It checks once per run which comparisons are paired by seed
+(`study.pairing`).
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ from pathlib import Path
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
-from cem_ablate.study.summary import publish
-from cem_ablate.study.trials import FAILED
+from cem_ablate.study.summary import StudyPublisher
+from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, PRUNED
 from cem_ablate.study.variants import ExpandedStudy
 from cem_ablate.study.worker import quiet_lightning, set_torch_threads, write_plan
 from cem_ablate.tracking.store import shown_url
@@ -40,8 +46,12 @@ def threads_per_worker(workers: int) -> int:
 def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> int:
     """Run every unfinished trial; 0 when every trial finished or diverged (a result),
     1 when some are unfinished or failed (an error worth a look; a rerun retries them)."""
+    from cem_ablate.study.pairing import pair_study
+
     session = StudySession(expanded, settings)
     session.prepare()
+    # Once per study run: which comparisons are paired by seed (builds each pair's models once).
+    publisher = StudyPublisher(session, pair_study(session.variants))
     before = snapshot(session)
     echo(f"study {expanded.spec.name}: {len(session.variants)} variants, {before.total} trials; "
          f"storage {shown_url(settings.storage.url)}; tracking {shown_url(settings.tracking_uri)}")
@@ -50,17 +60,16 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
         echo("every trial is already done")
     while True:
         if not snapshot(session).complete and workers == 1:
-            _run_here(session, echo)
+            _run_here(session, publisher, echo)
         elif not snapshot(session).complete:
-            _run_workers(session, workers, echo)
+            _run_workers(session, publisher, workers, echo)
         # Sequential seeds: a seed more to each unresolved pair, then run those (study.sequential).
-        added = add_seeds(session) if snapshot(session).complete else []
+        added = add_seeds(session, publisher) if snapshot(session).complete else []
         for line in added:
             echo(line)
         if not added:
             break
-    for variant in session.variants:  # idempotent: parents get the final fit and status
-        publish(session, variant)
+    publisher.publish()  # parents get the final fit, verdicts and status (a no-op if nothing changed)
     after = snapshot(session)
     echo(after.line())
     if not after.complete:
@@ -73,7 +82,7 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
     return 0
 
 
-def _run_here(session: StudySession, echo) -> None:
+def _run_here(session: StudySession, publisher: StudyPublisher, echo) -> None:
     from cem_ablate.study.worker import work
 
     import torch
@@ -90,13 +99,17 @@ def _run_here(session: StudySession, echo) -> None:
         echo(snap.line())
         state["snap"] = snap
 
+    def ended(outcome):
+        report()
+        publisher.publish()  # the variant's results changed
+
     try:
-        work(session, 0, on_start=report, on_end=report)
+        work(session, 0, on_start=report, on_end=ended)
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _run_workers(session: StudySession, workers: int, echo) -> None:
+def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int, echo) -> None:
     study_dir = session.study_dir
     log_dir = study_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -122,6 +135,8 @@ def _run_workers(session: StudySession, workers: int, echo) -> None:
                 echo(line)
             if lines:
                 echo(new.line())
+                if _ended(snap, new):
+                    publisher.publish()  # some variant's results changed
             snap = new
     except KeyboardInterrupt:
         for p, _, _ in procs:
@@ -136,6 +151,13 @@ def _run_workers(session: StudySession, workers: int, echo) -> None:
         if p.returncode != 0:
             tail = _tail(log_dir / f"worker-{i}.log")
             echo(f"worker {i} exited with code {p.returncode}: {tail}")
+
+
+def _ended(before, after) -> bool:
+    """Whether a trial reached a final state between two snapshots."""
+    final = (FINISHED, DIVERGED, FAILED, PRUNED)
+    return any(point.status in final and (key not in before.trials or before.trials[key][1].status != point.status)
+               for key, (_, point) in after.trials.items())
 
 
 def _tail(path: Path, lines: int = 3) -> str:

@@ -1,11 +1,14 @@
 """The study report: a table (printed with rich), markdown and paper-style figures.
 
 Everything is read back from MLflow (`tracking.readback`): parent runs carry the
-parameter counts and the seed statistics with the fit and the verdicts (`stats.json`),
-computed once by `study.summary`: the report never fits again; child
-runs carry each trial's status and final metric. The task's metric is named
-throughout (test perplexity, test RMSE, recall error). Only the scaling summary of a
-study with a size axis is computed here, from the logged optima (`analysis.scaling`).
+parameter counts and the seed statistics with the fit, the pairing with each baseline
+and the seed design (`stats.json`), computed once by `study.summary`: the report never
+fits again; child runs carry each trial's status and final metric. The report's
+comparisons are decided here, as one family, by the rule the study's MLflow tags and
+sequential seeds use (`study.verdicts`, `analysis.decision`): the family is the
+report's. The task's metric is named throughout (test perplexity, test RMSE, recall
+error). The scaling summary of a study with a size axis is computed here too, from
+the logged optima (`analysis.scaling`).
 
     reports/<study>/report.md
     reports/<study>/ppl_vs_params.png   (Fig. 2 style: objective* vs parameters)
@@ -19,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cem_ablate.analysis.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
-from cem_ablate.analysis.statistics import Comparison, VariantStatistics, delta_of_optima
+from cem_ablate.analysis.decision import Design
+from cem_ablate.analysis.statistics import VariantStatistics
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling
 from cem_ablate.study.seed_report import (
-    DEFINITIONS, OPTIMA_COLUMNS, OPTIMA_DEFINITION, delta_text, equivalence_rows, fmt, lr_star_text, mean_std_text,
-    objective_star_text, optima_cells, per_lr_lines, scaling_lines, seeds_to_resolve_text)
+    COMPARISON_COLUMNS, COMPARISONS_DEFINITION, DEFINITIONS, comparison_cells, correction_text, equivalence_rows,
+    fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines)
+from cem_ablate.study.verdicts import Test, decide_family, design_from_record, design_of
 from cem_ablate.tracking.readback import VariantRecord
 
 
@@ -33,16 +38,40 @@ class ReportRow:
     role: str
     params: int | None
     statistics: VariantStatistics | None  # as logged by the study (stats.json)
-    baseline: str | None  # name of the baseline variant
-    comparison: Comparison | None  # paired Δ vs that baseline
     status: str
     tokens: float | None
     is_baseline: bool = False  # some variant is compared against this one
-    repeated: bool = False  # the variant's second (third, ...) baseline: its optima are on the row above
 
     @property
     def optimum(self):
         return self.statistics.stats.optimum if self.statistics is not None else None
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    variant: str  # names, as the report shows them
+    baseline: str
+    test: Test
+
+
+@dataclass(frozen=True)
+class Comparisons:
+    """The report's family of comparisons, decided (`study.verdicts.decide_family`)."""
+
+    rows: list[ComparisonRow]
+    design: Design
+    correction: str
+    notes: list[str]  # e.g. comparisons whose pairing was not recorded
+
+    @property
+    def count_text(self) -> str:
+        n = len(self.rows)
+        return f"{n} comparison{'s' if n != 1 else ''}, one family"
+
+    def definition(self, metric: str) -> str:
+        return COMPARISONS_DEFINITION.format(
+            m=metric, design=self.design.describe(), alpha=self.design.alpha,
+            correction=correction_text(self.correction, len(self.rows), self.design.n_tests))
 
 
 def _status_text(record: VariantRecord, statistics: VariantStatistics | None) -> str:
@@ -73,35 +102,49 @@ def _baselines(record: VariantRecord, by_key: dict[str, VariantRecord]) -> list[
 
 
 def build_rows(records: list[VariantRecord]) -> list[ReportRow]:
-    """One row per variant and baseline it is compared with (a study may name several,
-    e.g. Llama and the same layer at T = 1): the first row of a variant carries it, the
-    others (`repeated`) only add their paired Δ."""
-    by_key = {r.key: r for r in records}
+    """One row per variant: its optimum and status."""
     baselines = baseline_keys(records)
     rows = []
     for r in records:
         statistics = _statistics(r)
-        pairs = _baselines(r, by_key) or [None]
-        for i, base in enumerate(pairs):
-            comparison = statistics.comparisons.get(base[0]) if statistics is not None and base else None
-            rows.append(ReportRow(r.name, r.role, r.params_total, statistics, base[1].name if base else None,
-                                  comparison, _status_text(r, statistics), r.metrics.get("tokens_per_trial"),
-                                  r.key in baselines, repeated=i > 0))
+        rows.append(ReportRow(r.name, r.role, r.params_total, statistics, _status_text(r, statistics),
+                              r.metrics.get("tokens_per_trial"), r.key in baselines))
     return rows
 
 
-def optima_rows(records: list[VariantRecord]) -> list[list[str]]:
-    """Cells of the "each at its own optimum" comparison, one row per variant and baseline."""
+def build_comparisons(records: list[VariantRecord], spec=None, pairings=None) -> Comparisons:
+    """Every comparison of the report, one family, by the one decision rule.
+
+    How: the study file's `statistics` and seed design where given (`spec`), else as
+    the study recorded them (stats.json), else one look at the seeds there are, α =
+    0.05, Holm. Paired: as the study recorded it (stats.json), else `pairings` (checked
+    on the study file's variants: (variant key, baseline name) -> Pairing), else Welch."""
     by_key = {r.key: r for r in records}
-    out = []
+    stats = {r.key: s.stats for r in records if (s := _statistics(r)) is not None}
+    recorded = next((r.stats["design"] for r in records if r.stats and "design" in r.stats), None)
+    if spec is not None:
+        design, correction = design_of(spec.seeds, spec.statistics.alpha), spec.statistics.correction
+    elif recorded is not None:
+        design, correction = design_from_record(recorded)
+    else:
+        design, correction = Design.fixed(max((s.n_seeds for s in stats.values()), default=1)), "holm"
+    paired, missing = {}, []
     for r in records:
-        mine = _statistics(r)
-        for _, base in _baselines(r, by_key):
-            theirs = _statistics(base)
-            d = delta_of_optima(mine.stats, theirs.stats) if mine is not None and theirs is not None else None
-            if d is not None:
-                out.append(optima_cells(r.name, base.name, d))
-    return out
+        stored = (r.stats or {}).get("pairing", {})
+        for name, _ in _baselines(r, by_key):
+            if name in stored:
+                paired[(r.key, name)] = bool(stored[name]["paired"])
+            elif pairings is not None and (r.key, name) in pairings:
+                paired[(r.key, name)] = pairings[(r.key, name)].paired
+            else:
+                missing.append(f"{r.name} vs {name}")
+    notes = [f"pairing not recorded (a study run before pairing was checked): Welch for {', '.join(missing)}"] \
+        if missing else []
+    baselines = {r.key: {name: base.key for name, base in _baselines(r, by_key)} for r in records}
+    tests = decide_family(stats, baselines, paired, design, correction)
+    names = {r.key: r.name for r in records}
+    rows = [ComparisonRow(names[t.variant], by_key[baselines[t.variant][t.baseline]].name, t) for t in tests]
+    return Comparisons(rows, design, correction, notes)
 
 
 def metric_of(rows: list[ReportRow]) -> str:
@@ -110,70 +153,48 @@ def metric_of(rows: list[ReportRow]) -> str:
 
 
 def columns(metric: str) -> tuple[str, ...]:
-    return ("variant", "parameters", "seeds", "lr* [95%]", f"{metric} at lr* [95%]",
-            "Δ at baseline lr* [95%]", "verdict", "Δ at own lr* [95%]", "seeds to resolve", "status")
+    return ("variant", "parameters", "seeds", "lr* [95%]", f"{metric} at lr* [95%]", "status")
 
 
 def row_cells(row: ReportRow) -> list[str]:
-    cmp = row.comparison
-    main = cmp.at_baseline_optimum if cmp is not None else None
-    own = cmp.at_own_optimum if cmp is not None else None
-    if cmp is None:
-        delta, verdict, own_text = ("(baseline)" if row.is_baseline else "-"), "-", "-"
-    else:
-        delta = delta_text(main) + f" vs {row.baseline}"
-        verdict = cmp.verdict + (f" (own lr*: {own.verdict})" if own is not None and own.verdict != cmp.verdict
-                                 else "")
-        own_text = delta_text(own)
     n_seeds = str(row.statistics.stats.n_seeds) if row.statistics is not None else "-"
-    # A second baseline's row names its comparison, so that every row's first cell is
-    # unique (one variant, one row per baseline; a reader keyed by name keeps the first).
-    name = f"{row.name} (vs {row.baseline})" if row.repeated else row.name
+    name = row.name + (" (baseline)" if row.is_baseline else "")
     return [name, fmt(row.params, ","), n_seeds, lr_star_text(row.optimum), objective_star_text(row.optimum),
-            delta, verdict, own_text, seeds_to_resolve_text(main), row.status]
+            row.status]
 
 
-def print_table(rows: list[ReportRow], title: str, console=None) -> None:
-    """Three tables on the terminal (one wide row would wrap): optima, Δ and verdicts,
-    mean ± std per learning rate. The markdown has the first two as one table."""
+def print_table(rows: list[ReportRow], comparisons: Comparisons, title: str, console=None) -> None:
+    """Three tables on the terminal: optima, comparisons, mean ± std per learning rate."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
     metric = metric_of(rows)
     cols = columns(metric)
-    groups = ((title, (0, 1, 2, 3, 4, 9)), (f"{title}: paired Δ vs baseline ({metric})", (0, 5, 6, 7, 8)))
-    for caption, picked in groups:
-        table = Table(title=caption, title_justify="left")
-        for i in picked:
-            table.add_column(cols[i], justify="right" if cols[i] in ("parameters", "seeds") else "left")
-        for row in rows:
-            cells = row_cells(row)
-            table.add_row(*(cells[i] for i in picked))
+    table = Table(title=escape(title), title_justify="left")
+    for col in cols:
+        table.add_column(escape(col), justify="right" if col in ("parameters", "seeds") else "left")
+    for row in rows:
+        table.add_row(*map(escape, row_cells(row)))
+    console.print(table)
+    if comparisons.rows:
+        table = Table(title=escape(f"{title}: Δ vs baseline ({metric}; {comparisons.count_text})"),
+                      title_justify="left", caption=escape(comparisons.definition(metric)), caption_justify="left")
+        for col in COMPARISON_COLUMNS:
+            table.add_column(escape(col))
+        for c in comparisons.rows:
+            table.add_row(*map(escape, comparison_cells(c.variant, c.baseline, c.test)))
         console.print(table)
+    for note in comparisons.notes:
+        console.print(escape(f"note: {note}"))
     per_lr = Table(title=f"{metric}: mean ± std over seeds per learning rate", title_justify="left")
     for col in ("variant", "lr", "seeds", "mean ± std"):
         per_lr.add_column(col, justify="left" if col == "variant" else "right")
     for row in rows:
-        for lr_row in row.statistics.stats.by_lr if row.statistics is not None and not row.repeated else ():
-            per_lr.add_row(row.name, f"{lr_row.lr:.3g}", str(lr_row.n), mean_std_text(lr_row))
+        for lr_row in row.statistics.stats.by_lr if row.statistics is not None else ():
+            per_lr.add_row(escape(row.name), f"{lr_row.lr:.3g}", str(lr_row.n), mean_std_text(lr_row))
     console.print(per_lr)
-
-
-def print_optima(records: list[VariantRecord], metric: str, console=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    rows = optima_rows(records)
-    if not rows:
-        return
-    table = Table(title=f"Δ of the optima: each at its own best learning rate ({metric}, unpaired)",
-                  title_justify="left")
-    for col in OPTIMA_COLUMNS:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
-    (console or Console()).print(table)
 
 
 def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
@@ -214,9 +235,10 @@ def scaling_inputs(records: list[VariantRecord]) -> list[ScalingInput]:
 
 
 def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
-                 scaling: ScalingSummary | None = None) -> Path:
+                 scaling: ScalingSummary | None = None, comparisons: Comparisons | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = build_rows(records)
+    comparisons = comparisons if comparisons is not None else build_comparisons(records)
     metric = metric_of(rows)
     series = series_for(records)
     fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: {metric} vs parameters")
@@ -225,16 +247,17 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     lines = [f"# Study `{study_name}`", "", DEFINITIONS.format(m=metric), "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(row)) + " |" for row in rows]
+    if comparisons.rows:
+        lines += ["", f"## Δ vs baseline ({metric}): {comparisons.count_text}", "",
+                  comparisons.definition(metric), "",
+                  "| " + " | ".join(COMPARISON_COLUMNS) + " |", "|" + "---|" * len(COMPARISON_COLUMNS)]
+        lines += ["| " + " | ".join(comparison_cells(c.variant, c.baseline, c.test)) + " |" for c in comparisons.rows]
+    lines += [line for note in comparisons.notes for line in ("", f"Note: {note}")]
     lines += ["", f"## {metric}: mean ± std over seeds per learning rate", "",
               "| variant | lr | seeds | mean ± std | per seed |", "|---|---|---|---|---|"]
     for row in rows:
-        if row.statistics is not None and not row.repeated:
+        if row.statistics is not None:
             lines += per_lr_lines(row.name, row.statistics)
-    # after the per-lr table: the first two tables keep their places (optima, mean ± std)
-    if optima := optima_rows(records):
-        lines += ["", f"## Δ of the optima: each at its own best learning rate ({metric}, unpaired)", "",
-                  OPTIMA_DEFINITION, "", "| " + " | ".join(OPTIMA_COLUMNS) + " |", "|" + "---|" * len(OPTIMA_COLUMNS)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in optima]
     figures = [f"![{metric} vs parameters]({fig2.name})", "", f"![{metric} vs learning rate]({fig3.name})", ""]
     if scaling is not None:
         lines += [""] + scaling_lines(scaling, metric)
@@ -252,8 +275,11 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
 
 
 def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys: list[str] | None = None,
-                console=None) -> Path:
-    """Read the study from MLflow, print the table, write markdown and figures."""
+                console=None, expanded=None) -> Path:
+    """Read the study from MLflow, print the tables, write markdown and figures.
+
+    `expanded` (the study file, validated): its `statistics` and seed design decide, and
+    pairs the stored study did not record are checked on its variants (`study.pairing`)."""
     from cem_ablate.config import ConfigError
     from cem_ablate.tracking.readback import read_study
 
@@ -270,13 +296,24 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
         raise ConfigError("STUDY", f"study {study_name!r} has no variant runs in {tracking_uri} yet.")
     rows = build_rows(records)
     metric = metric_of(rows)
-    print_table(rows, f"study {study_name}", console)
-    print_optima(records, metric, console)
+    comparisons = build_comparisons(records, expanded.spec if expanded is not None else None,
+                                    _missing_pairings(records, expanded))
+    print_table(rows, comparisons, f"study {study_name}", console)
     inputs = scaling_inputs(records)
     scaling = summarize_scaling(inputs) if has_size_axis(inputs) else None
     if scaling is not None:
         print_scaling(scaling, metric, console)
-    return write_report(records, study_name, out_dir, scaling)
+    return write_report(records, study_name, out_dir, scaling, comparisons)
+
+
+def _missing_pairings(records: list[VariantRecord], expanded) -> dict | None:
+    """Pairings checked on the study file's variants, only where a record lacks them (a
+    store written before pairing was recorded): building models is not free."""
+    if expanded is None or all("pairing" in (r.stats or {}) for r in records if r.baselines):
+        return None
+    from cem_ablate.study.pairing import pair_study
+
+    return pair_study(expanded.variants)
 
 
 def print_scaling(summary: ScalingSummary, metric: str, console=None) -> None:

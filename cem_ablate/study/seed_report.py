@@ -1,7 +1,8 @@
 """The statistics part of `cem-ablate report`: text for the table and the markdown.
 
-Reads `VariantStatistics` (computed once by the study, `analysis.statistics`) and formats:
-the optimum with its intervals, the paired Δ with interval and verdict, mean ± std per
+Reads `VariantStatistics` (computed once by the study, `analysis.statistics`) and the
+report's decided comparisons (`study.verdicts`), and formats: the optimum with its
+intervals, each comparison's Δ, interval, test, n, p, Holm p and verdict, mean ± std per
 learning rate, and the scaling summary. Numbers only; `study.report` lays them out.
 """
 
@@ -10,20 +11,33 @@ from __future__ import annotations
 import math
 
 from cem_ablate.analysis.scaling import PARAMS, SATURATING, ScalingSummary
-from cem_ablate.analysis.statistics import (
-    LEVEL, Interval, LrStats, OptimaDelta, Optimum, PairedDelta, VariantStatistics)
+from cem_ablate.analysis.decision import PAIRED_T, Decision
+from cem_ablate.analysis.statistics import LEVEL, Interval, LrStats, Optimum, VariantStatistics
+from cem_ablate.study.verdicts import AT_OPTIMA, Test
 
 DEFINITIONS = (
     "Seeds: every number is over the seeds that finished. mean ± std: sample standard deviation "
     "(n - 1). lr* and {m}*: minimum of the Akima interpolation of the seed-mean {m} over log2(lr) "
-    "(SPEC §8); [low, high]: 95% percentile bootstrap over seeds, refitted per resample (≥ 2 seeds). "
-    "\"edge\": the optimum sits at an end of a grid of ≥ 2 learning rates, so lr* is only a bound. "
-    "Δ: paired difference variant − baseline over the seeds both finished at the same learning rate, "
-    "at the grid point nearest (in log2 lr) the baseline's lr* (\"at baseline lr*\") and at the one "
-    "nearest the variant's own lr* (\"at own lr*\"); [low, high]: 95% t-interval (scipy.stats.ttest_rel). "
-    "Verdict: better / worse when the interval excludes 0 (lower {m} is better), else unresolved. "
-    "\"seeds to resolve\": smallest n whose t-interval half-width t(0.975, n-1)·sd/√n falls below |Δ| "
-    "at the observed spread sd of the differences.")
+    "(SPEC §8), with an interval where its coverage at that number of seeds was checked by simulation, "
+    "else \"n too small\". \"edge\": the optimum sits at an end of a grid of ≥ 2 learning rates, so lr* "
+    "is only a bound.")
+
+COMPARISONS_DEFINITION = (
+    "Δ = variant − baseline ({m}; lower is better), at the grid point nearest (log2 lr) the baseline's lr* "
+    "(\"baseline lr*\"), the variant's own (\"own lr*\", where another one) and each at its own "
+    "(\"optima\": tuned vs tuned, where those differ). Test: paired t over the seeds both finished where the "
+    "platform found the pair paired (identical initial values of every shared parameter and the same data "
+    "order under one seed), else Welch's t over every finished seed of each side. Seed design: {design}. "
+    "[low, high]: the t-interval at the design's level (95% for one look). p: the test's two-sided p; "
+    "Holm p: {correction}. Verdict: better / worse where that p ≤ α = {alpha:g}, else unresolved.")
+
+
+def correction_text(correction: str, n_tests: int, design_tests: int) -> str:
+    """How the verdict's p is corrected, in words."""
+    looks = f"p × {design_tests} for the design's looks, then " if design_tests > 1 else ""
+    if correction == "holm":
+        return f"{looks}Holm-adjusted over the report's {n_tests} comparison(s) (one family)"
+    return f"{looks}not adjusted for the report's {n_tests} comparison(s) (statistics.correction: none)"
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -34,56 +48,54 @@ def interval_text(interval: Interval | None, spec: str) -> str:
     return f"[{fmt(interval.low, spec)}, {fmt(interval.high, spec)}]" if interval is not None else ""
 
 
+def _optimum_interval(optimum: Optimum, interval: Interval | None, spec: str) -> str:
+    """The interval where the analysis gives one; "n too small" where it declines."""
+    if interval is not None:
+        return " " + interval_text(interval, spec)
+    return " (n too small)" if optimum.n_seeds >= 1 else ""
+
+
 def lr_star_text(optimum: Optimum | None) -> str:
     if optimum is None:
         return "-"
-    text = fmt(optimum.lr_star, ".3g")
-    if optimum.lr_interval is not None:
-        text += " " + interval_text(optimum.lr_interval, ".3g")
+    text = fmt(optimum.lr_star, ".3g") + _optimum_interval(optimum, optimum.lr_interval, ".3g")
     return text + (" (edge)" if optimum.edge else "")
 
 
 def objective_star_text(optimum: Optimum | None) -> str:
     if optimum is None:
         return "-"
-    return (fmt(optimum.objective_star, ".4g") + " " + interval_text(optimum.objective_interval, ".4g")).strip()
+    return fmt(optimum.objective_star, ".4g") + _optimum_interval(optimum, optimum.objective_interval, ".4g")
 
 
-def delta_text(delta: PairedDelta | None) -> str:
-    """"-0.412 [-0.61, -0.21] at lr 0.002 (n=3)"; "no paired seeds at lr 0.004"."""
-    if delta is None:
-        return "-"
-    if delta.delta is None:
-        return f"no paired seeds at lr {delta.lr:g}"
-    text = f"{delta.delta:+.4g}"
-    if delta.interval is not None:
-        text += " " + interval_text(delta.interval, "+.3g")
-    return text + f" at lr {delta.lr:g} (n={delta.n})"
+COMPARISON_COLUMNS = ("variant", "vs baseline", "at", "Δ [interval]", "test", "n", "p", "Holm p", "verdict")
 
 
-OPTIMA_DEFINITION = (
-    "Each at the grid point nearest its own lr*: Δ = mean(variant) − mean(baseline) at possibly "
-    "different learning rates, so the seeds are not paired; [low, high]: 95% Welch t-interval "
-    "(scipy.stats.ttest_ind, unequal variances). It answers \"tuned vs tuned\" where the paired Δs "
-    "above compare both at one learning rate.")
-OPTIMA_COLUMNS = ("variant", "vs baseline", "variant at lr (n)", "baseline at lr (n)", "Δ of optima [95%]",
-                  "verdict")
+def at_text(test: Test) -> str:
+    if test.at == AT_OPTIMA:
+        return f"optima (lr {test.lr_variant:g} vs {test.lr_baseline:g})"
+    return f"{test.at} (lr {test.lr_variant:g})"
 
 
-def optima_cells(name: str, baseline: str, d: OptimaDelta) -> list[str]:
-    text = f"{d.delta:+.4g}" + (" " + interval_text(d.interval, "+.3g") if d.interval is not None else "")
-    return [name, baseline, f"{d.variant_lr:g} ({d.n_variant})", f"{d.baseline_lr:g} ({d.n_baseline})", text,
-            d.verdict]
+def decision_delta_text(d: Decision) -> str:
+    """"-0.412 [-0.61, -0.21]"; the level where it is not 95%; "n too small" without a test."""
+    if d.delta is None:
+        return "no seeds to compare"
+    text = f"{d.delta:+.4g}"
+    if d.low is None:
+        return text + " (n too small)"
+    level = f" {d.level:.1%}" if d.level is not None and abs(d.level - 0.95) > 1e-9 else ""
+    return text + f" [{d.low:+.3g}, {d.high:+.3g}]{level}"
 
 
-def seeds_to_resolve_text(delta: PairedDelta | None) -> str:
-    if delta is None or delta.delta is None:
-        return "-"
-    if delta.resolved:
-        return "resolved"
-    if delta.seeds_needed is None:
-        return "Δ = 0" if delta.delta == 0 else ("needs ≥ 2 seeds" if delta.n < 2 else "> 100,000")
-    return f"~{delta.seeds_needed}"
+def decision_n_text(d: Decision) -> str:
+    return f"{d.n_pairs} pairs" if d.test == PAIRED_T else f"{d.n_variant} vs {d.n_baseline}"
+
+
+def comparison_cells(name: str, baseline: str, test: Test) -> list[str]:
+    d = test.decision
+    return [name, baseline, at_text(test), decision_delta_text(d), d.test, decision_n_text(d),
+            fmt(d.p, ".3g"), fmt(d.p_holm, ".3g"), d.verdict]
 
 
 def mean_std_text(row: LrStats) -> str:

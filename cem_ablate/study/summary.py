@@ -1,13 +1,16 @@
-"""Per-variant results: Akima fit over the finished trials, logged on the parent run.
+"""Per-variant results on the parent runs, published by the coordinator (issue 18).
 
-The one place a variant's fit and seed statistics are computed (`analysis.statistics`):
-from the Optuna storage (the trials' recorded values), after every trial of a variant
-(by whichever worker finished it) and once more by the coordinator at the end. They go
-to the parent run as metrics (lr_akima, ppl_akima, per-lr mean/std/n, lr* and
-objective* intervals, paired Δ vs each baseline), tags (edge, verdict, objective name),
-and `stats.json` (the statistics, the fit included), which the report reads instead of
-computing again. Calling
-it twice, or from two workers at once, is harmless.
+The coordinator (`study.coordinator`) owns one `StudyPublisher` per study run and calls
+`publish()` whenever trials may have ended (after each trial in process, on each
+progress change with workers, once at the end): workers only train and record trials.
+Per variant, when its trials changed: the seed statistics and Akima fit
+(`analysis.statistics`, its bootstrap included), the sweep plot and `stats.json` (the
+statistics, the pairing with each baseline, the seed design: what the report reads
+instead of computing again). Every time, for every variant whose numbers moved: the
+verdicts of the study's family of comparisons (`study.verdicts`: one decision rule,
+Holm over the whole study, so one variant's new seed can change another's adjusted p)
+as parent metrics (Δ, interval, p, Holm p per baseline) and tags (verdict, pairing).
+Calling it twice, or from two coordinators at once, is harmless.
 """
 
 from __future__ import annotations
@@ -15,15 +18,20 @@ from __future__ import annotations
 import math
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from cem_ablate.analysis.akima import AkimaFit
-from cem_ablate.analysis.statistics import (
-    OBJECTIVE_NAMES, VariantStatistics, VariantStats, compare, observations, variant_stats)
+from cem_ablate.analysis.statistics import OBJECTIVE_NAMES, VariantStatistics, VariantStats, observations, variant_stats
 from cem_ablate.study.trials import DIVERGED, FAILED, FINAL_STATES, FINISHED, PRUNED, TrialPoint
 from cem_ablate.study.variants import Variant
+from cem_ablate.study.verdicts import (
+    AT_BASELINE, AT_OPTIMA, AT_OWN, Test, decide_family, design_of, design_record, headline)
 from cem_ablate.tracking import tags as T
+
+# Metric prefixes of the tests, per baseline name (the UI's columns use the first).
+PREFIXES = {AT_BASELINE: "delta_vs_{}", AT_OWN: "delta_own_lr_vs_{}", AT_OPTIMA: "delta_optima_vs_{}"}
 
 
 @dataclass(frozen=True)
@@ -48,26 +56,22 @@ class VariantSummary:
         return min(finished, key=lambda p: p.ppl) if finished else None
 
 
-def _stats(session, key: str, n_resamples: int | None = None) -> VariantStats:
-    kwargs = {} if n_resamples is None else {"n_resamples": n_resamples}
-    return variant_stats(observations(session.trials[key].points()), session.spec.lr_search.interpolation, **kwargs)
+def test_metrics(tests: list[Test], variant_key: str, baseline: str) -> dict[str, float | None]:
+    """One baseline's tests as parent metrics: Δ, lr, n per side, p, Holm p, interval."""
+    out: dict[str, float | None] = {}
+    for at, prefix in PREFIXES.items():
+        test = next((t for t in tests if t.variant == variant_key and t.baseline == baseline and t.at == at), None)
+        if test is None or test.decision.delta is None:
+            continue
+        d, p = test.decision, prefix.format(baseline)
+        out |= {p: d.delta, f"{p}/lr": test.lr_variant, f"{p}/n_variant": d.n_variant,
+                f"{p}/n_baseline": d.n_baseline, f"{p}/paired": float(test.paired), f"{p}/p_value": d.p,
+                f"{p}/p_holm": d.p_holm, f"{p}/low": d.low, f"{p}/high": d.high}
+    return out
 
 
-def summarize(session, variant: Variant) -> VariantSummary:
-    trials = session.trials[variant.key]
-    points = trials.points()
-    stats = variant_stats(observations(points), session.spec.lr_search.interpolation)
-    # Baselines' statistics only for the comparison: their lr* needs no bootstrap.
-    comparisons = {name: compare(stats, _stats(session, key, n_resamples=0))
-                   for name, key in variant.baselines.items() if key in session.trials}
-    statistics = VariantStatistics(OBJECTIVE_NAMES[variant.config.data.task], stats, comparisons)
-    fit = stats.optimum.fit if stats.optimum else None
-    return VariantSummary(variant, points, trials.slot_states(), fit, statistics)
-
-
-def aggregate_metrics(statistics: VariantStatistics) -> dict[str, float | None]:
-    """The parent run's aggregates, as MLflow metrics (the UI's table and charts)."""
-    stats = statistics.stats
+def aggregate_metrics(stats: VariantStats) -> dict[str, float | None]:
+    """The parent run's seed aggregates, as MLflow metrics (the UI's table and charts)."""
     out: dict[str, float | None] = {"n_seeds": stats.n_seeds}
     for row in stats.by_lr:
         out |= {f"lr_{row.lr:g}/mean": row.mean, f"lr_{row.lr:g}/std": row.std, f"lr_{row.lr:g}/n": row.n}
@@ -75,58 +79,121 @@ def aggregate_metrics(statistics: VariantStatistics) -> dict[str, float | None]:
     if opt is not None:
         out |= {"lr_star": opt.lr_star, "objective_star": opt.objective_star}
         if opt.lr_interval is not None:
-            out |= {"lr_star_low": opt.lr_interval.low, "lr_star_high": opt.lr_interval.high,
-                    "objective_star_low": opt.objective_interval.low,
+            out |= {"lr_star_low": opt.lr_interval.low, "lr_star_high": opt.lr_interval.high}
+        if opt.objective_interval is not None:
+            out |= {"objective_star_low": opt.objective_interval.low,
                     "objective_star_high": opt.objective_interval.high}
-    for name, comparison in statistics.comparisons.items():
-        for prefix, delta in ((f"delta_vs_{name}", comparison.at_baseline_optimum),
-                              (f"delta_own_lr_vs_{name}", comparison.at_own_optimum)):
-            if delta is None or delta.delta is None:
-                continue
-            out |= {prefix: delta.delta, f"{prefix}/lr": delta.lr, f"{prefix}/n": delta.n,
-                    f"{prefix}/p_value": delta.p_value, f"{prefix}/seeds_to_resolve": delta.seeds_needed}
-            if delta.interval is not None:
-                out |= {f"{prefix}/low": delta.interval.low, f"{prefix}/high": delta.interval.high}
     return out
 
 
-def aggregate_tags(statistics: VariantStatistics) -> dict[str, str]:
-    tags = {T.OBJECTIVE: statistics.objective}
-    for name, comparison in statistics.comparisons.items():
-        tags[T.VERDICT_PREFIX + name] = comparison.verdict
-        own = comparison.at_own_optimum
-        tags[T.VERDICT_OWN_LR_PREFIX + name] = own.verdict if own is not None else "unresolved"
+def verdict_tags(tests: list[Test], variant: Variant, pairings: Mapping) -> dict[str, str]:
+    tags = {}
+    for name in variant.baselines:
+        main, own = headline(tests, variant.key, name), headline(tests, variant.key, name, AT_OWN)
+        tags[T.VERDICT_PREFIX + name] = main.decision.verdict if main is not None else "unresolved"
+        tags[T.VERDICT_OWN_LR_PREFIX + name] = own.decision.verdict if own is not None else "unresolved"
+        if (variant.key, name) in pairings:
+            tags[T.PAIRING_PREFIX + name] = pairings[(variant.key, name)].label
     return tags
 
 
-def publish(session, variant: Variant) -> VariantSummary:
-    """Fit, draw and log the variant's summary on its parent run."""
-    from cem_ablate.study.plots import SweepSeries, plot_variant_fit
+class StudyPublisher:
+    """The study's parent runs, kept current by the coordinator.
 
-    summary = summarize(session, variant)
-    counts = summary.counts
-    fit = summary.fit
-    metrics = {
-        "trials_finished": counts[FINISHED], "trials_diverged": counts[DIVERGED],
-        "trials_failed": counts[FAILED], "trials_pruned": counts[PRUNED],
-        "lr_akima": fit.lr_star if fit else None, "ppl_akima": fit.ppl_star if fit else None,
-    }
-    best = summary.best_observed
-    if best is not None:
-        metrics |= {"best_observed_ppl": best.ppl, "best_observed_lr": best.lr}
-    metrics |= aggregate_metrics(summary.statistics)
-    status = "done" if summary.done else "running"
-    optimum = summary.statistics.stats.optimum
-    tags = {T.AKIMA_EDGE: (optimum.edge or "none") if optimum else "none", T.PROGRESS: status}
-    tags |= aggregate_tags(summary.statistics)
-    series = SweepSeries(
-        name=variant.name, is_baseline=variant.role == "baseline",
-        finished=[(p.lr, p.ppl) for p in summary.points if p.status == FINISHED and p.ppl is not None],
-        diverged=[p.lr for p in summary.points if p.status == DIVERGED and p.lr is not None], fit=fit,
-        stats=summary.statistics.stats, metric=summary.statistics.objective)
-    with tempfile.TemporaryDirectory() as tmp:
-        plot = plot_variant_fit(series, Path(tmp) / "akima.png") if series.finished or series.diverged else None
-        session.tracker.log_variant_summary(
-            session.parent_run_id(variant), metrics, tags, str(plot) if plot else None,
-            done=summary.done, step=counts[FINISHED], stats=summary.statistics.to_dict())
-    return summary
+    `pairings`: (variant key, baseline name) -> `study.pairing.Pairing`, checked once
+    per study run. Statistics are cached per variant on its finished observations, so a
+    variant whose trials did not change is not refitted (nor its bootstrap redrawn).
+    """
+
+    def __init__(self, session, pairings: Mapping):
+        self.session = session
+        self.pairings = dict(pairings)
+        spec = session.spec
+        self.design = design_of(spec.seeds, spec.statistics.alpha)
+        self.correction = spec.statistics.correction
+        self._points: dict[str, list[TrialPoint]] = {}
+        self._stats: dict[str, tuple[tuple, VariantStats]] = {}
+        self._logged: dict[str, tuple] = {}
+
+    def _variant_stats(self, key: str, points: list[TrialPoint]) -> VariantStats:
+        obs = tuple(observations(points))
+        cached = self._stats.get(key)
+        if cached is None or cached[0] != obs:
+            cached = (obs, variant_stats(obs, self.session.spec.lr_search.interpolation))
+            self._stats[key] = cached
+        return cached[1]
+
+    def tests(self) -> list[Test]:
+        """The study's family, decided from what the storage holds now."""
+        variants = self.session.variants
+        stats = {v.key: self._variant_stats(v.key, self.session.trials[v.key].points()) for v in variants}
+        return self._family(stats)
+
+    def _family(self, stats: Mapping[str, VariantStats]) -> list[Test]:
+        paired = {k: p.paired for k, p in self.pairings.items()}
+        return decide_family(stats, {v.key: v.baselines for v in self.session.variants}, paired, self.design,
+                             self.correction)
+
+    def publish(self) -> list[VariantSummary]:
+        """Log every variant whose trials or verdicts changed since the last call."""
+        session = self.session
+        points = {v.key: session.trials[v.key].points() for v in session.variants}
+        stats = {key: self._variant_stats(key, pts) for key, pts in points.items()}
+        tests = self._family(stats)
+        out = []
+        for variant in session.variants:
+            changed = points[variant.key] != self._points.get(variant.key)
+            summary = self._summary(variant, points[variant.key], stats[variant.key])
+            metrics, tags = self._parent_record(summary, tests)
+            if not changed and self._logged.get(variant.key) == (metrics, tags):
+                continue
+            self._log(summary, metrics, tags, draw=changed)
+            self._points[variant.key] = points[variant.key]
+            self._logged[variant.key] = (metrics, tags)
+            out.append(summary)
+        return out
+
+    def _summary(self, variant: Variant, points: list[TrialPoint], stats: VariantStats) -> VariantSummary:
+        statistics = VariantStatistics(OBJECTIVE_NAMES[variant.config.data.task], stats, {})
+        fit = stats.optimum.fit if stats.optimum else None
+        return VariantSummary(variant, points, self.session.trials[variant.key].slot_states(), fit, statistics)
+
+    def _parent_record(self, summary: VariantSummary, tests: list[Test]) -> tuple[dict, dict]:
+        counts, fit, variant = summary.counts, summary.fit, summary.variant
+        metrics = {
+            "trials_finished": counts[FINISHED], "trials_diverged": counts[DIVERGED],
+            "trials_failed": counts[FAILED], "trials_pruned": counts[PRUNED],
+            "lr_akima": fit.lr_star if fit else None, "ppl_akima": fit.ppl_star if fit else None,
+        }
+        best = summary.best_observed
+        if best is not None:
+            metrics |= {"best_observed_ppl": best.ppl, "best_observed_lr": best.lr}
+        metrics |= aggregate_metrics(summary.statistics.stats)
+        for name in variant.baselines:
+            metrics |= test_metrics(tests, variant.key, name)
+        optimum = summary.statistics.stats.optimum
+        tags = {T.AKIMA_EDGE: (optimum.edge or "none") if optimum else "none",
+                T.PROGRESS: "done" if summary.done else "running", T.OBJECTIVE: summary.statistics.objective}
+        tags |= verdict_tags(tests, variant, self.pairings)
+        return metrics, tags
+
+    def _log(self, summary: VariantSummary, metrics: dict, tags: dict, draw: bool) -> None:
+        from cem_ablate.study.plots import SweepSeries, plot_variant_fit
+
+        variant, session = summary.variant, self.session
+        record = summary.statistics.to_dict() | {
+            "pairing": {name: {"paired": p.paired, "reason": p.reason} for (key, name), p in self.pairings.items()
+                        if key == variant.key},
+            "design": design_record(self.design, self.correction)}
+        series = SweepSeries(
+            name=variant.name, is_baseline=variant.role == "baseline",
+            finished=[(p.lr, p.ppl) for p in summary.points if p.status == FINISHED and p.ppl is not None],
+            diverged=[p.lr for p in summary.points if p.status == DIVERGED and p.lr is not None], fit=summary.fit,
+            stats=summary.statistics.stats, metric=summary.statistics.objective)
+        with tempfile.TemporaryDirectory() as tmp:
+            plot = None
+            if draw and (series.finished or series.diverged):
+                plot = plot_variant_fit(series, Path(tmp) / "akima.png")
+            session.tracker.log_variant_summary(
+                session.parent_run_id(variant), metrics, tags, str(plot) if plot else None,
+                done=summary.done, step=summary.counts[FINISHED], stats=record if draw else None)

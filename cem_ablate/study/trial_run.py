@@ -5,7 +5,8 @@
       -> train_run(config, run_dir, mlflow_run_id=child) (the engine logs the curves
          into the child, nothing else; the worker keeps the trial's heartbeat)
       -> Optuna: COMPLETE(value) / FAIL(status, reason) / PRUNED
-      -> MLflow child: the outcome, written once (tracking.outcome); parent: the fit
+      -> MLflow child: the outcome, written once (tracking.outcome); the parent's fit and
+         verdicts are the coordinator's (study.summary.StudyPublisher)
 
 The run folder is fixed per trial key, so a retried trial resumes from the killed
 attempt's last checkpoint and logs into the same child run.
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 
 from cem_ablate.config.loading import flatten_dotted
 from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR, FinishedTrial
-from cem_ablate.study.summary import publish
-from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, KILLED, PRUNED, SLOT_ATTR
+from cem_ablate.study.trials import (CODE_FINGERPRINT_ATTR, CODE_PARTS_ATTR, DIVERGED, FAILED, FINISHED, KILLED,
+                                    PRUNED, SLOT_ATTR)
 from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.run_context import system_metrics
@@ -70,6 +71,7 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
     slot = str(trial.user_attrs.get(SLOT_ATTR))
     cfg = variant.run_config(lr, seed, name=f"{spec.name}.{variant.key}.{slot}")
     trial_key = cfg.trial_key()
+    code = cfg.code_fingerprint()  # in the trial key; recorded to say what changed when it is stale
     run_dir = session.run_dir(variant, slot, trial_key)
     parent = session.parent_run_id(variant)
     child = session.tracker.ensure_trial_run(
@@ -77,7 +79,10 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
         tags={"lr": repr(lr), "seed": str(seed), T.SLOT: slot, T.VARIANT_KEY: variant.key, T.VARIANT: variant.name,
               "optuna.study": trials.study.study_name, "optuna.trial": str(trial.number)})
     session.tracker.log_trial_params(child, flatten_dotted(cfg.to_mapping()))
+    session.tracker.log_trial_code(child, code.digest, code.parts)
     trial.set_user_attr(TRIAL_KEY_ATTR, trial_key)
+    trial.set_user_attr(CODE_FINGERPRINT_ATTR, code.digest)
+    trial.set_user_attr(CODE_PARTS_ATTR, dict(code.parts))
     trial.set_user_attr("mlflow_run_id", child)
     trial.set_user_attr("run_dir", str(run_dir))
     original = session.finished_elsewhere(trial_key, trials.study.study_name)
@@ -116,7 +121,7 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
     if recorded:
         session.tracker.log_trial_outcome(child, status, reason, metrics,
                                           step=result.steps if result is not None else 0)
-        publish(session, variant)
+        # The parent's statistics and verdicts: the coordinator's (study.summary), not every trial's.
     return TrialOutcome(variant.name, slot, lr, seed, status if recorded else KILLED, value, reason, seconds)
 
 
@@ -132,6 +137,5 @@ def _reuse(session, variant: Variant, trial, slot: str, lr: float, seed: int, ch
     if recorded:
         session.tracker.record_reused_trial(child, original.mlflow_run_id, original.status, reason,
                                             {"objective": original.value, "lr": lr})
-        publish(session, variant)
     return TrialOutcome(variant.name, slot, lr, seed, original.status if recorded else KILLED,
                         original.value, reason, 0.0)

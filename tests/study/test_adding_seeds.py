@@ -33,7 +33,7 @@ def test_a_baseline_added_to_the_study_file_is_compared_on_rerun(tmp_path, corpu
     # Three variants, one seed; then the same file with a second baseline (CEM
     # attention with the Llama MLP, for the full CEM variant): the rerun trains
     # nothing and the report gains the new paired row.
-    from cem_ablate.study.report import build_rows
+    from cem_ablate.study.report import build_comparisons
     from cem_ablate.tracking.readback import read_study
 
     monkeypatch.chdir(tmp_path)
@@ -48,10 +48,10 @@ def test_a_baseline_added_to_the_study_file_is_compared_on_rerun(tmp_path, corpu
     assert main(["study", str(second), "--no-report"]) == 0
     assert _complete_slots(tmp_path) == slots  # nothing retrained
     records = read_study(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", "tiny")
-    rows = [(r.name, r.baseline) for r in build_rows(records) if r.comparison is not None]
+    rows = [(c.variant, c.baseline) for c in build_comparisons(records).rows]
     assert ("full_cem", "cem_attention") in rows and ("full_cem", "llama") in rows
     # and dropping it again removes the row (the same file, rewritten)
     first = write_study(tmp_path, grid=(1e-3,), corpus=corpus, variants=variants, baselines=llama)
     assert main(["study", str(first), "--no-report"]) == 0
     records = read_study(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", "tiny")
-    assert ("full_cem", "cem_attention") not in [(r.name, r.baseline) for r in build_rows(records)]
+    assert ("full_cem", "cem_attention") not in [(c.variant, c.baseline) for c in build_comparisons(records).rows]

@@ -82,7 +82,7 @@ def test_a_study_finishes_with_a_diverging_lr_and_reports(tmp_path, corpus, monk
     assert len(finished) == 4 and all(c.data.metrics["test_ppl"] > 1 for c in finished)
 
     # the report: table on stdout, markdown and both figures on disk
-    assert "cem_attention" in out and "vs llama" in out
+    assert "cem_attention" in out and "Δ vs baseline" in out
     report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
     assert "| cem_attention |" in report and "diverged" in report
     assert (tmp_path / "reports" / "tiny" / "ppl_vs_lr.png").stat().st_size > 10_000

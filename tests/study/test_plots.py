@@ -6,7 +6,7 @@ from PIL import Image
 from cem_ablate.analysis.scaling import summarize_scaling
 from cem_ablate.analysis.statistics import Observation, variant_stats
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, plot_variant_fit
-from tests.study.test_scaling import inputs
+from tests.analysis.test_scaling import inputs
 
 GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
 

@@ -1,10 +1,12 @@
 """The report from logged statistics: metric named, verdict columns, scaling section."""
 
 import numpy as np
+import pytest
 
 from cem_ablate.analysis.scaling import has_size_axis, summarize_scaling
-from cem_ablate.analysis.statistics import Observation, VariantStatistics, compare, variant_stats
-from cem_ablate.study.report import build_rows, row_cells, scaling_inputs, write_report
+from cem_ablate.analysis.statistics import Observation, VariantStatistics, variant_stats
+from cem_ablate.study.report import build_comparisons, build_rows, row_cells, scaling_inputs, write_report
+from cem_ablate.study.seed_report import comparison_cells
 from cem_ablate.tracking.readback import TrialRecord, VariantRecord
 
 SIZES = {"1": 2e6, "2": 4e6, "3": 8e6, "4": 16e6}
@@ -30,17 +32,24 @@ def study(metric="test RMSE"):
         base, bs = record("llama", size, 10 * (n / 1e6) ** -0.3 + 2, metric=metric)
         var, vs = record("cem", size, 10 * (n / 0.85 / 1e6) ** -0.3 + 2, base.key, metric=metric)
         base.stats = VariantStatistics(metric, bs, {}).to_dict()
-        var.stats = VariantStatistics(metric, vs, {"llama": compare(vs, bs)}).to_dict()
+        var.stats = VariantStatistics(metric, vs, {}).to_dict() | {"pairing": {"llama": {"paired": True, "reason": ""}}}
         records += [base, var]
     return records
+
+
+def comparison_table(records):
+    return {(c.variant, c.baseline, c.test.at): comparison_cells(c.variant, c.baseline, c.test)
+            for c in build_comparisons(records).rows}
 
 
 def test_report_names_the_metric_and_shows_verdicts_and_scaling(tmp_path):
     records = study()
     rows = build_rows(records)
     cells = dict(zip([r.name for r in rows], [row_cells(r) for r in rows]))
-    assert cells["cem,n_layers=1"][6] == "better"  # lower RMSE at every seed
-    assert cells["llama,n_layers=1"][5] == "(baseline)"
+    assert cells["llama,n_layers=1"][0] == "llama,n_layers=1 (baseline)"
+    table = comparison_table(records)
+    # lower RMSE at every seed, paired: 4 comparisons (one per size), all at the same grid point
+    assert len(table) == 4 and all(c[-1] == "better" and c[4] == "paired t" for c in table.values())
     inputs = scaling_inputs(records)
     assert has_size_axis(inputs) and {i.family for i in inputs} == {"llama", "cem"}
     summary = summarize_scaling(inputs, n_resamples=100)
@@ -48,7 +57,7 @@ def test_report_names_the_metric_and_shows_verdicts_and_scaling(tmp_path):
     text = path.read_text()
     assert "test RMSE at lr* [95%]" in text and "perplexity" not in text and "ppl*" not in text
     assert "## Scaling" in text and "matches llama at 0.85× the parameters" in text
-    assert "| better |" in text or "| better" in text
+    assert "| better |" in text and "4 comparisons, one family" in text and "Holm-adjusted" in text
     assert (tmp_path / "scaling.png").stat().st_size > 10_000
 
 
@@ -59,19 +68,53 @@ def test_a_variant_with_two_baselines_gets_a_paired_row_against_each(tmp_path):
     t2, s2 = record("cem_T2", "1", 11.0, llama.key, metric="test perplexity")
     t2.baselines = {"llama": llama.key, "T1": t1.key}
     llama.stats = VariantStatistics("test perplexity", ls, {}).to_dict()
-    t1.stats = VariantStatistics("test perplexity", s1, {"llama": compare(s1, ls)}).to_dict()
-    t2.stats = VariantStatistics("test perplexity", s2, {"llama": compare(s2, ls), "T1": compare(s2, s1)}).to_dict()
-    rows = build_rows([llama, t1, t2])
-    cem_t2 = [(r.baseline, row_cells(r)) for r in rows if r.name == t2.name]
-    assert [b for b, _ in cem_t2] == [llama.name, t1.name]
-    (_, vs_llama), (_, vs_t1) = cem_t2
-    assert vs_llama[5].startswith("+1") and vs_t1[5].startswith("+0.5") and vs_t1[6] == "worse"
-    assert vs_t1[3] == vs_llama[3]  # the same variant's optimum on both rows
-    text = write_report([llama, t1, t2], "two_baselines", tmp_path).read_text()
+    t1.stats = VariantStatistics("test perplexity", s1, {}).to_dict()  # no pairing recorded: Welch
+    t2.stats = VariantStatistics("test perplexity", s2, {}).to_dict() | {
+        "pairing": {"llama": {"paired": False, "reason": ""}, "T1": {"paired": True, "reason": ""}}}
+    records = [llama, t1, t2]
+    table = comparison_table(records)
+    vs_llama, vs_t1 = table[(t2.name, llama.name, "baseline lr*")], table[(t2.name, t1.name, "baseline lr*")]
+    assert vs_llama[3].startswith("+1") and vs_llama[4] == "Welch t" and vs_llama[5] == "3 vs 3"
+    assert vs_t1[3].startswith("+0.5") and vs_t1[4] == "paired t" and vs_t1[5] == "3 pairs"
+    assert vs_t1[-1] == "worse"  # +0.5 at every seed, paired
+    comparisons = build_comparisons(records)
+    assert comparisons.notes and "Welch for" in comparisons.notes[0] and t1.name in comparisons.notes[0]
+    text = write_report(records, "two_baselines", tmp_path).read_text()
     per_lr = text.split("per learning rate")[1].split("## ")[0]
     assert per_lr.count(f"| {t2.name} |") == 3  # three learning rates, listed once, not once per baseline
-    optima = text.split("## Δ of the optima")[1].split("## ")[0]
-    assert optima.count(f"| {t2.name} | {llama.name} |") == 1 and optima.count(f"| {t2.name} | {t1.name} |") == 1
+    family = text.split("comparisons, one family")[1].split("## ")[0]
+    assert family.count(f"| {t2.name} | {llama.name} |") == 1 and family.count(f"| {t2.name} | {t1.name} |") == 1
     main_table = text.split("## ")[0]
-    assert text.index("mean ± std over seeds") < text.index("## Δ of the optima")  # the first two tables stay put
-    assert main_table.count(f"| {t2.name} |") == 1 and main_table.count(f"| {t2.name} (vs {t1.name}) |") == 1
+    assert main_table.count(f"| {t2.name} |") == 1
+    assert text.index("comparisons, one family") < text.index("mean ± std over seeds")
+
+
+def test_holm_over_the_report_and_the_verdict_follow_the_adjusted_p():
+    # Four comparisons whose raw p straddle α: Holm by hand, verdicts from the adjusted p.
+    from scipy import stats as st
+
+    llama, ls = record("llama", "1", 10.0, metric="test perplexity")
+    llama.stats = VariantStatistics("test perplexity", ls, {}).to_dict()
+    records, raw = [llama], {}
+    for i, shift in enumerate((0.02, 0.05, 0.5, -0.004)):
+        rec, _ = record(f"v{i}", "1", 10.0, llama.key, metric="test perplexity")
+        noise = [0.0, 0.04, -0.03][:3]
+        obs = [Observation(t.lr, t.seed, t.ppl + shift + noise[t.seed]) for t in llama.trials]
+        vs = variant_stats(obs, n_resamples=0)
+        rec.stats = VariantStatistics("test perplexity", vs, {}).to_dict() | {
+            "pairing": {"llama": {"paired": True, "reason": ""}}}
+        records.append(rec)
+    comparisons = build_comparisons(records)
+    ps = [c.test.decision.p for c in comparisons.rows]
+    for c in comparisons.rows:
+        lr = c.test.lr_variant
+        v = [o for o in VariantStatistics.from_dict(next(r for r in records if r.name == c.variant).stats).stats.at(lr).values]
+        b = list(ls.at(lr).values)
+        assert c.test.decision.p == pytest.approx(st.ttest_rel(v, b).pvalue, rel=1e-9)
+    order = np.argsort(ps)
+    m = len(ps)
+    holm = np.minimum(1, np.maximum.accumulate([(m - i) * ps[j] for i, j in enumerate(order)]))
+    expected = dict(zip(order, holm))
+    for i, c in enumerate(comparisons.rows):
+        assert c.test.decision.p_holm == pytest.approx(expected[i], rel=1e-9)
+        assert c.test.decision.resolved == (expected[i] <= 0.05)

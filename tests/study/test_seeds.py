@@ -9,7 +9,8 @@ import yaml
 from cem_ablate.cli.main import main
 from cem_ablate.config import ConfigError
 from cem_ablate.study.sequential import add_seeds
-from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds, parse_study
+from cem_ablate.study.pairing import Pairing
+from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds, StatisticsConfig, parse_study
 from cem_ablate.study.trials import TrialPoint, VariantTrials
 from tests.study.tiny_study import write_study
 
@@ -95,18 +96,25 @@ def fake_session(variant_offsets, noise):
     for name, offset in variant_offsets.items():
         variants.append(SimpleNamespace(key=name, name=name, baselines={"llama": "llama"}))
         trials[name] = FakeTrials({k: v + offset + noise * (-1) ** k[1] for k, v in base.items()})
-    spec = SimpleNamespace(seeds=SequentialSeeds(2, 4, "resolved"), lr_search=LrSearchConfig(grid=grid))
+    spec = SimpleNamespace(seeds=SequentialSeeds(2, 4, "resolved"), lr_search=LrSearchConfig(grid=grid),
+                           statistics=StatisticsConfig())
     return SimpleNamespace(spec=spec, variants=variants, trials=trials)
 
 
+def paired(session):
+    """What the coordinator's publisher holds: every pair of the fake study paired by seed."""
+    return SimpleNamespace(pairings={(v.key, name): Pairing(True, "test") for v in session.variants
+                                     for name in v.baselines})
+
+
 def test_only_unresolved_pairs_get_a_seed_and_baselines_move_with_them():
-    session = fake_session({"clear": -3.0, "close": -0.05}, noise=0.1)
-    lines = add_seeds(session)
-    assert session.trials["clear"].n == 2  # resolved (Δ -3, differences ± 0.1): no more seeds
+    session = fake_session({"clear": -3.0, "close": -0.05}, noise=0.02)
+    lines = add_seeds(session, paired(session))
+    assert session.trials["clear"].n == 2  # resolved (Δ -3, differences ± 0.02): no more seeds
     assert session.trials["close"].n == 3 and session.trials["llama"].n == 3
     assert len(lines) == 2 and any(line.startswith("close:") for line in lines)
-    add_seeds(session), add_seeds(session)
-    assert session.trials["close"].n == 4 and not add_seeds(session)  # max reached: nothing more
+    add_seeds(session, paired(session)), add_seeds(session, paired(session))
+    assert session.trials["close"].n == 4 and not add_seeds(session, paired(session))  # max reached: nothing more
     assert add_seeds(SimpleNamespace(spec=SimpleNamespace(seeds=[0, 1]))) == []  # a list of seeds: never
 
 
@@ -115,10 +123,10 @@ def test_seeds_are_added_one_paired_seed_per_look():
     # baseline 2: each look adds one paired seed (Llama 3, then 4), not all at once.
     session = fake_session({"close": -0.05}, noise=0.1)
     session.trials["close"].n = 4
-    assert add_seeds(session) == ["llama: a Δ is unresolved, now seeds 0..2 (max 4)"]
+    assert add_seeds(session, paired(session)) == ["llama: a Δ is unresolved, now seeds 0..2 (max 4)"]
     assert session.trials["llama"].n == 3 and session.trials["close"].n == 4
-    add_seeds(session)
-    assert session.trials["llama"].n == 4 and not add_seeds(session)
+    add_seeds(session, paired(session))
+    assert session.trials["llama"].n == 4 and not add_seeds(session, paired(session))
 
 
 def test_at_own_adds_seeds_where_the_variants_own_optimum_is_unresolved():
@@ -132,14 +140,57 @@ def test_at_own_adds_seeds_where_the_variants_own_optimum_is_unresolved():
     def session(at):
         variants = [SimpleNamespace(key="llama", name="llama", baselines={}),
                     SimpleNamespace(key="moved", name="moved", baselines={"llama": "llama"})]
-        spec = SimpleNamespace(seeds=SequentialSeeds(2, 4, "resolved", at), lr_search=LrSearchConfig(grid=grid))
+        spec = SimpleNamespace(seeds=SequentialSeeds(2, 4, "resolved", at), lr_search=LrSearchConfig(grid=grid),
+                               statistics=StatisticsConfig())
         return SimpleNamespace(spec=spec, variants=variants,
                                trials={"llama": FakeTrials(base), "moved": FakeTrials(moved)})
 
-    assert add_seeds(session("baseline")) == []  # +6 at 2e-3, differences ± 0.1: resolved worse
+    s = session("baseline")
+    assert add_seeds(s, paired(s)) == []  # +6 at 2e-3, differences ± 0.05: resolved worse
     for at in ("own", "both"):
         s = session(at)
-        assert add_seeds(s) and s.trials["moved"].n == 3 and s.trials["llama"].n == 3
+        assert add_seeds(s, paired(s)) and s.trials["moved"].n == 3 and s.trials["llama"].n == 3
+
+
+def one_lr_session(diffs, spread=1.0, max_seeds=4, alpha=0.05, at="baseline"):
+    """A variant and its baseline at one learning rate, with per-seed differences `diffs`."""
+    base = {(2e-3, s): 10.0 + spread * s for s in range(len(diffs))}
+    variant = {(2e-3, s): base[(2e-3, s)] + d for s, d in enumerate(diffs)}
+    variants = [SimpleNamespace(key="llama", name="llama", baselines={}),
+                SimpleNamespace(key="v", name="v", baselines={"llama": "llama"})]
+    spec = SimpleNamespace(seeds=SequentialSeeds(len(diffs), max_seeds, "resolved", at),
+                           lr_search=LrSearchConfig(grid=[2e-3]), statistics=StatisticsConfig(alpha=alpha))
+    trials = {"llama": FakeTrials(base, n=len(diffs)), "v": FakeTrials(variant, n=len(diffs))}
+    return SimpleNamespace(spec=spec, variants=variants, trials=trials)
+
+
+def test_the_rule_stops_at_the_designs_threshold_not_at_alpha():
+    # Three paired seeds whose p lies between α/K and α: the old rule (a 95% interval
+    # excluding 0) stopped here; the design of looks 3..4 tests each look at α/2.
+    from scipy import stats
+
+    from cem_ablate.analysis.decision import Design
+
+    diffs = [-1.0, -0.5, -0.8]
+    p = stats.ttest_1samp(diffs, 0.0).pvalue
+    design = Design.sequential(3, 4, "baseline", 0.05)
+    assert design.look_alpha() < p <= 0.05
+    s = one_lr_session(diffs)
+    assert add_seeds(s, paired(s)) and s.trials["v"].n == 4  # unresolved under the design: one more seed
+    clear = [-1.0, -0.9, -1.1]
+    assert stats.ttest_1samp(clear, 0.0).pvalue <= design.look_alpha()
+    s = one_lr_session(clear)
+    assert add_seeds(s, paired(s)) == [] and s.trials["v"].n == 3  # resolved: stops
+    s = one_lr_session(clear, at="both")  # two tests per look: K = 4, α/4 = 0.0125 still passed
+    assert add_seeds(s, paired(s)) == []
+
+
+def test_unpaired_pairs_are_tested_with_welch():
+    # The same values: paired differences are tight, but the seeds spread 1.0 apart; a
+    # pair the platform did not find paired is judged by Welch and stays unresolved.
+    clear = [-1.0, -0.9, -1.1]
+    s = one_lr_session(clear, spread=1.0)
+    assert add_seeds(s) and s.trials["v"].n == 4
 
 
 def test_dry_run_states_the_worst_case(tmp_path, monkeypatch, capsys):

@@ -1,0 +1,115 @@
+"""A study's comparisons as one family: which tests a report makes, and their verdicts.
+
+Per variant and baseline, up to three Δ = variant − baseline (the objective is
+minimized: Δ < 0 is better), each the grid point nearest (log2 lr) an Akima lr*:
+- "baseline lr*": both at the baseline's lr* grid point (the headline: "does the
+  variant beat the tuned baseline as a drop-in?");
+- "own lr*": both at the variant's own lr* grid point, where that is another one;
+- "optima": each at its own lr* grid point (tuned vs tuned), where those differ from
+  both of the above.
+Tests on the same data are one test, not two. Each is `analysis.decision.decide`:
+paired t over the shared seeds where the pair is paired (one learning rate, and
+`study.pairing` found identical initializations and data order), else Welch over every
+finished seed of each side. The family is every test of the report: Holm-adjusted at
+the study's `statistics: {alpha, correction}` (`analysis.decision.adjust`), on the
+p-values already corrected for the seed design's looks (`Design`).
+
+Pure functions of the variants' statistics: the coordinator (MLflow tags) and the
+report call the same ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cem_ablate.analysis.decision import Decision, Design, adjust, decide
+from cem_ablate.analysis.statistics import VariantStats
+
+AT_BASELINE, AT_OWN, AT_OPTIMA = "baseline lr*", "own lr*", "optima"
+
+
+@dataclass(frozen=True)
+class Test:
+    """One comparison of the family, decided."""
+
+    variant: str  # variant key
+    baseline: str  # the baseline's name in the study file
+    at: str  # AT_BASELINE, AT_OWN or AT_OPTIMA
+    lr_variant: float
+    lr_baseline: float
+    paired: bool  # the test used (paired t or Welch)
+    decision: Decision
+
+
+def design_of(seeds, alpha: float) -> Design:
+    """The study's seed design: a list of seeds is one look; `{min, max, until, at}` a
+    look after every seed (`at: both`: two tests per look)."""
+    from cem_ablate.study.spec import SequentialSeeds
+
+    if isinstance(seeds, SequentialSeeds):
+        return Design.sequential(seeds.min, seeds.max, seeds.at, alpha)
+    return Design.fixed(len(seeds), alpha)
+
+
+def design_record(design: Design, correction: str) -> dict:
+    """How the verdicts were decided, for stats.json (a report of the stored study reads it)."""
+    return {"looks": list(design.looks), "tests_per_look": design.tests_per_look, "alpha": design.alpha,
+            "correction": correction}
+
+
+def design_from_record(record: Mapping) -> tuple[Design, str]:
+    return (Design(tuple(record["looks"]), int(record["tests_per_look"]), float(record["alpha"])),
+            str(record["correction"]))
+
+
+def decide_at(variant: VariantStats, baseline: VariantStats, lr_variant: float, lr_baseline: float,
+              paired: bool, design: Design) -> Decision:
+    """One Δ: the variant at `lr_variant` vs the baseline at `lr_baseline`; paired only
+    at one learning rate of a paired pair."""
+    v, b = variant.at(lr_variant), baseline.at(lr_baseline)
+    return decide(v.by_seed() if v else {}, b.by_seed() if b else {},
+                  paired=paired and lr_variant == lr_baseline, design=design)
+
+
+def comparison_points(variant: VariantStats, baseline: VariantStats) -> list[tuple[str, float, float]]:
+    """(at, variant lr, baseline lr) of each distinct test of one variant/baseline pair."""
+    lr_b, lr_v = baseline.best_grid_lr, variant.best_grid_lr
+    out = []
+    for at, pair in ((AT_BASELINE, (lr_b, lr_b)), (AT_OWN, (lr_v, lr_v)), (AT_OPTIMA, (lr_v, lr_b))):
+        if None not in pair and pair not in [(a, b) for _, a, b in out]:
+            out.append((at, *pair))
+    return out
+
+
+def decide_family(stats: Mapping[str, VariantStats], baselines: Mapping[str, Mapping[str, str]],
+                  paired: Mapping[tuple[str, str], bool], design: Design, correction: str) -> list[Test]:
+    """Every test of the study (variants in `baselines`' order), Holm-adjusted together.
+
+    `stats`: variant key -> its statistics; `baselines`: variant key -> {baseline name:
+    baseline's variant key}; `paired`: (variant key, baseline name) -> whether the pair
+    is paired (missing: not paired, Welch)."""
+    tests = []
+    for key, named in baselines.items():
+        if key not in stats:
+            continue
+        for name, base_key in named.items():
+            if base_key not in stats:
+                continue
+            is_paired = paired.get((key, name), False)
+            for at, lr_v, lr_b in comparison_points(stats[key], stats[base_key]):
+                decision = decide_at(stats[key], stats[base_key], lr_v, lr_b, is_paired, design)
+                tests.append(Test(key, name, at, lr_v, lr_b, is_paired and lr_v == lr_b, decision))
+    adjusted = adjust([t.decision for t in tests], alpha=design.alpha, correction=correction)
+    return [Test(t.variant, t.baseline, t.at, t.lr_variant, t.lr_baseline, t.paired, d)
+            for t, d in zip(tests, adjusted)]
+
+
+def headline(tests: list[Test], variant: str, baseline: str, at: str = AT_BASELINE) -> Test | None:
+    """The test `at` of one pair; "own lr*" on the baseline's grid point is the headline
+    test itself (one test, not two)."""
+    mine = [t for t in tests if t.variant == variant and t.baseline == baseline]
+    exact = next((t for t in mine if t.at == at), None)
+    if exact is not None or at != AT_OWN:
+        return exact
+    return next((t for t in mine if t.at == AT_BASELINE), None)
