@@ -51,6 +51,13 @@ class Design:
     tests_per_look: int = 1  # 2 for sequential `at: both` (two grid points tested per look)
     alpha: float = ALPHA
 
+    def __post_init__(self) -> None:
+        # Programming errors, not user input: the study file and the CLI validate theirs first.
+        if not self.looks or any(n < 1 for n in self.looks) or list(self.looks) != sorted(set(self.looks)):
+            raise ValueError(f"looks must be increasing seed counts >= 1, got {self.looks}")
+        if self.tests_per_look < 1 or not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"tests_per_look >= 1 and 0 < alpha < 1, got {self.tests_per_look}, {self.alpha}")
+
     @classmethod
     def fixed(cls, n: int, alpha: float = ALPHA) -> Design:
         return cls((int(n),), 1, float(alpha))
@@ -59,6 +66,8 @@ class Design:
     def sequential(cls, min: int, max: int, at: str = "baseline", alpha: float = ALPHA) -> Design:  # noqa: A002
         """`seeds: {min, max, until: resolved, at}`: a look after every added seed. A look
         with fewer than 2 seeds tests nothing (no spread to judge by) and spends no α."""
+        if at not in ("baseline", "own", "both"):
+            raise ValueError(f"at must be baseline, own or both, got {at!r}")
         looks = tuple(range(builtin_max(int(min), 2), int(max) + 1))
         return cls(looks or (int(max),), 2 if at == "both" else 1, float(alpha))
 

@@ -23,6 +23,10 @@ def test_designs_count_their_looks_and_tests():
     assert both.looks == (3, 4, 5, 6) and both.tests_per_look == 2 and both.look_alpha() == pytest.approx(0.1 / 8)
     assert Design.sequential(1, 3).looks == (2, 3)  # one seed tests nothing and spends no alpha
     assert Design.sequential(2, 2) == Design.fixed(2)
+    for bad in (lambda: Design((), 1), lambda: Design((3, 2)), lambda: Design((3,), 1, 1.5),
+                lambda: Design.sequential(2, 5, at="all")):
+        with pytest.raises(ValueError):
+            bad()
 
 
 @pytest.mark.parametrize("design", [Design.fixed(4), Design.sequential(2, 6), Design.sequential(2, 5, "both")])
