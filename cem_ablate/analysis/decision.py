@@ -68,6 +68,8 @@ class Design:
         with fewer than 2 seeds tests nothing (no spread to judge by) and spends no α."""
         if at not in ("baseline", "own", "both"):
             raise ValueError(f"at must be baseline, own or both, got {at!r}")
+        if int(max) < int(min):
+            raise ValueError(f"max must be at least min, got min {min}, max {max}")
         looks = tuple(range(builtin_max(int(min), 2), int(max) + 1))
         return cls(looks or (int(max),), 2 if at == "both" else 1, float(alpha))
 

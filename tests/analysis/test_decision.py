@@ -24,7 +24,7 @@ def test_designs_count_their_looks_and_tests():
     assert Design.sequential(1, 3).looks == (2, 3)  # one seed tests nothing and spends no alpha
     assert Design.sequential(2, 2) == Design.fixed(2)
     for bad in (lambda: Design((), 1), lambda: Design((3, 2)), lambda: Design((3,), 1, 1.5),
-                lambda: Design.sequential(2, 5, at="all")):
+                lambda: Design.sequential(2, 5, at="all"), lambda: Design.sequential(5, 3)):
         with pytest.raises(ValueError):
             bad()
 
