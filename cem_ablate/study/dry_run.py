@@ -1,4 +1,12 @@
-"""`cem-ablate study FILE --dry-run`: the plan and its cost; nothing is written anywhere."""
+"""`cem-ablate study FILE --dry-run`: the plan, its cost and its power; nothing is written anywhere.
+
+Power before compute (issue 18): for the study's seed design (`study.verdicts.design_of`,
+the rule the study's verdicts use) the false-positive rate, simulated through the
+decision rule (`analysis.power`), and the smallest Δ detected with 80% power, in
+units of the seed-to-seed std, for a paired comparison and an unpaired (Welch) one:
+which applies to a pair is checked when the study runs (`study.pairing`), not here
+(it builds both models).
+"""
 
 from __future__ import annotations
 
@@ -60,6 +68,25 @@ def lr_plan_text(expanded: ExpandedStudy) -> str:
             f"[{search.low:g}, {search.high:g}], {search.interpolation} fit); {seeds}")
 
 
+def power_lines(expanded: ExpandedStudy) -> list[str]:
+    """The seed design's false-positive rate and 80%-power effect, paired and Welch."""
+    from cem_ablate.analysis.power import false_positive_rate, min_detectable_effect
+    from cem_ablate.study.verdicts import design_of
+
+    spec = expanded.spec
+    design = design_of(spec.seeds, spec.statistics.alpha)
+    family = {"holm": "Holm over the report's comparisons", "none": "no correction over the report"}
+    lines = [f"seed design: {design.describe()}; {family[spec.statistics.correction]}"]
+    for paired, test, unit in ((True, "paired t", "std of the per-seed differences"),
+                               (False, "Welch t", "seed-to-seed std of each side")):
+        mde = min_detectable_effect(design, 0.8, paired)
+        detects = (f"detects Δ ≥ {mde:.2f} × the {unit} with 80% power" if mde is not None
+                   else "cannot resolve any Δ (fewer than 2 seeds)")
+        lines.append(f"  {test} ({'pairs checked paired' if paired else 'otherwise'}): false-positive rate "
+                     f"{false_positive_rate(design, paired=paired):.3f} (simulated, α = {design.alpha:g}); {detects}")
+    return lines
+
+
 def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console) -> None:
     from rich.table import Table
 
@@ -88,3 +115,6 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
         worst = f" in the worst case (every Δ unresolved; {sum(r.min_trials for r in rows)} if all resolve at once)"
     console.print(f"total: {total_trials} trials{worst}, {_si(total_flops)}FLOP of training, "
                   f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")
+    if any(v.baselines for v in expanded.variants):
+        for line in power_lines(expanded):
+            console.print(line, markup=False, highlight=False)

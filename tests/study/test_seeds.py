@@ -200,5 +200,16 @@ def test_dry_run_states_the_worst_case(tmp_path, monkeypatch, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "total: 24 trials in the worst case" in out and "12 if all resolve at once" in out
     assert "6-12" in out and "up to 0..3" in out
+    # Power before compute: the design's false-positive rate and 80%-power effect, by the decision rule
+    from cem_ablate.analysis.decision import Design
+    from cem_ablate.analysis.power import false_positive_rate, min_detectable_effect
+
+    design = Design.sequential(2, 4, "baseline", 0.05)
+    assert "sequential seeds 2..4" in out and f"p <= {design.look_alpha():.4g}" in out
+    for paired, test in ((True, "paired t"), (False, "Welch t")):
+        rate, mde = false_positive_rate(design, paired=paired), min_detectable_effect(design, 0.8, paired)
+        assert rate <= 0.05
+        line = out.split(test + " (")[1].split(" power")[0]
+        assert f"false-positive rate {rate:.3f} (simulated, α = 0.05)" in line and f"detects Δ ≥ {mde:.2f} ×" in line
     assert not (tmp_path / "mlruns").exists()
     assert yaml.safe_load(path.read_text())["seeds"] == SEQUENTIAL
