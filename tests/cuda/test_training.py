@@ -154,3 +154,47 @@ def test_bench_peak_memory_is_the_cuda_allocator_peak():
 
     peak = step_peak_bytes(step, batch)
     assert 64 * mib <= peak <= 64 * mib + 2 * mib
+
+
+@pytest.mark.parametrize("attention", [
+    "llama",
+    pytest.param("cem", marks=pytest.mark.xfail(
+        strict=False, reason="components/cem_attention_kernels.py copies alibi_slopes(...) to the GPU on every "
+                             "call (a synchronizing host-to-device copy); issue 20 lists the lines")),
+])
+def test_ordinary_training_steps_do_not_synchronize_the_gpu(attention, tmp_path):
+    """Issue 20, training = bench: CUDA's sync debug mode flags every synchronizing call;
+    none may happen on an ordinary step (only on the first, warm-up step and on the
+    logging, validation, checkpoint and last steps). The CPU twin of this test is
+    tests/training/test_host_syncs.py. NOT YET RUN on a GPU (written without one)."""
+    import traceback
+    import warnings
+
+    from cem_ablate.training.engine import train_run
+    from tests.training.test_host_syncs import StepWindows
+
+    windows = StepWindows()
+    cfg = run_config(f"cuda-syncs-{attention}", log_every_n_steps=5)
+    cfg["train"].update(max_steps=12, val_every_n_steps=12, ckpt_every_n_steps=12)
+    cfg["model"]["attention"] = sublayer("attention", attention)
+    flagged: dict[int, list[str]] = {}
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        if windows.step is not None and "synchroniz" in str(message):
+            frames = [f for f in traceback.extract_stack(limit=12)[:-1] if "warnings" not in f.filename][-4:]
+            flagged.setdefault(windows.step, []).append(" < ".join(
+                f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames)))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+                               progress=False, extra_callbacks=[windows])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert result.status == "finished", result.error
+    allowed = {1, 5, 10, 12}  # warm-up, logging every 5, validation + checkpoint + end at 12
+    bad = {step: sorted(set(where))[:5] for step, where in flagged.items() if step not in allowed}
+    assert not bad, bad
