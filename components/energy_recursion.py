@@ -207,7 +207,8 @@ class EnergyRecursion(nn.Module):
         def step(x, v, t):
             y, scaled = lookahead(x, v)
             d = self.direction(self.query_state(y, c, t), ctx)
-            v = d if scaled is None else scaled + d
+            # v^1 = d in the state's precision: under autocast d is bf16, and v accumulates
+            v = d.to(x.dtype) if scaled is None else scaled + d
             return x + v, v
 
         x, v = x0, None

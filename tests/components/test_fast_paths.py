@@ -160,6 +160,30 @@ def test_recursion_options_fast_equals_reference(kind, sub, state, k, ckpt):
     assert_same_function(fast, ref, random_stream())
 
 
+@pytest.mark.parametrize("update", ["heavy_ball", "nesterov"])
+@pytest.mark.parametrize("kind,sub", [
+    ("attention", {"name": "cem", "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank", "rank": 3}}),
+    ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "learnable_momentum": True}),
+    ("mlp", {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 3}, "learnable_momentum": True}),
+    ("mlp", {"name": "hopfield", "preconditioner": "diag", "learnable_step_size": True}),
+], ids=["attention-shared", "attention-exact", "mlp", "hopfield"])
+@pytest.mark.parametrize("k,ckpt", [(None, False), (2, True)])
+def test_momentum_fast_equals_reference(kind, sub, update, k, ckpt):
+    """SPEC §11.1 momentum through the fast path, with truncation and checkpointing."""
+    opts = {"steps": 3, "update": update, "momentum": 0.6, "checkpoint_steps": ckpt, "step_size": 0.7}
+    if k is not None:
+        opts["backprop_steps"] = k
+    fast, ref = pair(kind, {**sub, **opts})
+    assert_same_function(fast, ref, random_stream())
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+@pytest.mark.parametrize("precond", PRECONDS, ids=str)
+def test_hopfield_fast_equals_reference(steps, precond):
+    fast, ref = pair("mlp", {"name": "hopfield", "steps": steps, "preconditioner": precond, "step_size": 0.8})
+    assert_same_function(fast, ref, random_stream())
+
+
 def test_checkpointing_keeps_the_energy_trace():
     layer = build_sublayer("attention", {"name": "cem", "steps": 3, "step_size": 0.05, "checkpoint_steps": True})
     layer.track_energy = True
@@ -172,6 +196,8 @@ def test_checkpointing_keeps_the_energy_trace():
     ("attention", {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": "diag_lowrank"}),
     ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact"}),
     ("mlp", {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank"}),
+    ("attention", {"name": "cem", "steps": 3, "kq_diag": "shared", "update": "nesterov", "learnable_momentum": True}),
+    ("mlp", {"name": "hopfield", "steps": 3, "update": "heavy_ball", "preconditioner": "diag_lowrank"}),
 ])
 def test_bf16_autocast_stays_close_to_float32(kind, sub):
     """Mixed precision: the fast kernels keep scores and probabilities in float32."""
