@@ -1,4 +1,4 @@
-"""Seeds, intervals and verdicts: how sure a study is that a variant beats its baseline.
+"""One variant's seeds: per-lr statistics, lr* and objective* with their intervals.
 
 Every objective of the platform is minimized (text: test perplexity, GP: test RMSE,
 MQAR: recall error = 1 - recall accuracy; `TrainResult.objective`), so "better" always
@@ -11,16 +11,8 @@ Per variant (`variant_stats`):
   t-interval over the seeds' own optima plus the interpolation's uncertainty, its
   coverage checked by simulation); with fewer seeds "n too small" instead.
 
-Per variant and baseline (`compare`): the paired difference Δ = variant - baseline,
-pairing trials of the same learning rate and seed (same init and data order, so the
-seed-to-seed noise largely cancels), at two grid points:
-- "baseline lr*": the grid learning rate nearest (in log2 lr, the axis of the fit) to
-  the baseline's Akima lr*: "does the variant beat the tuned baseline as a drop-in?";
-- "own lr*": the grid learning rate nearest to the variant's own Akima lr*, against
-  the baseline at that same learning rate.
-Each gets a 95% t-interval (`scipy.stats.ttest_rel(...).confidence_interval`), a
-verdict (`better` when the interval lies below 0, `worse` above, else `unresolved`)
-and the number of seeds needed (`seeds_needed`).
+Verdicts (Δ of a variant against its baseline, its test, p and Holm p) are not
+here: `analysis.decision` is the one rule, `study.verdicts` picks the comparisons.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,10 +28,6 @@ from cem_ablate.analysis.akima import AkimaFit, fit_akima
 from cem_ablate.analysis.optimum import optimum_bounds
 
 LEVEL = 0.95
-MAX_SEEDS_NEEDED = 100_000  # beyond this, "needs more seeds than anyone will train": None
-
-BETTER, WORSE, UNRESOLVED = "better", "worse", "unresolved"
-AT_BASELINE_OPTIMUM, AT_OWN_OPTIMUM = "baseline lr*", "own lr*"
 
 # The objective of each task (TrainResult.objective), all minimized.
 OBJECTIVE_NAMES = {"text": "test perplexity", "gp": "test RMSE", "mqar": "recall error"}
@@ -135,38 +123,6 @@ class VariantStats:
         return nearest_lr([r.lr for r in self.by_lr], self.optimum.lr_star) if self.optimum else None
 
 
-@dataclass(frozen=True)
-class PairedDelta:
-    at: str  # AT_BASELINE_OPTIMUM or AT_OWN_OPTIMUM
-    lr: float  # the grid learning rate both are compared at
-    seeds: tuple[int, ...]  # the seeds finished by both at `lr`
-    delta: float | None  # mean of (variant - baseline) over those seeds
-    std: float | None  # std of the differences (ddof=1)
-    interval: Interval | None  # 95% t-interval of the mean difference (n >= 2)
-    p_value: float | None
-    verdict: str
-    seeds_needed: int | None  # see `seeds_needed`
-
-    @property
-    def n(self) -> int:
-        return len(self.seeds)
-
-    @property
-    def resolved(self) -> bool:
-        return self.verdict != UNRESOLVED
-
-
-@dataclass(frozen=True)
-class Comparison:
-    at_baseline_optimum: PairedDelta | None
-    at_own_optimum: PairedDelta | None
-
-    @property
-    def verdict(self) -> str:
-        """The headline verdict: at the baseline's lr* (the tuned baseline)."""
-        return self.at_baseline_optimum.verdict if self.at_baseline_optimum else UNRESOLVED
-
-
 # -- per variant -------------------------------------------------------------------------
 
 
@@ -230,121 +186,13 @@ def variant_stats(obs: Iterable[Observation], method: str = "akima", n_resamples
                                       bounds.reason))
 
 
-# -- variant vs baseline -------------------------------------------------------------------
+# -- the grid point of an optimum ----------------------------------------------------------
 
 
 def nearest_lr(lrs: Iterable[float], target: float) -> float | None:
     """The grid learning rate nearest `target` in log2(lr) (the fit's axis); ties: the lower."""
     lrs = sorted(lrs)
     return min(lrs, key=lambda lr: abs(math.log2(lr) - math.log2(target))) if lrs else None
-
-
-def seeds_needed(delta: float, std: float, level: float = LEVEL, cap: int = MAX_SEEDS_NEEDED) -> int | None:
-    """Seeds a paired t-test needs to resolve `delta` at spread `std` of the differences.
-
-    Definition: the smallest n >= 2 whose two-sided t-interval half-width,
-    t_{(1+level)/2, n-1} * std / sqrt(n), is below |delta| -- i.e. if the next seeds
-    showed the same mean difference and spread, the interval would exclude 0. (A
-    precision criterion, not 80%-power: with the true Δ equal to the observed one, such
-    an n resolves it about half the time.) None when delta is 0 or beyond `cap`.
-    """
-    from scipy.stats import t
-
-    if not math.isfinite(delta) or delta == 0.0 or not math.isfinite(std):
-        return None
-    if std == 0.0:
-        return 2
-    n = np.arange(2, cap + 1, dtype=np.float64)
-    half_width = t.ppf(0.5 + level / 2.0, n - 1.0) * std / np.sqrt(n)
-    below = np.flatnonzero(half_width < abs(delta))
-    return int(n[below[0]]) if below.size else None
-
-
-def verdict_of(interval: Interval | None) -> str:
-    """Minimized objective: an interval of Δ = variant - baseline below 0 is better."""
-    if interval is None:
-        return UNRESOLVED
-    if interval.high < 0.0:
-        return BETTER
-    if interval.low > 0.0:
-        return WORSE
-    return UNRESOLVED
-
-
-def paired_delta(variant: LrStats | None, baseline: LrStats | None, at: str, lr: float,
-                 level: float = LEVEL) -> PairedDelta:
-    """Δ = variant - baseline over the seeds both finished at `lr`, with a t-interval."""
-    from scipy.stats import ttest_rel
-
-    v = variant.by_seed() if variant is not None else {}
-    b = baseline.by_seed() if baseline is not None else {}
-    seeds = tuple(sorted(set(v) & set(b)))
-    if not seeds:
-        return PairedDelta(at, lr, seeds, None, None, None, None, UNRESOLVED, None)
-    xv = np.asarray([v[s] for s in seeds], dtype=np.float64)
-    xb = np.asarray([b[s] for s in seeds], dtype=np.float64)
-    diffs = xv - xb
-    delta = float(np.mean(diffs))
-    if len(seeds) == 1:  # no spread to judge by
-        return PairedDelta(at, lr, seeds, delta, None, None, None, UNRESOLVED, None)
-    std = float(np.std(diffs, ddof=1))
-    if std == 0.0:  # identical differences: t is undefined (scipy gives NaN); the interval is the point
-        interval = Interval(delta, delta, level, "t")
-        p_value = 0.0 if delta != 0.0 else 1.0
-    else:
-        result = ttest_rel(xv, xb)
-        ci = result.confidence_interval(level)
-        interval = Interval(float(ci.low), float(ci.high), level, "t")
-        p_value = float(result.pvalue)
-    return PairedDelta(at, lr, seeds, delta, std, interval, p_value, verdict_of(interval),
-                       seeds_needed(delta, std, level))
-
-
-def compare(variant: VariantStats, baseline: VariantStats) -> Comparison:
-    """Paired Δ at the baseline's lr* grid point and at the variant's own lr* grid point."""
-
-    def at(lr: float | None, label: str) -> PairedDelta | None:
-        return None if lr is None else paired_delta(variant.at(lr), baseline.at(lr), label, lr)
-
-    return Comparison(at(baseline.best_grid_lr, AT_BASELINE_OPTIMUM), at(variant.best_grid_lr, AT_OWN_OPTIMUM))
-
-
-@dataclass(frozen=True)
-class OptimaDelta:
-    """Δ between two variants each at its own best grid point: different learning rates,
-    so the seeds are not paired; Welch's t-interval (unequal variances)."""
-
-    variant_lr: float
-    baseline_lr: float
-    n_variant: int
-    n_baseline: int
-    delta: float  # mean(variant at its lr) - mean(baseline at its lr)
-    interval: Interval | None  # 95% Welch interval (>= 2 seeds each)
-    p_value: float | None
-    verdict: str
-
-
-def delta_of_optima(variant: VariantStats, baseline: VariantStats, level: float = LEVEL) -> OptimaDelta | None:
-    """Each at the grid point nearest its own lr*: "is the variant, tuned, better than the
-    baseline, tuned?" -- the question the paired Δs answer only when both optima share
-    a grid point (Table 3's depths and Fig. 2c's T = 2 move to other learning rates)."""
-    from scipy.stats import ttest_ind
-
-    lr_v, lr_b = variant.best_grid_lr, baseline.best_grid_lr
-    if lr_v is None or lr_b is None:
-        return None
-    xv = np.asarray(variant.at(lr_v).values, dtype=np.float64)
-    xb = np.asarray(baseline.at(lr_b).values, dtype=np.float64)
-    delta = float(xv.mean() - xb.mean())
-    if len(xv) < 2 or len(xb) < 2:
-        return OptimaDelta(lr_v, lr_b, len(xv), len(xb), delta, None, None, UNRESOLVED)
-    if np.std(xv) == 0.0 and np.std(xb) == 0.0:  # no spread: scipy's interval is NaN; the point
-        interval, p_value = Interval(delta, delta, level, "welch"), (0.0 if delta != 0.0 else 1.0)
-    else:
-        result = ttest_ind(xv, xb, equal_var=False)
-        ci = result.confidence_interval(level)
-        interval, p_value = Interval(float(ci.low), float(ci.high), level, "welch"), float(result.pvalue)
-    return OptimaDelta(lr_v, lr_b, len(xv), len(xb), delta, interval, p_value, verdict_of(interval))
 
 
 # -- one variant's statistics, as logged on its parent run and read back by the report -----
@@ -357,7 +205,9 @@ class VariantStatistics:
 
     objective: str  # the task's metric: "test perplexity", "test RMSE", "recall error"
     stats: VariantStats
-    comparisons: dict[str, Comparison]  # baseline name -> paired Δ
+    # Left empty: verdicts are `study.verdicts`'. stats.json written before issue 18 carries
+    # the old paired Δs here; they are read back as plain dicts and shown nowhere.
+    comparisons: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -369,11 +219,6 @@ class VariantStatistics:
         def interval(d):
             return Interval(**d) if d else None
 
-        def delta(d):
-            if not d:
-                return None
-            return PairedDelta(**(d | {"seeds": tuple(d["seeds"]), "interval": interval(d["interval"])}))
-
         stats = data["stats"]
         rows = tuple(LrStats(r["lr"], tuple(r["seeds"]), tuple(r["values"])) for r in stats["by_lr"])
         opt = stats["optimum"]
@@ -381,6 +226,4 @@ class VariantStatistics:
             AkimaFit.from_dict(opt["fit"]),
             opt["n_seeds"], interval(opt["lr_interval"]), interval(opt["objective_interval"]),
             opt.get("interval_note"))
-        comparisons = {name: Comparison(delta(c["at_baseline_optimum"]), delta(c["at_own_optimum"]))
-                       for name, c in data["comparisons"].items()}
-        return cls(data["objective"], VariantStats(rows, optimum), comparisons)
+        return cls(data["objective"], VariantStats(rows, optimum), dict(data.get("comparisons") or {}))
