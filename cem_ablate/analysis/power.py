@@ -22,6 +22,7 @@ user decides how many to buy (`cem-ablate power`, the dry run).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -35,6 +36,24 @@ RHO = 0.5  # correlation of the two grid points' Δs under `at: both` (neighbour
 POWER = 0.8
 
 
+@functools.lru_cache(maxsize=8)
+def _draws(reps: int, tests: int, n_max: int, seed: int, rho: float, paired: bool) -> tuple[np.ndarray, ...]:
+    """Standard normal seeds of the simulated comparisons, (reps, tests, n_max) per side
+    (paired: the differences, one side), the tests of one seed correlated `rho`. Cached:
+    every Δ a power curve or `min_detectable_effect` tries reuses the same draws (common
+    random numbers: the curve is then monotone, not jittered by resampling)."""
+    rng = np.random.default_rng(seed)
+
+    def one() -> np.ndarray:
+        common = rng.standard_normal((reps, 1, n_max))
+        own = rng.standard_normal((reps, tests, n_max))
+        out = math.sqrt(rho) * common + math.sqrt(1.0 - rho) * own
+        out.setflags(write=False)
+        return out
+
+    return (one(),) if paired else (one(), one())
+
+
 def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps: int = REPS,
              seed: int = RNG_SEED, rho: float = RHO) -> tuple[np.ndarray, np.ndarray]:
     """Run the design's decision rule on `reps` simulated comparisons.
@@ -43,18 +62,12 @@ def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps
     verdict at the last look taken is better/worse, and that look's Δ. The tests of one
     look (the two grid points of `at: both`) are correlated `rho` per seed.
     """
-    rng = np.random.default_rng(seed)
-    tests, n_max = design.tests_per_look, max(design.looks)
-
-    def draws() -> np.ndarray:
-        common = rng.standard_normal((reps, 1, n_max))
-        own = rng.standard_normal((reps, tests, n_max))
-        return math.sqrt(rho) * common + math.sqrt(1.0 - rho) * own
-
+    tests = design.tests_per_look
+    noise = _draws(reps, tests, max(design.looks), seed, rho, paired)
     if paired:
-        diffs = delta_over_std + draws()
+        diffs = delta_over_std + noise[0]
     else:
-        x, y = delta_over_std + draws(), draws()
+        x, y = delta_over_std + noise[0], noise[1]
     rejected = np.zeros((reps, tests), dtype=bool)
     delta = np.zeros((reps, tests))
     stopped = np.zeros(reps, dtype=bool)
