@@ -81,7 +81,7 @@ def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps
     return rejected, delta
 
 
-def false_positive_rate(design: Design, *, paired: bool = True, reps: int = REPS, seed: int = RNG_SEED,
+def false_positive_rate(design: Design, paired: bool = True, *, reps: int = REPS, seed: int = RNG_SEED,
                         rho: float = RHO) -> float:
     """Share of comparisons with no true difference that end with any verdict
     better/worse (any of the look's tests), simulated through the decision rule."""
