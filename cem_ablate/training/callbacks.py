@@ -82,7 +82,14 @@ class ThroughputMonitor(L.Callback):
         self._close(pl_module.device)
 
     def on_train_end(self, trainer, pl_module):
+        """Close the last span; when the last step was not a logging step, write the
+        final rates to the logger (MLflow) at that step, so every run has `mfu`."""
         self._close(pl_module.device)
+        step = trainer.global_step
+        if step % self.log_every_n_steps and trainer.is_global_zero and trainer.logger is not None:
+            metrics = {"tokens_per_sec": self.tokens_per_sec, "mfu": self.mfu}
+            # step - 1: Lightning writes step N's metrics at index N - 1 (`_batches_that_stepped`)
+            trainer.logger.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)}, step=step - 1)
 
     def _close(self, device: torch.device, warmup: bool = False) -> None:
         if self._span_start is None:

@@ -17,6 +17,7 @@ from collections import defaultdict
 import lightning as L
 import pytest
 import torch
+from mlflow import MlflowClient
 
 from cem_ablate.training.engine import train_run
 from tests.training.helpers import tiny_run
@@ -75,6 +76,10 @@ def test_ordinary_training_steps_read_no_tensor_values(tmp_path, tracking_uri, c
     bad = {s: sorted(set(r)) for s, r in reads.items() if s not in check_steps}
     assert not bad, bad
     assert reads[5] and reads[10]  # the instrument works: logging steps do read the loss
+    # MFU reaches MLflow on the logging steps and, the last step not being one, at the end
+    history = MlflowClient(tracking_uri).get_metric_history(result.mlflow_run_id, "mfu")
+    assert {m.step for m in history} == {4, 9, 11} and all(0 < m.value < 1 for m in history)  # 0-based, as Lightning
+    assert result.mfu == pytest.approx(max(history, key=lambda m: m.step).value, rel=1e-6)
 
 
 def test_a_run_diverging_between_check_steps_reports_the_first_bad_step(tmp_path, tracking_uri):
