@@ -1,8 +1,8 @@
 """What every CEM sublayer shares: T descent steps with a step size, and an energy trace.
 
 A CEM sublayer (SPEC §2-§3) maps the block input h to its output by T steps
-x^{t+1} = x^t + eta * P * (-grad E at u^t). Subclasses provide `energy(x, h)`, the
-context c = RMSNorm(h) and one step; this base holds eta (fixed or learnable), runs the
+x^{t+1} = x^t + eta * P * (-grad E at u^t). Subclasses provide `norm`, `energy(x, h)`
+and the step protocol below; this base holds eta (fixed or learnable) and mu, runs the
 steps (optionally checkpointing each one) and, when tracking is on, records the
 energy at each step's query state so users can see whether steps descend.
 
