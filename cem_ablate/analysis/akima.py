@@ -105,9 +105,8 @@ def curve_minima(lrs, values, method: str = "akima", dense: int = DENSE_POINTS,
 
     Vectorized over the leading axes of `values` (many seeds or simulated studies at
     once). Returns (log2 lr*, objective*) arrays of the leading shape. `kind="spline"`
-    uses a not-a-knot cubic spline instead of Akima's interpolant: both reproduce a
-    parabola exactly, so where they disagree the interpolation itself is uncertain
-    (`analysis.optimum`).
+    uses a not-a-knot cubic spline instead of Akima's interpolant: where the
+    interpolants disagree, the interpolation itself is uncertain (`analysis.optimum`).
     """
     from scipy.interpolate import Akima1DInterpolator, CubicSpline
 

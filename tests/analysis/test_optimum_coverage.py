@@ -26,6 +26,8 @@ NOISE = {
     "quiet seeds": (0.8, 0.10, 0.2, 0.10, 0.05),
     "noisy seeds": (0.5, -0.10, 1.0, 0.30, 0.30),
     "flat and tilted": (0.3, 0.05, 0.5, 0.15, 0.20),
+    "skewed": (0.8, 0.20, 0.5, 0.20, 0.10),  # 4x lr above the optimum costs 4x what 4x below does
+    "trial noise dominates": (0.5, 0.10, 0.2, 0.0, 0.5),
 }
 OPTIMA = (-10.3, -9.6, -9.0, -8.4, -7.6)  # log2 lr*: 8e-4 .. 5.2e-3, inside the grid
 
@@ -78,7 +80,7 @@ def test_the_vectorized_intervals_are_those_the_report_prints():
 
 def test_without_the_interpolation_term_the_check_fails():
     # The check can fail: a t-interval over the per-seed optima without the
-    # interpolation term misses where the grid's interpolation is biased.
+    # interpolants' term misses where the grid's interpolation is biased.
     from scipy import stats
 
     from cem_ablate.analysis.akima import curve_minima

@@ -62,9 +62,10 @@ def test_optimum_is_the_akima_fit_of_seed_means_with_an_interval_around_it():
     assert variant_stats(obs) == s  # deterministic: the same trials give the same intervals
 
 
-def test_interval_is_t_over_the_seeds_own_optima_plus_the_akima_spline_gap():
+def test_interval_is_t_over_the_seeds_own_optima_plus_the_other_interpolants_gaps():
     # Recomputed independently: each seed's own Akima minimum (fit_akima on its points),
-    # a t quantile with n-1 df, and the not-a-knot spline's minimum of the mean curve.
+    # a t quantile with n-1 df, and the mean curve's minimum by a not-a-knot spline and
+    # by modified Akima.
     from scipy.interpolate import CubicSpline
 
     seeds = [0, 1, 2, 3]
@@ -77,9 +78,11 @@ def test_interval_is_t_over_the_seeds_own_optima_plus_the_akima_spline_gap():
     dense = np.linspace(math.log2(GRID[0]), math.log2(GRID[-1]), 2001)
     spline = CubicSpline(np.log2(GRID), means)(dense)
     sx, sy = dense[np.argmin(spline)], spline.min()
+    makima = fit_akima(zip(GRID, means), method="makima")
+    mx, my = math.log2(makima.lr_star), makima.ppl_star
     ex, ey = math.log2(s.optimum.lr_star), s.optimum.objective_star
-    hx = q * x.std(ddof=1) / 2 + abs(ex - sx)
-    hy = q * y.std(ddof=1) / 2 + abs(ey - sy)
+    hx = q * x.std(ddof=1) / 2 + abs(ex - sx) + abs(ex - mx)
+    hy = q * y.std(ddof=1) / 2 + abs(ey - sy) + abs(ey - my)
     iv = s.optimum.lr_interval
     assert math.log2(iv.low) == pytest.approx(max(ex - hx, math.log2(GRID[0])), abs=1e-9)
     assert math.log2(iv.high) == pytest.approx(min(ex + hx, math.log2(GRID[-1])), abs=1e-9)
