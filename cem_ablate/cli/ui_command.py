@@ -2,7 +2,10 @@
 
 Runs `mlflow server --app-name cem-ablate` (tracking.server: one worker, job execution
 off, its own process group; tracking.ui_app: a study's plain experiment URL opens on
-the runs table with the parent runs' aggregate columns) and prints the URL.
+the runs table with the parent runs' aggregate columns: verdict, Holm p and Δ per
+baseline first) and prints the URL, then one line per study in the store:
+
+    quickstart: http://127.0.0.1:5000/#/experiments/1
 """
 
 from __future__ import annotations
@@ -19,6 +22,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     parser.add_argument("--artifacts", help="default artifact root for new experiments (default: next to the store)")
     parser.add_argument("--study", help="print the URL of this study's experiment")
+
+
+def study_experiments(uri: str) -> list[tuple[str, str]]:
+    """(study name, experiment id) of every cem-ablate study in the store, oldest first."""
+    from mlflow.entities import ViewType
+
+    from cem_ablate.tracking import tags as T
+    from cem_ablate.tracking.store import make_client
+
+    experiments = make_client(uri).search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000)
+    studies = [e for e in experiments if T.STUDY in e.tags]
+    return [(e.name, e.experiment_id) for e in sorted(studies, key=lambda e: e.creation_time or 0)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: the MLflow server did not start on {url} (is the port free?)", file=sys.stderr)
             return 1
         print(f"MLflow UI: {url}/{page}?workflowType=machine_learning   (Ctrl-C stops it)", flush=True)
+        for name, experiment in study_experiments(uri):
+            print(f"{name}: {url}/#/experiments/{experiment}", flush=True)
         return server.wait()
     except KeyboardInterrupt:
         return 0

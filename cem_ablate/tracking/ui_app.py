@@ -11,9 +11,9 @@ apps (entry point group `mlflow.app`, name `cem-ablate`, started by
 `mlflow server --app-name cem-ablate`): the index page gets a few lines of script that
 run before the UI loads and, only where the browser has no choice stored yet,
 - set the page toggle to the model-training view;
-- give each cem-ablate study's runs table the parent runs' aggregate columns
-  (seeds, parameters, lr*, objective* and its interval, Δ vs each baseline with its
-  interval, verdicts), through the UI's own saved-view key.
+- give each cem-ablate study's runs table the answer's columns: Δ, its Holm p and the
+  verdict vs each baseline, and objective* (visible at 1600 px), through the UI's own
+  saved-view key.
 The keys are MLflow's (`mlflow.workflowType_v1`, and
 `MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState`); a user's own
 toggle or column choice always wins.
@@ -34,13 +34,14 @@ WORKFLOW_KEY = "mlflow.workflowType_v1"
 VIEW_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"
 MAX_STUDIES = 200
 
-# What the runs table shows first, in this order, where a parent run has it.
-# (Names as study.summary.aggregate_metrics logs them.)
-LEADING_METRICS = ("n_seeds", "params_total", "lr_star", "objective_star", "objective_star_low",
-                   "objective_star_high")
-DELTA_SUFFIXES = ("", "/low", "/high")
-
-
+# What the runs table shows first (names as study.summary logs them). MLflow 3.17's runs
+# table orders columns by group (attributes, metrics, params, tags) and sorts metrics by
+# name, so the verdict -- a tag -- comes after every chosen metric: only the answer's
+# metrics are chosen, so that per baseline Δ, its Holm p and the verdict fit a 1600 px
+# screen next to the variant's objective*. Every other aggregate (intervals, lr*,
+# parameters, per-lr means) is one click away in the column selector.
+VERDICT_METRICS = ("", "/p_holm")  # delta_vs_<baseline name> + suffix
+LEADING_METRICS = ("objective_star",)
 def study_columns(store) -> dict[str, list[str]]:
     """Experiment id -> the runs-table columns of its parent runs (cem-ablate studies only)."""
     from mlflow.entities import ViewType
@@ -53,10 +54,10 @@ def study_columns(store) -> dict[str, list[str]]:
         metrics = {k for r in parents for k in r.data.metrics}
         tag_keys = {k for r in parents for k in r.data.tags}
         baselines = sorted(k[len(T.VERDICT_PREFIX):] for k in tag_keys if k.startswith(T.VERDICT_PREFIX))
-        columns = [f"metrics.`{m}`" for m in LEADING_METRICS if m in metrics]
-        for name in baselines:
-            columns += [f"metrics.`delta_vs_{name}{s}`" for s in DELTA_SUFFIXES if f"delta_vs_{name}{s}" in metrics]
-            columns.append(f"tags.`{T.VERDICT_PREFIX}{name}`")
+        columns = [f"metrics.`delta_vs_{name}{s}`" for name in baselines for s in VERDICT_METRICS
+                   if f"delta_vs_{name}{s}" in metrics]
+        columns += [f"metrics.`{m}`" for m in LEADING_METRICS if m in metrics]
+        columns += [f"tags.`{T.VERDICT_PREFIX}{name}`" for name in baselines]
         if columns:
             out[experiment.experiment_id] = columns
     return out

@@ -144,6 +144,8 @@ def test_ui_serves_the_store_on_localhost_and_stops_cleanly(tmp_path):
         line = proc.stdout.readline()
         assert line.startswith(f"MLflow UI: http://127.0.0.1:{port}/#/experiments/"), line
         assert "workflowType=machine_learning" in line
+        # then one line per study: its plain experiment URL (tracking.ui_app opens it on the runs table)
+        assert proc.stdout.readline().strip() == f"shown: http://127.0.0.1:{port}/#/experiments/{tracker.experiment_id()}"
         query = json.dumps({"experiment_ids": [tracker.experiment_id()]}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", data=query,
                                          headers={"Content-Type": "application/json"})
