@@ -85,7 +85,7 @@ class StepProfile:
 
 
 OPTIMIZER_RANGE = "bench/optimizer"  # record_function ranges of bench.train_step.TrainStep
-LOSS_RANGE = "bench/loss"
+LOSS_RANGE = "bench/loss"  # the head + loss unit's forward: final norm, LM head GEMM, cross-entropy
 
 
 def _range_category(event) -> str | None:
