@@ -190,6 +190,7 @@ def test_hopfield_parameters_and_width():
                                                                               "xi.weight": (60, 16)}
     assert isinstance(layer.xi, torch.nn.Linear) and layer.xi.bias is None
     assert layer.supports_recursion
+    assert layer.flops_per_token(32) == 2 * 16 * 60 + 2 * 60 * 16 + 60  # Xi u, ReLU, read-out; nothing once
 
 
 def test_hopfield_energy_trace_descends():
