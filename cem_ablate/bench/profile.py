@@ -101,16 +101,44 @@ def _range_category(event) -> str | None:
     return None
 
 
+RANGE_CATEGORIES = {OPTIMIZER_RANGE: "optimizer", LOSS_RANGE: "loss"}
+
+
+def _annotation_spans(events) -> list[tuple[float, float, str]]:
+    """On CUDA, each record_function range also appears as a GPU-side annotation
+    spanning the kernels launched inside it: (start us, end us, category) of ours."""
+    return [(e.time_range.start, e.time_range.end, RANGE_CATEGORIES[e.name]) for e in events
+            if e.device_type == DeviceType.CUDA and e.name in RANGE_CATEGORIES]
+
+
+def _span_category(start: float, end: float, spans: list[tuple[float, float, str]]) -> str | None:
+    """The category of the annotation span a kernel [start, end] lies in, if any."""
+    for s0, s1, label in spans:
+        if s0 <= start and end <= s1:
+            return label
+    return None
+
+
 def _device_times(prof, on_cuda: bool) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], int]]:
     """Microseconds and calls per (name, category): CUDA kernels by their own duration,
-    CPU ATen operators by their self time."""
+    CPU ATen operators by their self time.
+
+    On CUDA, GPU-side user annotations (record_function ranges, inductor's
+    "## Call CompiledFxGraph ##" and the like) are spans, not kernels: counting them
+    would count their kernels twice. Ours name the category of the kernels inside them
+    (the head + loss unit's fused Triton kernels are "loss", not "fused (inductor)")."""
+    events = prof.events()
+    spans = _annotation_spans(events) if on_cuda else []
     micros: dict[tuple[str, str], float] = defaultdict(float)
     calls: dict[tuple[str, str], int] = defaultdict(int)
-    for event in prof.events():
+    for event in events:
         if on_cuda:
-            if event.device_type != DeviceType.CUDA:
+            if event.device_type != DeviceType.CUDA or getattr(event, "is_user_annotation", False) \
+                    or event.name in RANGE_CATEGORIES:
                 continue
-            key, us = (event.name, category(event.name)), event.time_range.elapsed_us()
+            start, end = event.time_range.start, event.time_range.end
+            label = _span_category(start, end, spans) or category(event.name)
+            key, us = (event.name, label), event.time_range.elapsed_us()
         else:
             if event.device_type != DeviceType.CPU or not event.name.startswith("aten::"):
                 continue

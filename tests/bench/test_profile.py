@@ -83,3 +83,15 @@ def test_negative_profile_steps_is_one_error_line(capsys):
     assert main(["bench", "--quick", "--profile-steps", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "profile_steps" in err[0]
+
+
+def test_cuda_kernels_inside_the_steps_ranges_take_their_category():
+    """On CUDA the head + loss unit's kernels are fused Triton kernels; the GPU-side
+    annotation of the step's loss range names them (synthetic spans, microseconds)."""
+    from cem_ablate.bench.profile import _span_category
+
+    spans = [(100.0, 200.0, "loss"), (300.0, 350.0, "optimizer")]
+    assert _span_category(120.0, 130.0, spans) == "loss"
+    assert _span_category(300.0, 350.0, spans) == "optimizer"
+    assert _span_category(190.0, 210.0, spans) is None  # straddles the end: by its name instead
+    assert _span_category(0.0, 10.0, []) is None
