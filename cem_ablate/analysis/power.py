@@ -101,7 +101,9 @@ def exact_power(n: int, delta_over_std: float, alpha: float, *, paired: bool = T
     df = n - 1.0 if paired else 2.0 * n - 2.0
     nc = delta_over_std * (math.sqrt(n) if paired else math.sqrt(n / 2.0))
     crit = stats.t.ppf(1.0 - alpha / 2.0, df)
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    # The lower tail P(T < -crit) as sf(crit) of the mirrored nct: scipy's nct.cdf returns nan
+    # far in the lower tail (e.g. df 2, nc 8.57), the mirrored upper tail underflows to 0.
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
 
 
 def power(design: Design, delta_over_std: float, paired: bool = True, *, reps: int = REPS,
