@@ -20,6 +20,7 @@ from tests.training.helpers import tiny_run
         ("train", {"token_budget": "lots"}, "train.token_budget"),
         ("train", {"effective_batch": 12}, "train.effective_batch"),
         ("train", {"precision": "fp8"}, "train.precision"),
+        ("train", {"loss_impl": "fused"}, "train.loss_impl"),
         ("data", {"tokenizer": "bpe:x"}, "data.tokenizer"),
         ("data", {"block_size": 4096}, "data.block_size"),
         ("data", {"task": "images"}, "data.task"),
@@ -93,3 +94,11 @@ def test_warmup_cosine_schedule():
     assert lrs[0] == pytest.approx(1 / 5) and lrs[4] == pytest.approx(1.0) and lrs[5] == pytest.approx(1.0)
     assert lrs[-1] == pytest.approx(floor)
     assert all(a >= b for a, b in zip(lrs[5:], lrs[6:]))  # monotone decay after warmup
+
+
+def test_loss_impl_is_an_execution_setting():
+    """plain and chunked compute the same loss to rounding (tests/training/test_head_loss.py):
+    like threads, the choice changes neither the variant nor the trial identity."""
+    plain, chunked = (parse_run_config(tiny_run(loss_impl=impl)) for impl in ("plain", "chunked"))
+    assert plain.variant_key() == chunked.variant_key()
+    assert parse_run_config(tiny_run()).train.loss_impl == "auto"
