@@ -101,8 +101,10 @@ def _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with
         losses = torch.where(vc, lse - z.gather(1, tc).squeeze(1), 0.0)
         total = losses.sum() if total is None else total + losses.sum()
         if with_grads:
-            scale = (vc.to(z.dtype) / count)[:, None]
-            grad_z = torch.exp(z - lse[:, None]).scatter_add(1, tc, -torch.ones_like(tc, dtype=z.dtype)) * scale
+            # in place over the chunk's logits (no longer needed): softmax, - one-hot, / n_valid
+            grad_z = z.sub_(lse[:, None]).exp_()
+            grad_z.scatter_add_(1, tc, -torch.ones_like(tc, dtype=z.dtype))
+            grad_z.mul_((vc.to(z.dtype) / count)[:, None])
             grad_logits = grad_z.to(logits.dtype)
             grad_x_parts.append(torch.matmul(grad_logits, weight).to(x.dtype))
             part = torch.matmul(grad_logits.t(), xc).to(weight.dtype)
