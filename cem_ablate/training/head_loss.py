@@ -60,7 +60,8 @@ def _upcast(logits: torch.Tensor) -> torch.Tensor:
 
 
 def head_loss(hidden: torch.Tensor, norm: nn.Module, weight: torch.Tensor, targets: torch.Tensor, *,
-              impl: str = "plain", chunk_tokens: int = CHUNK_TOKENS, ignore_index: int = TORCH_IGNORE_INDEX) -> torch.Tensor:
+              impl: str = "plain", chunk_tokens: int = CHUNK_TOKENS,
+              ignore_index: int = TORCH_IGNORE_INDEX) -> torch.Tensor:
     """Mean next-token cross-entropy of `lm_head(norm(hidden))` against `targets`.
 
     hidden (..., D), targets (...) of the same leading shape, weight (vocab, D) (the
