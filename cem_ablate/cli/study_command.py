@@ -114,10 +114,12 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # logs and pipes: don't squeeze tables to 80 columns
         console = Console(width=160)
     if args.dry_run:
-        from cem_ablate.study.dry_run import plan, print_plan
+        from cem_ablate.study.dry_run import plan, print_plan, seed_spread
+        from cem_ablate.study.storage import default_storage_url
 
         rows = plan(expanded)
-        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console)
+        spread = seed_spread(expanded, args.storage or default_storage_url())
+        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread)
         if not args.no_reuse:
             _print_reuse(expanded, rows, args, console)
         return 0

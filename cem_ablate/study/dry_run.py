@@ -3,15 +3,17 @@
 Power before compute (issue 18): for the study's seed design (`study.verdicts.design_of`,
 the rule the study's verdicts use) the false-positive rate, simulated through the
 decision rule (`analysis.power`), and the smallest Δ detected with 80% power, in
-units of the seed-to-seed std, for a paired comparison and an unpaired (Welch) one:
-which applies to a pair is checked when the study runs (`study.pairing`), not here
-(it builds both models).
+units of the seed-to-seed std (and in the objective's units where the storage holds
+finished trials of the study's grid points under the current code, `seed_spread`),
+for a paired comparison and an unpaired (Welch) one: which applies to a pair is
+checked when the study runs (`study.pairing`), not here (it builds both models).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cem_ablate.analysis.statistics import OBJECTIVE_NAMES
 from cem_ablate.study.estimates import VariantEstimate, estimate
 from cem_ablate.study.spec import SequentialSeeds, initial_seeds
 from cem_ablate.study.trials import plan_slots
@@ -68,8 +70,64 @@ def lr_plan_text(expanded: ExpandedStudy) -> str:
             f"[{search.low:g}, {search.high:g}], {search.interpolation} fit); {seeds}")
 
 
-def power_lines(expanded: ExpandedStudy) -> list[str]:
-    """The seed design's false-positive rate and 80%-power effect, paired and Welch."""
+@dataclass(frozen=True)
+class SeedSpread:
+    """Seed-to-seed stds in the objective's units, from finished trials of this study's
+    grid points under the current code (their trial keys), pooled over variants and
+    learning rates (variances weighted by n - 1)."""
+
+    side: float | None  # of one variant's values at one learning rate
+    differences: float | None  # of the per-seed differences variant - baseline at one learning rate
+    trials: int  # the finished trials they come from
+
+
+def _pooled(groups: list[list[float]]) -> float | None:
+    import numpy as np
+
+    groups = [g for g in groups if len(g) >= 2]
+    dof = sum(len(g) - 1 for g in groups)
+    if not dof:
+        return None
+    return float(np.sqrt(sum(np.var(np.asarray(g, dtype=np.float64), ddof=1) * (len(g) - 1) for g in groups) / dof))
+
+
+def seed_spread(expanded: ExpandedStudy, storage_url: str) -> SeedSpread | None:
+    """What the storage says about the seed-to-seed spread (read only; None without a
+    storage or a grid)."""
+    import math
+
+    import optuna
+
+    from cem_ablate.study.reuse import finished_trials
+    from cem_ablate.study.storage import quiet_optuna, sqlite_path
+    from cem_ablate.study.trials import FINISHED
+
+    spec = expanded.spec
+    path = sqlite_path(storage_url)
+    if spec.lr_search.method != "grid" or (path is not None and not path.exists()):
+        return None
+    quiet_optuna()
+    finished = finished_trials(optuna.storages.RDBStorage(storage_url))
+    values: dict[tuple[str, float], dict[int, float]] = {}
+    for v in expanded.variants:
+        for lr in spec.lr_search.grid:
+            for seed in spec.seeds:
+                t = finished.get(v.run_config(lr, seed).trial_key())
+                if t is not None and t.status == FINISHED and t.value is not None and math.isfinite(t.value):
+                    values.setdefault((v.key, lr), {})[seed] = float(t.value)
+    diffs = []
+    for v in expanded.variants:
+        for base_key in v.baselines.values():
+            for lr in spec.lr_search.grid:
+                mine, theirs = values.get((v.key, lr), {}), values.get((base_key, lr), {})
+                diffs.append([mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))])
+    return SeedSpread(_pooled([list(d.values()) for d in values.values()]), _pooled(diffs),
+                      sum(len(d) for d in values.values()))
+
+
+def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> list[str]:
+    """The seed design's false-positive rate and 80%-power effect, paired and Welch (in
+    the objective's units too where `spread` has a std)."""
     from cem_ablate.analysis.power import false_positive_rate, min_detectable_effect
     from cem_ablate.study.verdicts import design_of
 
@@ -77,17 +135,22 @@ def power_lines(expanded: ExpandedStudy) -> list[str]:
     design = design_of(spec.seeds, spec.statistics.alpha)
     family = {"holm": "Holm over the report's comparisons", "none": "no correction over the report"}
     lines = [f"seed design: {design.describe()}; {family[spec.statistics.correction]}"]
+    metric = OBJECTIVE_NAMES[expanded.variants[0].config.data.task] if expanded.variants else "objective"
     for paired, test, unit in ((True, "paired t", "std of the per-seed differences"),
                                (False, "Welch t", "seed-to-seed std of each side")):
         mde = min_detectable_effect(design, 0.8, paired)
         detects = (f"detects Δ ≥ {mde:.2f} × the {unit} with 80% power" if mde is not None
                    else "cannot resolve any Δ (fewer than 2 seeds)")
+        std = None if spread is None else (spread.differences if paired else spread.side)
+        if mde is not None and std is not None:
+            detects += f" (≈ {mde * std:.3g} {metric} at the std {std:.3g} of {spread.trials} finished trials)"
         lines.append(f"  {test} ({'pairs checked paired' if paired else 'otherwise'}): false-positive rate "
                      f"{false_positive_rate(design, paired=paired):.3f} (simulated, α = {design.alpha:g}); {detects}")
     return lines
 
 
-def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console) -> None:
+def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console,
+               spread: SeedSpread | None = None) -> None:
     from rich.table import Table
 
     by_key = {r.variant.key: r for r in rows}
@@ -116,5 +179,5 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
     console.print(f"total: {total_trials} trials{worst}, {_si(total_flops)}FLOP of training, "
                   f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")
     if any(v.baselines for v in expanded.variants):
-        for line in power_lines(expanded):
+        for line in power_lines(expanded, spread):
             console.print(line, markup=False, highlight=False)

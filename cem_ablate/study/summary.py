@@ -123,12 +123,6 @@ class StudyPublisher:
             self._stats[key] = cached
         return cached[1]
 
-    def tests(self) -> list[Test]:
-        """The study's family, decided from what the storage holds now."""
-        variants = self.session.variants
-        stats = {v.key: self._variant_stats(v.key, self.session.trials[v.key].points()) for v in variants}
-        return self._family(stats)
-
     def _family(self, stats: Mapping[str, VariantStats]) -> list[Test]:
         paired = {k: p.paired for k, p in self.pairings.items()}
         return decide_family(stats, {v.key: v.baselines for v in self.session.variants}, paired, self.design,

@@ -113,6 +113,13 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
     assert cem.data.metrics["delta_vs_llama/p_holm"] == pytest.approx(headline.test.decision.p_holm, rel=1e-6)
     assert "Δ vs baseline" in out and headline.test.decision.verdict in out
 
+    # The dry run of the same file reads the spread of these trials: the 80%-power Δ in perplexity too
+    assert main(["study", str(path), "--dry-run"]) == 0
+    dry = " ".join(capsys.readouterr().out.split())
+    side = math.sqrt(np.mean([np.var(list(by_seed.values()), ddof=1) for by_lr in values.values()
+                              for by_seed in by_lr.values()]))  # equal n: the pooled variance is the mean
+    assert f"test perplexity at the std {side:.3g} of 12 finished trials" in dry, dry
+
     # MLflow: the training view's kind, MLflow's source tags, system metrics of trials
     assert experiment.tags[T.EXPERIMENT_KIND] == T.TRAINING_KIND
     client = make_client(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
