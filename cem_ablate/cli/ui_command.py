@@ -24,20 +24,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--study", help="print the URL of this study's experiment")
 
 
-def study_experiments(uri: str) -> list[tuple[str, str]]:
-    """(study name, experiment id) of every cem-ablate study in the store, oldest first."""
-    from mlflow.entities import ViewType
-
-    from cem_ablate.tracking import tags as T
-    from cem_ablate.tracking.store import make_client
-
-    experiments = make_client(uri).search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000)
-    studies = [e for e in experiments if T.STUDY in e.tags]
-    return [(e.name, e.experiment_id) for e in sorted(studies, key=lambda e: e.creation_time or 0)]
-
-
 def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
+    from cem_ablate.tracking.readback import study_experiments
     from cem_ablate.tracking.server import UI_APP, TrackingServer, experiment_id
     from cem_ablate.tracking.store import default_artifact_root, default_tracking_uri, sqlite_store_path
 
@@ -66,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: the MLflow server did not start on {url} (is the port free?)", file=sys.stderr)
             return 1
         print(f"MLflow UI: {url}/{page}?workflowType=machine_learning   (Ctrl-C stops it)", flush=True)
-        for name, experiment in study_experiments(uri):
+        for name, experiment in study_experiments(uri):  # tracking.readback
             print(f"{name}: {url}/#/experiments/{experiment}", flush=True)
         return server.wait()
     except KeyboardInterrupt:

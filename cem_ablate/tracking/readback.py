@@ -1,4 +1,4 @@
-"""Reading a study back from MLflow (for `cem-ablate report`): parents and children."""
+"""Reading studies back from MLflow (for `cem-ablate report` and `ui`): parents and children."""
 
 from __future__ import annotations
 
@@ -117,6 +117,16 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
             stats=_read_json(client, r.info.run_id, STATS_ARTIFACT),
         ))
     return out
+
+
+def study_experiments(uri: str) -> list[tuple[str, str]]:
+    """(study name, experiment id) of every cem-ablate study in the store, oldest first
+    (`cem-ablate ui` prints their URLs)."""
+    from mlflow.entities import ViewType
+
+    experiments = make_client(uri).search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000)
+    studies = [e for e in experiments if T.STUDY in e.tags]
+    return [(e.name, e.experiment_id) for e in sorted(studies, key=lambda e: e.creation_time or 0)]
 
 
 def _read_json(client, run_id: str, artifact: str) -> dict | None:
