@@ -118,3 +118,18 @@ def test_holm_over_the_report_and_the_verdict_follow_the_adjusted_p():
     for i, c in enumerate(comparisons.rows):
         assert c.test.decision.p_holm == pytest.approx(expected[i], rel=1e-9)
         assert c.test.decision.resolved == (expected[i] <= 0.05)
+
+
+def test_correction_none_tests_each_comparison_at_alpha_alone():
+    from types import SimpleNamespace
+
+    from cem_ablate.study.spec import StatisticsConfig
+
+    records = study()
+    holm = build_comparisons(records)
+    spec = SimpleNamespace(seeds=[0, 1, 2], statistics=StatisticsConfig(alpha=0.05, correction="none"))
+    plain = build_comparisons(records, spec)
+    assert [c.test.decision.p_holm for c in plain.rows] == [c.test.decision.p for c in plain.rows]
+    assert all(h.test.decision.p_holm >= p.test.decision.p_holm for h, p in zip(holm.rows, plain.rows))
+    assert "not adjusted for the report's 4 comparison(s)" in plain.definition("test RMSE")
+    assert "Holm-adjusted over the report's 4 comparison(s)" in holm.definition("test RMSE")
