@@ -55,7 +55,8 @@ class AttentionStepContext(NamedTuple):
     keys: torch.Tensor  # (B, K, J, d) W_K c: keys = values (tied)
     values: torch.Tensor | None  # fast path, diag_update exact: keys ‖ c (Σ_j p_ijk c_j from the same call)
     readout: torch.Tensor  # (K·d, D) rows W_Q^k P_k; times eta on the fast path
-    bias: torch.Tensor  # reference: ALiBi + self bias; fast: causal ALiBi (the kernels add the self bias)
+    # reference: ALiBi + self bias; fast: causal ALiBi (the kernels add the self bias), None for flex
+    bias: torch.Tensor | None
     kernel: str  # the attention kernel of the fast path ("reference" on the reference path)
 
 
@@ -155,8 +156,11 @@ class CEMAttention(EnergyRecursion):
             # one kernel call also returns Σ_j p_ijk c_j, in the value columns after d
             values = torch.cat([kv, c.unsqueeze(1).expand(b, self.n_heads, j, d_model)], dim=-1)
         readout = self.scaled_readout(self.readout())
-        alibi = causal_alibi(self.n_heads, j, c.dtype, c.device)
-        return AttentionStepContext(c, kv, values, readout, alibi, self.resolved_kernel(c.device))
+        kernel = self.resolved_kernel(c.device)
+        # flex adds ALiBi in its score_mod: the (K, J, J) bias would be built and never read
+        # (134 MB per layer at 8 heads x 2048^2 in fp32, issue 20)
+        alibi = None if kernel == "flex" else causal_alibi(self.n_heads, j, c.dtype, c.device)
+        return AttentionStepContext(c, kv, values, readout, alibi, kernel)
 
     def direction(self, u: torch.Tensor, ctx: AttentionStepContext) -> torch.Tensor:
         """eta Σ_k P_k W_Q^kT o_k(u) (+ the exact KQ-diagonal term): shape (B, J, D)."""

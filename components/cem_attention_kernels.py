@@ -82,7 +82,7 @@ def causal_alibi(n_heads: int, seq_len: int, dtype: torch.dtype, device: torch.d
     but inductor turned an in-place baddbmm onto -inf into NaN (torch 2.13)."""
     pos = torch.arange(seq_len, device=device)
     dist = (pos[:, None] - pos[None, :]).to(dtype)
-    slopes = alibi_slopes(n_heads).to(dtype=dtype, device=device)
+    slopes = alibi_slopes(n_heads, dtype, device)
     return (-slopes[:, None, None] * dist).masked_fill(dist < 0, torch.finfo(dtype).min)
 
 
@@ -92,7 +92,7 @@ def cem_attention_core(
     k: torch.Tensor,
     v: torch.Tensor | None,
     self_bias: torch.Tensor,
-    alibi: torch.Tensor,
+    alibi: torch.Tensor | None,  # causal_alibi(...); flex adds ALiBi itself and takes None
     scale: float,
     qe: torch.Tensor | None = None,
     ce: torch.Tensor | None = None,
@@ -351,7 +351,7 @@ def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
     heads, j = q.shape[1], q.shape[2]
     k, v = k.to(q.dtype), v.to(q.dtype)  # autocast may leave c-derived values in float32
     sdtype = torch.float32 if _low_precision(q.dtype) else q.dtype
-    slopes = alibi_slopes(heads).to(dtype=sdtype, device=q.device)
+    slopes = alibi_slopes(heads, sdtype, q.device)  # on the device: no host copy per call (issue 20)
     beta = self_bias.to(sdtype)
     e = None if qe is None else torch.matmul(qe, ce.unsqueeze(1).transpose(-1, -2)).to(sdtype)  # (B, 1|K, J, J)
     attend = _flex_with_bias

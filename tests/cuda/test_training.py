@@ -156,12 +156,7 @@ def test_bench_peak_memory_is_the_cuda_allocator_peak():
     assert 64 * mib <= peak <= 64 * mib + 2 * mib
 
 
-@pytest.mark.parametrize("attention", [
-    "llama",
-    pytest.param("cem", marks=pytest.mark.xfail(
-        strict=False, reason="components/cem_attention_kernels.py copies alibi_slopes(...) to the GPU on every "
-                             "call (a synchronizing host-to-device copy); issue 20 lists the lines")),
-])
+@pytest.mark.parametrize("attention", ["llama", "cem"])  # cem: ALiBi slopes now built on the device
 def test_ordinary_training_steps_do_not_synchronize_the_gpu(attention, tmp_path):
     """Issue 20, training = bench: CUDA's sync debug mode flags every synchronizing call;
     none may happen on an ordinary step (only on the first, warm-up step and on the
