@@ -13,8 +13,15 @@ Variant names:
         mods: ckpt (checkpoint_steps), ref (impl: reference), nodiag (kq_diag none),
               sdpa (kq_diag none + the SDPA kernel), blocked / flex (that attention
               kernel instead of `auto`), perhead (kq_diag per_head),
-              exact (diag_update exact), diag / identity (preconditioner)
-    <label>={yaml}        any model sub-config, e.g. 'mine={mlp: {name: cem, steps: 3}}'
+              exact (diag_update exact), diag / identity (preconditioner),
+              hb / nesterov (update heavy_ball / nesterov with learnable mu, SPEC §11.1)
+    llama_nesterov_stream the Llama baseline with `stream: nesterov` (SPEC §11.2)
+    et_parallel_t<T>[_mod...]
+                          the Energy Transformer block (SPEC §11.3): CEM attention (defaults
+                          and mods as above) + Hopfield MLP, `block: parallel`, T joint steps
+    <label>={yaml}        any `attention` / `mlp` sub-config and the model options
+                          (config.MODEL_OPTIONS: stream, stream_momentum, velocity_norm, block),
+                          e.g. 'mine={mlp: {name: cem, steps: 3}}', 'nes={stream: nesterov}'
 
 Sizes: `bench` is the issue-5 target (D 512, 8 heads, 6 layers, D_m 1376 = 8/3·D
 rounded up to a multiple of 16, as the small presets are); any `model.size` preset
@@ -24,13 +31,13 @@ rounded up to a multiple of 16, as the small presets are); any `model.size` pres
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from cem_ablate.config.errors import ConfigError
-from cem_ablate.model.config import SIZE_PRESETS, parse_model_config
+from cem_ablate.model.config import MODEL_OPTIONS, SIZE_PRESETS, parse_model_config
 
 BENCH_SIZE = {"d_model": 512, "n_layers": 6, "n_heads": 8, "d_mlp": 1376}
 SIZES = ("bench", *SIZE_PRESETS)
@@ -38,7 +45,13 @@ EXTERNAL = "hf_llama"
 BASELINE = "llama"
 
 _CEM_NAME = re.compile(r"^cem_(attn|mlp|full)_t(\d+)((?:_[a-z]+)*)$")
-MODIFIERS = ("ckpt", "ref", "nodiag", "sdpa", "blocked", "flex", "perhead", "exact", "diag", "identity")
+_PARALLEL_NAME = re.compile(r"^et_parallel_t(\d+)((?:_[a-z]+)*)$")
+MODIFIERS = ("ckpt", "ref", "nodiag", "sdpa", "blocked", "flex", "perhead", "exact", "diag", "identity", "hb",
+             "nesterov")
+UPDATES = {"hb": "heavy_ball", "nesterov": "nesterov"}  # modifier -> SPEC §11.1 update (learnable mu)
+SUBLAYER_KEYS = ("attention", "mlp")
+# Named variants of model options on the Llama baseline (issue 19's study arms).
+NAMED = {"llama_nesterov_stream": {"stream": "nesterov"}}
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,7 @@ class Variant:
     label: str
     sublayers: dict[str, Any]  # {"attention": {...}, "mlp": {...}} (missing = llama)
     external: bool = False  # transformers' LlamaForCausalLM instead of build_model
+    options: dict[str, Any] = field(default_factory=dict)  # model-level options (config.MODEL_OPTIONS)
 
     @property
     def is_baseline(self) -> bool:
@@ -73,6 +87,12 @@ def _cem_sublayers(part: str, steps: int, mods: list[str], path: str) -> dict[st
         attention["kq_diag"] = "per_head"
     if "exact" in mods:
         attention["diag_update"] = "exact"
+    updates = [UPDATES[mod] for mod in mods if mod in UPDATES]
+    if len(updates) > 1:
+        raise ConfigError(path, f"modifiers {' and '.join(updates)} both set the update; choose one.")
+    if updates:  # both CEM sublayers take the momentum (the MLP's `common` is copied below)
+        common.update(update=updates[0], learnable_momentum=True)
+        attention.update(update=updates[0], learnable_momentum=True)
     out: dict[str, Any] = {}
     if part in ("attn", "full"):
         out["attention"] = attention
@@ -89,26 +109,42 @@ def parse_variant(spec: str, path: str = "variants") -> Variant:
             mapping = yaml.safe_load(body)
         except yaml.YAMLError as err:
             raise ConfigError(path, f"variant {label!r}: not valid YAML ({err.__class__.__name__}).") from None
-        if not isinstance(mapping, dict) or not set(mapping) <= {"attention", "mlp"}:
-            raise ConfigError(path, f"variant {label!r}: expected a mapping with 'attention' and/or 'mlp'.")
-        return Variant(label.strip(), mapping)
+        allowed = (*SUBLAYER_KEYS, *MODEL_OPTIONS)
+        if not isinstance(mapping, dict) or not set(mapping) <= set(allowed):
+            raise ConfigError(path, f"variant {label!r}: expected a mapping with keys among {', '.join(allowed)}.")
+        sublayers = {k: v for k, v in mapping.items() if k in SUBLAYER_KEYS}
+        return Variant(label.strip(), sublayers, options={k: v for k, v in mapping.items() if k not in SUBLAYER_KEYS})
     if spec == BASELINE:
         return Variant(spec, {})
     if spec == EXTERNAL:
         return Variant(spec, {}, external=True)
+    if spec in NAMED:
+        return Variant(spec, {}, options=dict(NAMED[spec]))
+    if match := _PARALLEL_NAME.match(spec):
+        steps, mods = _steps(spec, match.group(1), path), [m for m in match.group(2).split("_") if m]
+        attention = _cem_sublayers("attn", steps, mods, path)["attention"]
+        return Variant(spec, {"attention": attention, "mlp": {"name": "hopfield", "steps": steps}},
+                       options={"block": "parallel"})
     match = _CEM_NAME.match(spec)
     if not match:
-        raise ConfigError(path, f"unknown variant {spec!r}; use llama, hf_llama, cem_<attn|mlp|full>_t<T>[_mod], "
+        named = ", ".join(NAMED)
+        raise ConfigError(path, f"unknown variant {spec!r}; use llama, hf_llama, {named}, "
+                                f"cem_<attn|mlp|full>_t<T>[_mod], et_parallel_t<T>[_mod], "
                                 f"or label={{yaml}} (see `cem-ablate bench --help`).")
-    part, steps, mods = match.group(1), int(match.group(2)), [m for m in match.group(3).split("_") if m]
+    part, steps, mods = match.group(1), _steps(spec, match.group(2), path), [m for m in match.group(3).split("_") if m]
+    return Variant(spec, _cem_sublayers(part, steps, mods, path))
+
+
+def _steps(spec: str, digits: str, path: str) -> int:
+    steps = int(digits)
     if steps < 1:
         raise ConfigError(path, f"variant {spec!r}: T must be >= 1.")
-    return Variant(spec, _cem_sublayers(part, steps, mods, path))
+    return steps
 
 
 def model_mapping(variant: Variant, size: str, seq_len: int, vocab_size: int, path: str = "bench") -> dict[str, Any]:
     """The validated `model:` mapping of a variant at a size (raises ConfigError)."""
     dims = dict(BENCH_SIZE) if size == "bench" else {"size": size}
-    mapping = {**dims, "vocab_size": vocab_size, "max_seq_len": seq_len, **variant.sublayers}
+    mapping = {**dims, "vocab_size": vocab_size, "max_seq_len": seq_len, **variant.options, **variant.sublayers}
     parse_model_config(mapping, f"{path}[{variant.label}]")
     return mapping

@@ -38,8 +38,46 @@ def test_variant_names_map_to_model_configs():
     assert mapping["attention"]["kernel"] == "sdpa" and mapping["attention"]["kq_diag"] == "none"
 
 
+def test_energy_lens_variants_map_to_model_configs():
+    """Issue 19's options as bench variants: momentum modifiers, the velocity stream, the
+    parallel Hopfield block, and model options in the `label={yaml}` form."""
+    hb = parse_variant("cem_attn_t2_hb")
+    assert hb.sublayers["attention"] == {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank",
+                                         "kq_diag": "shared", "update": "heavy_ball", "learnable_momentum": True}
+    full = parse_variant("cem_full_t4_nesterov")
+    assert all(full.sublayers[k]["update"] == "nesterov" and full.sublayers[k]["learnable_momentum"]
+               for k in ("attention", "mlp"))
+    stream = model_mapping(parse_variant("llama_nesterov_stream"), "tiny", 32, 100)
+    assert stream["stream"] == "nesterov" and "attention" not in stream and "mlp" not in stream
+    et = model_mapping(parse_variant("et_parallel_t2"), "bench", 512, 32000)
+    assert et["block"] == "parallel" and et["mlp"] == {"name": "hopfield", "steps": 2}
+    assert et["attention"]["name"] == "cem" and et["attention"]["steps"] == 2
+    custom = parse_variant("mine={attention: {name: cem, steps: 2}, stream: heavy_ball, velocity_norm: rms}")
+    assert custom.sublayers == {"attention": {"name": "cem", "steps": 2}}
+    assert custom.options == {"stream": "heavy_ball", "velocity_norm": "rms"}
+    mapping = model_mapping(custom, "tiny", 32, 100)
+    assert (mapping["stream"], mapping["velocity_norm"], mapping["attention"]["steps"]) == ("heavy_ball", "rms", 2)
+
+
+def test_variant_help_lists_every_modifier_and_model_option():
+    """The help text is written out (the CLI does not import the model to print it):
+    it must name what the parser accepts."""
+    from cem_ablate.bench.variants import MODIFIERS, NAMED
+    from cem_ablate.cli.bench_command import VARIANT_HELP
+    from cem_ablate.model.config import MODEL_OPTIONS
+
+    for word in [f"_{m}" for m in MODIFIERS] + list(MODEL_OPTIONS) + list(NAMED) + ["et_parallel_t<T>"]:
+        assert word in VARIANT_HELP, word
+
+
 @pytest.mark.parametrize("spec,match", [
     ("cem_attn_t2_fast", "modifier 'fast'"),
+    ("cem_attn_t2_hb_nesterov", "choose one"),
+    ("cem_attn_t1_hb", "learnable_momentum"),  # mu has no effect at T = 1: the model config refuses it
+    ("et_parallel_t2_hb", "update"),  # the joint step is plain gradient descent (SPEC §11.3)
+    ("et_parallel_t0", "T must be >= 1"),
+    ("mine={stream: nesterow}", "Did you mean 'nesterov'"),
+    ("mine={depth: 3}", "keys among attention, mlp, stream"),
     ("gpt2", "unknown variant 'gpt2'"),
     ("mine={attention: {name: cem, kq_diag: diagonal}}", "kq_diag"),
 ])
@@ -204,6 +242,21 @@ def test_quick_bench_end_to_end(tmp_path, capsys):
     assert (tmp_path / "bench.md").read_text().startswith("| size | variant |")
     assert main(["bench", "--render", str(out)]) == 0  # the same tables, from the file alone
     assert capsys.readouterr().out.strip() == printed.split("\n\n", 1)[1].rsplit("\n\nwrote", 1)[0].strip()
+
+
+def test_quick_bench_of_energy_lens_variants(tmp_path):
+    """A smoke run: the new variants build, step and get a FLOP-bound ratio (no timing asserted)."""
+    out = tmp_path / "bench.json"
+    variants = ["llama", "cem_attn_t2_hb", "llama_nesterov_stream", "et_parallel_t2"]
+    assert main(["bench", "--quick", "--variants", *variants, "--memory-variants", "--seq-len", "16",
+                 "--repeats", "1", "--no-tune-allocator", "--json", str(out)]) == 0
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == set(variants)
+    for name in variants:
+        assert rows[name]["error"] is None and rows[name]["tokens_per_s_median"] > 0
+        assert rows[name]["flop_bound_ratio_vs_llama"] > 0
+    assert rows["cem_attn_t2_hb"]["flop_bound_ratio_vs_llama"] < 1  # two attention steps per layer
+    assert rows["llama_nesterov_stream"]["params"] > rows["llama"]["params"]  # one learnable mu per sublayer
 
 
 def test_mfu_flops_are_flop_counter_plus_the_attention_scores_it_misses():
