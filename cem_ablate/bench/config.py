@@ -41,6 +41,9 @@ class BenchConfig:
     peak: Literal["measure", "cached"] = "measure"  # CPU peak FLOP/s: measured during the run, or cached
     seed: int = 0
     profile_steps: int = 0  # > 0: profile that many steps of every timed case after timing (bench/profile.py)
+    # with profile_steps: each profiled case's Chrome trace goes to <profile_trace>.<case>.trace.json
+    # (`cem-ablate bench` sets it to the results JSON's path without .json)
+    profile_trace: str | None = None
 
     def validate(self, path: str) -> None:
         for key in ("batch_size", "seq_len", "vocab_size", "repeats", "steps_per_sample"):

@@ -13,6 +13,14 @@ an idle GPU waiting for Python. `profile_step` answers with `torch.profiler`:
 
 Kernel time is summed over kernels: kernels that overlap on several streams are
 counted twice, so the busy fraction can exceed 1 slightly; the bench runs one stream.
+
+Issue 20 asks for shapes, FLOPs and a trace file: operators are recorded with their
+input shapes and FLOPs (`record_shapes`, `with_flops`); the FLOPs the profiler counts
+(the ATen matmuls and a few elementwise ops it has formulas for, forward and backward)
+are summed per step, and given a path the steps are written as a Chrome trace with
+the shapes (chrome://tracing or https://ui.perfetto.dev; torch 2.13's exporter leaves
+the FLOPs out). The bench writes one trace per profiled case beside its JSON
+(`trace_file`).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from torch.autograd import DeviceType
@@ -69,6 +78,8 @@ class StepProfile:
     device_ms_per_step: float  # kernels (CUDA) or operators' self time (CPU), summed
     by_category: dict[str, float] = field(default_factory=dict)  # ms per step
     top: list[ProfileEntry] = field(default_factory=list)
+    flops_per_step: float = 0.0  # FLOPs of the ATen operators the profiler has formulas for (matmuls)
+    trace: str | None = None  # the Chrome trace file of these steps, when one was written
 
     @property
     def busy_fraction(self) -> float:
@@ -148,16 +159,24 @@ def _device_times(prof, on_cuda: bool) -> tuple[dict[tuple[str, str], float], di
     return micros, calls
 
 
+def trace_file(prefix: str | Path, case: str) -> Path:
+    """`<prefix>.<case>.trace.json`, the case label ('86M llama compiled bf16') made a
+    file-name part: the bench's traces lie beside its `<prefix>.json`."""
+    slug = re.sub(r"[^A-Za-z0-9_.]+", "-", case).strip("-")
+    return Path(f"{prefix}.{slug}.trace.json")
+
+
 def profile_step(step: Callable[[torch.Tensor], object], batch: torch.Tensor, steps: int = 3,
-                 top: int = 12) -> StepProfile:
-    """Profile `steps` calls of an already warmed-up training step on `batch`."""
+                 top: int = 12, trace: str | Path | None = None) -> StepProfile:
+    """Profile `steps` calls of an already warmed-up training step on `batch`; with
+    `trace`, also write them there as a Chrome trace (shapes and FLOPs included)."""
     device = batch.device
     on_cuda = device.type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU]
     if on_cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     sync_device(device)
-    prof = torch.profiler.profile(activities=activities)
+    prof = torch.profiler.profile(activities=activities, record_shapes=True, with_flops=True)
     with native_stderr_silenced():  # libkineto's "USDT ... profiler_start" lines
         prof.start()
     try:
@@ -169,6 +188,9 @@ def profile_step(step: Callable[[torch.Tensor], object], batch: torch.Tensor, st
     finally:
         with native_stderr_silenced():
             prof.stop()
+    if trace is not None:
+        Path(trace).parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
     micros, calls = _device_times(prof, on_cuda)
     total = sum(micros.values())
     by_category: dict[str, float] = defaultdict(float)
@@ -180,7 +202,15 @@ def profile_step(step: Callable[[torch.Tensor], object], batch: torch.Tensor, st
                for (name, label), us in ranked]
     return StepProfile(device=device.type, steps=steps, wall_ms_per_step=wall * 1e3 / steps,
                        device_ms_per_step=total / 1e3 / steps,
-                       by_category=dict(sorted(by_category.items(), key=lambda kv: -kv[1])), top=entries)
+                       by_category=dict(sorted(by_category.items(), key=lambda kv: -kv[1])), top=entries,
+                       flops_per_step=_counted_flops(prof) / steps, trace=None if trace is None else str(trace))
+
+
+def _counted_flops(prof) -> float:
+    """FLOPs of the CPU-side ATen operators (on CUDA: the ones that launched the kernels);
+    composite operators (aten::linear, aten::matmul) count 0 and their mm/addmm the FLOPs."""
+    return float(sum(e.flops or 0 for e in prof.events()
+                     if e.device_type == DeviceType.CPU and e.name.startswith("aten::")))
 
 
 def format_profile(label: str, profile: StepProfile) -> str:
@@ -190,6 +220,8 @@ def format_profile(label: str, profile: StepProfile) -> str:
              f"{profile.wall_ms_per_step:.1f} ms per step (wall, profiler on, {profile.steps} steps); "
              f"{unit} time {profile.device_ms_per_step:.1f} ms = {profile.busy_fraction:.0%} of wall"
              + (" (the rest: the GPU waiting for the host)" if profile.device == "cuda" else ""), "",
+             f"{profile.flops_per_step / 1e9:.3g} GFLOP per step counted by the profiler (its matmuls)"
+             + (f"; Chrome trace with shapes: `{profile.trace}`" if profile.trace else ""), "",
              "| category | ms/step | share |", "|---|---:|---:|"]
     total = profile.device_ms_per_step or float("nan")
     lines += [f"| {c} | {ms:.2f} | {ms / total:.0%} |" for c, ms in profile.by_category.items()]

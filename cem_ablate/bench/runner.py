@@ -24,7 +24,7 @@ import torch
 
 from cem_ablate.bench.config import BenchConfig, native_bf16, resolve_precisions
 from cem_ablate.bench.measure import CPUContention, step_peak_bytes, time_interleaved, warm_up
-from cem_ablate.bench.profile import profile_step
+from cem_ablate.bench.profile import profile_step, trace_file
 from cem_ablate.bench.results import Row
 from cem_ablate.bench.train_step import TrainStep, compiled_forward, head_loss_for, hf_forward, make_optimizer
 from cem_ablate.bench.variants import BASELINE, Variant, model_mapping, parse_variant
@@ -243,7 +243,9 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
         case.row.step_peak_bytes = _safely(case, lambda: step_peak_bytes(case.step, batch), log)
     if cfg.profile_steps:
         for case in [c for c in live if c.step is not None]:
-            profile = _safely(case, lambda: profile_step(case.step, batch, cfg.profile_steps), log)
+            label = f"{case.row.size} {case.row.variant} {case.row.mode} {case.row.precision}"
+            trace = trace_file(cfg.profile_trace, label) if cfg.profile_trace else None
+            profile = _safely(case, lambda: profile_step(case.step, batch, cfg.profile_steps, trace=trace), log)
             if profile is not None:
                 case.row.profile = profile.to_dict()
                 top = profile.top[0] if profile.top else None

@@ -7,16 +7,20 @@ Examples:
                                                    # compiled -> benchmarks/results/gpu-<device>.{json,md}
     cem-ablate bench --variants llama cem_attn_t2 --modes eager --precisions fp32 --repeats 3
     cem-ablate bench --variants 'mine={mlp: {name: cem, steps: 3}}' --sizes tiny small
-    cem-ablate bench --quick --profile-steps 2     # plus where each step's time goes
+    cem-ablate bench --quick --profile-steps 2     # plus where each step's time goes (+ bench.<case>.trace.json)
+    cem-ablate bench --variants llama cem_attn_t2_hb llama_nesterov_stream et_parallel_t2 --modes eager
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from pathlib import Path
 
-VARIANT_HELP = ("variant names: llama, hf_llama (transformers reference, eager), cem_<attn|mlp|full>_t<T> with "
-                "optional modifiers _ckpt _ref _nodiag _sdpa _perhead _exact _diag _identity, or "
-                "'label={yaml model sub-config}'")
+VARIANT_HELP = ("variant names: llama, hf_llama (transformers reference, eager), llama_nesterov_stream, "
+                "cem_<attn|mlp|full>_t<T> and et_parallel_t<T> (CEM attention + Hopfield MLP, block: parallel) "
+                "with optional modifiers _ckpt _ref _nodiag _sdpa _blocked _flex _perhead _exact _diag _identity "
+                "_hb _nesterov, or 'label={yaml: attention, mlp, stream, stream_momentum, velocity_norm, block}'")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "steps-per-sample": "steps in one timed sample (default 1)",
         "seed": "weights and batch seed (default 0)",
         "profile-steps": "after timing, profile N steps of every timed case: kernels (CUDA) or operators (CPU) "
-                         "by name and category, GPU busy fraction (default 0: off; 2 with --gpu)",
+                         "by name and category, GPU busy fraction, and a Chrome trace with shapes and FLOPs "
+                         "beside the JSON, <json stem>.<case>.trace.json (default 0: off; 2 with --gpu)",
     }
     for flag, text in int_flags.items():
         add(f"--{flag}", type=int, metavar="N", help=text)
@@ -75,8 +80,6 @@ def config_mapping(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from cem_ablate.bench.config import BenchConfig
     from cem_ablate.config.errors import ConfigError
     from cem_ablate.config.schema import parse
@@ -87,9 +90,13 @@ def run(args: argparse.Namespace) -> int:
         from cem_ablate.bench.results import read_json
 
         rows, meta = read_json(args.render)
+        json_path = args.render
         size = meta["config"]["sizes"][0]
     else:
         cfg = parse(BenchConfig, config_mapping(args), "bench")  # every user error surfaces here
+        json_path = results_path(args, cfg.device)
+        if cfg.profile_steps:  # the profiled cases' Chrome traces lie beside the JSON
+            cfg = dataclasses.replace(cfg, profile_trace=str(Path(json_path).with_suffix("")))
         from cem_ablate.bench.runner import run_bench
 
         rows, meta = run_bench(cfg, log=lambda line: print(line, flush=True))
@@ -115,15 +122,10 @@ def run(args: argparse.Namespace) -> int:
         text += "\n\n" + profiles
     print()
     print(text)
-    json_path, markdown_path = args.json, args.markdown
+    markdown_path = args.markdown
     if args.gpu and not args.render and on_gpu:
-        from cem_ablate.training.hardware import gpu_slug
-
-        stem = Path("benchmarks") / "results" / f"gpu-{gpu_slug(meta.get('gpu', 'gpu'))}"
-        json_path = json_path or str(stem.with_suffix(".json"))
         markdown_path = markdown_path or str(Path(json_path).with_suffix(".md"))
     if not args.render:
-        json_path = json_path or "bench.json"
         write_json(json_path, rows, targets, meta)
         print(f"\nwrote {json_path}")
     if markdown_path:
@@ -132,6 +134,21 @@ def run(args: argparse.Namespace) -> int:
         Path(markdown_path).write_text(header + text + "\n")
         print(f"wrote {markdown_path}")
     return 1 if any(row.error for row in rows) else 0
+
+
+def results_path(args: argparse.Namespace, device: str) -> str:
+    """Where the results JSON goes: --json, else under --gpu on a GPU
+    benchmarks/results/gpu-<device>.json, else bench.json."""
+    if args.json:
+        return args.json
+    if args.gpu and device.startswith("cuda"):
+        import torch
+
+        from cem_ablate.training.hardware import gpu_slug
+
+        name = torch.cuda.get_device_name(torch.device(device))  # as the results' `gpu` fact names it
+        return str(Path("benchmarks") / "results" / f"gpu-{gpu_slug(name)}.json")
+    return "bench.json"
 
 
 def facts_header(meta: dict) -> str:

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from cem_ablate.bench.profile import StepProfile, category, profile_step
+from cem_ablate.bench.profile import StepProfile, category, profile_step, trace_file
 from cem_ablate.bench.train_step import TrainStep, make_optimizer
 from cem_ablate.cli.main import main
 from cem_ablate.model import build_model
@@ -70,13 +70,31 @@ def test_time_outside_any_operator_lowers_the_busy_fraction():
 def test_bench_writes_and_renders_the_profiles(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert main(["bench", "--quick", "--variants", "llama", "--memory-variants", "--seq-len", "16",
-                 "--repeats", "1", "--no-tune-allocator", "--profile-steps", "1", "--json", str(out)]) == 0
+                 "--repeats", "1", "--no-tune-allocator", "--profile-steps", "1", "--json", str(out),
+                 "--markdown", str(tmp_path / "bench.md")]) == 0
     printed = capsys.readouterr().out
     assert "Where the step's time goes" in printed and "#### tiny llama eager fp32" in printed
     row = json.loads(out.read_text())["rows"][0]
     assert row["profile"]["steps"] == 1 and row["profile"]["by_category"]["gemm"] > 0
+    # the case's Chrome trace, beside the JSON, named in the JSON and the markdown
+    trace = tmp_path / "bench.tiny-llama-eager-fp32.trace.json"
+    assert row["profile"]["trace"] == str(trace)
+    assert f"Chrome trace with shapes: `{trace}`" in (tmp_path / "bench.md").read_text()
+    events = json.loads(trace.read_text())["traceEvents"]
+    matmuls = [e for e in events if e.get("name") == "aten::mm"]
+    assert matmuls and all(e["args"]["Input Dims"] for e in matmuls)  # record_shapes
+    # with_flops: the counted matmul FLOPs lie between the LM head's forward GEMM alone and
+    # the whole training step's FLOPs (3x the model report's forward count, SPEC §7)
+    tokens, head = 2 * 16, 64 * 256
+    assert 2 * tokens * head < row["profile"]["flops_per_step"] <= row["train_flops_per_token"] * tokens
     assert main(["bench", "--render", str(out)]) == 0
     assert "#### tiny llama eager fp32" in capsys.readouterr().out
+
+
+def test_trace_file_names_a_case_beside_the_results():
+    assert str(trace_file("benchmarks/results/gpu-h100", "86M llama compiled bf16")) == \
+        "benchmarks/results/gpu-h100.86M-llama-compiled-bf16.trace.json"
+    assert trace_file("out/bench", "tiny mine/{x: 1} eager fp32").name == "bench.tiny-mine-x-1-eager-fp32.trace.json"
 
 
 def test_negative_profile_steps_is_one_error_line(capsys):
