@@ -20,7 +20,8 @@ input shapes and FLOPs (`record_shapes`, `with_flops`); the FLOPs the profiler c
 are summed per step, and given a path the steps are written as a Chrome trace with
 the shapes (chrome://tracing or https://ui.perfetto.dev; torch 2.13's exporter leaves
 the FLOPs out). The bench writes one trace per profiled case beside its JSON
-(`trace_file`).
+(`trace_file`). Recording shapes adds host time to every operator call, so an eager
+GPU step's busy fraction reads somewhat lower than it would unrecorded (unmeasured).
 """
 
 from __future__ import annotations
