@@ -49,10 +49,12 @@ def interval_text(interval: Interval | None, spec: str) -> str:
 
 
 def _optimum_interval(optimum: Optimum, interval: Interval | None, spec: str) -> str:
-    """The interval where the analysis gives one; "n too small" where it declines."""
+    """The interval where the analysis gives one; where it declines, why ("n too small
+    (2 seeds; intervals from 3)"; an lr* on the grid's edge is a bound: "(edge)" says it)."""
     if interval is not None:
         return " " + interval_text(interval, spec)
-    return " (n too small)" if optimum.n_seeds >= 1 else ""
+    note = optimum.interval_note or ("n too small" if optimum.n_seeds >= 1 else None)
+    return f" ({note})" if note and not note.startswith("lr* at the grid's edge") else ""
 
 
 def lr_star_text(optimum: Optimum | None) -> str:
