@@ -175,8 +175,11 @@ def load_components() -> None:
         source = "built-in" if builtin else _plugin_source(ep.name, ep.value)
         _PLUGINS[source] = (ep.name, ep.value)
         _current_source = source
-        # The plugin's version is part of its components' code fingerprint (config/fingerprint.py).
-        _current_distribution = f"{ep.dist.name}=={ep.dist.version}" if ep.dist is not None else None
+        # A plugin's version is part of its components' code fingerprint (config/fingerprint.py).
+        # The zoo's is not: its files are hashed and the platform version is in every trial key;
+        # naming it would make the key depend on how the process found the zoo.
+        _current_distribution = (f"{ep.dist.name}=={ep.dist.version}"
+                                 if ep.dist is not None and not builtin else None)
         try:
             obj = ep.load()
             if callable(obj) and not isinstance(obj, type):

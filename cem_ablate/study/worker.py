@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cem_ablate import registry
 from cem_ablate.study.trial_run import TrialOutcome, run_trial
 from cem_ablate.study.trials import HeartbeatThread, worker_identity
 
@@ -98,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("plan", help="the plan file (<workdir>/<study>/plan-<hash>.pkl)")
     parser.add_argument("--index", type=int, default=0, help="worker index (spreads the variants' order)")
     args = parser.parse_args(argv)
+    # Load the zoo and the plugins through their entry points BEFORE unpickling: the plan's
+    # option classes import their modules, and a module imported outside `load_components`
+    # registers without its plugin's name and version, so this process's trial keys (code
+    # fingerprint) would differ from the coordinator's and every trial it finishes would
+    # look stale there.
+    registry.load_components()
     expanded, settings = pickle.loads(Path(args.plan).read_bytes())  # our own file, written by write_plan
     set_torch_threads(settings.threads)
     quiet_lightning()

@@ -152,6 +152,12 @@ def test_two_workers_share_one_storage_without_training_a_point_twice(tmp_path, 
     assert len({t.user_attrs["worker"]["pid"] for t in every}) == 2
     logs = sorted((tmp_path / "mlruns" / "studies" / "pair" / "logs").glob("worker-*.log"))
     assert len(logs) == 2
+    # The worker processes keyed their trials as this process does (the code fingerprint
+    # included): a rerun finds every trial current and trains nothing.
+    assert main(["study", str(path), "--workers", "2", "--no-report"]) == 0
+    assert "code changed" not in capsys.readouterr().out
+    trials, _, _ = assert_each_point_finished_once(tmp_path, "pair", 2, grid)
+    assert sum(len(ts) for ts in trials.values()) == 6
 
 
 def test_median_pruning_stops_a_hopeless_learning_rate(tmp_path, corpus, monkeypatch, capsys):
