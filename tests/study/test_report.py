@@ -133,3 +133,32 @@ def test_correction_none_tests_each_comparison_at_alpha_alone():
     assert all(h.test.decision.p_holm >= p.test.decision.p_holm for h, p in zip(holm.rows, plain.rows))
     assert "not adjusted for the report's 4 comparison(s)" in plain.definition("test RMSE")
     assert "Holm-adjusted over the report's 4 comparison(s)" in holm.definition("test RMSE")
+
+
+def test_a_store_without_recorded_pairing_is_paired_by_the_study_file():
+    # A study run before pairing was recorded (its stats.json has none): with the study
+    # file the report checks the pairs on its variants; without it, Welch and a note.
+    import copy
+
+    from cem_ablate.study.report import _missing_pairings
+    from cem_ablate.study.spec import parse_study
+    from cem_ablate.study.variants import expand
+    from tests.study.tiny_study import TINY_BASE
+
+    mapping = {"name": "old", "base": copy.deepcopy(TINY_BASE),
+               "variants": [{"name": "T2", "set": {"model.attention": {"name": "cem", "steps": 2}}}],
+               "baselines": {"T1": {"model.attention": {"name": "cem", "steps": 1}}}}
+    expanded = expand(parse_study(mapping), mapping)
+    t2, t1 = expanded.variants
+    base, bs = record("cem_T1", "1", 10.0, metric="test perplexity")
+    var, vs = record("cem_T2", "1", 10.5, base.key, metric="test perplexity")
+    base.key, var.key, var.baselines = t1.key, t2.key, {"T1": t1.key}
+    base.stats = VariantStatistics("test perplexity", bs, {}).to_dict()
+    var.stats = VariantStatistics("test perplexity", vs, {}).to_dict()
+    pairings = _missing_pairings([base, var], expanded)
+    assert pairings[(t2.key, "T1")].paired  # T = 2 vs T = 1 of one layer: the same initial weights
+    comparisons = build_comparisons([base, var], expanded.spec, pairings)
+    assert {c.test.decision.test for c in comparisons.rows} == {"paired t"} and not comparisons.notes
+    assert build_comparisons([base, var]).notes  # without the file: Welch, and the report says so
+    var.stats["pairing"] = {"T1": {"paired": True, "reason": ""}}
+    assert _missing_pairings([base, var], expanded) is None  # recorded: no models built
