@@ -54,7 +54,7 @@ def _optimum_interval(optimum: Optimum, interval: Interval | None, spec: str) ->
     if interval is not None:
         return " " + interval_text(interval, spec)
     note = optimum.interval_note or ("n too small" if optimum.n_seeds >= 1 else None)
-    return f" ({note})" if note and not note.startswith("lr* at the grid's edge") else ""
+    return f", {note}" if note and not note.startswith("lr* at the grid's edge") else ""
 
 
 def lr_star_text(optimum: Optimum | None) -> str:
