@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cem_ablate.analysis.statistics import OBJECTIVE_NAMES
-from cem_ablate.study.estimates import VariantEstimate, estimate
+from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S, VariantEstimate, estimate
 from cem_ablate.study.spec import SequentialSeeds, initial_seeds
 from cem_ablate.study.trials import plan_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant
@@ -178,6 +178,10 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
         worst = f" in the worst case (every Δ unresolved; {sum(r.min_trials for r in rows)} if all resolve at once)"
     console.print(f"total: {total_trials} trials{worst}, {_si(total_flops)}FLOP of training, "
                   f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")
+    cpu_hours = sum(r.trials * r.estimate.cpu_hours() for r in rows)
+    console.print(f"CPU: {_duration(cpu_hours)} wall clock on 2 cores ({cpu_hours:.3g} CPU-hours on 2 cores) at {CPU_TRAIN_FLOPS_PER_S / 1e9:.3g} GFLOP/s "
+                  "(measured on the quickstart, startup and evaluation included; trials reused from the storage not "
+                  "subtracted)", markup=False, highlight=False)
     if any(v.baselines for v in expanded.variants):
         for line in power_lines(expanded, spread):
             console.print(line, markup=False, highlight=False)

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 DEFAULT_GPU_TFLOPS = 312.0  # A100 dense bf16
 DEFAULT_MFU = 0.40
+# Training FLOPs per second of a CPU study on 2 cores, measured end to end: the
+# quickstart's 15 trials (3.59 TFLOP by this module) took 2 min 17 s on 2 otherwise
+# idle cores (README), i.e. 26.2 GFLOP/s with each trial's startup and evaluation
+# included. Conservative for larger models, whose fixed costs weigh less (issue 21).
+CPU_TRAIN_FLOPS_PER_S = 3.59e12 / 137.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,10 @@ class VariantEstimate:
 
     def gpu_hours(self, gpu_tflops: float = DEFAULT_GPU_TFLOPS, mfu: float = DEFAULT_MFU) -> float:
         return self.train_flops / (gpu_tflops * 1e12 * mfu) / 3600.0
+
+    def cpu_hours(self, flops_per_s: float = CPU_TRAIN_FLOPS_PER_S) -> float:
+        """Wall-clock hours of one trial on the 2-core machine `CPU_TRAIN_FLOPS_PER_S` was measured on."""
+        return self.train_flops / flops_per_s / 3600.0
 
     def metrics(self) -> dict[str, float]:
         """For the variant's parent run."""
