@@ -179,9 +179,9 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
     console.print(f"total: {total_trials} trials{worst}, {_si(total_flops)}FLOP of training, "
                   f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")
     cpu_hours = sum(r.trials * r.estimate.cpu_hours() for r in rows)
-    console.print(f"CPU: {_duration(cpu_hours)} wall clock on 2 cores ({cpu_hours:.3g} CPU-hours on 2 cores) at {CPU_TRAIN_FLOPS_PER_S / 1e9:.3g} GFLOP/s "
-                  "(measured on the quickstart, startup and evaluation included; trials reused from the storage not "
-                  "subtracted)", markup=False, highlight=False)
+    console.print(f"CPU: {_duration(cpu_hours)} wall clock on 2 cores ({cpu_hours:.3g} CPU-hours on 2 cores) at "
+                  f"{CPU_TRAIN_FLOPS_PER_S / 1e9:.3g} GFLOP/s (measured on the quickstart, startup and evaluation "
+                  "included; trials reused from the storage not subtracted)", markup=False, highlight=False)
     if any(v.baselines for v in expanded.variants):
         for line in power_lines(expanded, spread):
             console.print(line, markup=False, highlight=False)

@@ -304,7 +304,17 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     scaling = summarize_scaling(inputs) if has_size_axis(inputs) else None
     if scaling is not None:
         print_scaling(scaling, metric, console)
-    return write_report(records, study_name, out_dir, scaling, comparisons)
+    path = write_report(records, study_name, out_dir, scaling, comparisons)
+    # Issue 21: the sections of a width study and of a GP study with several draws (each
+    # [] for other studies; they need the study file's configs, `expanded`).
+    from cem_ablate.study.gp_draws_report import gp_draws_section
+    from cem_ablate.study.width_report import width_section
+
+    extra = (width_section(records, expanded, tracking_uri, out_dir, metric, console)
+             + gp_draws_section(records, expanded, metric, console))
+    if extra:
+        path.write_text(path.read_text() + "\n\n" + "\n".join(extra))
+    return path
 
 
 def _missing_pairings(records: list[VariantRecord], expanded) -> dict | None:

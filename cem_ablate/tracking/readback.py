@@ -141,3 +141,13 @@ def _read_json(client, run_id: str, artifact: str) -> dict | None:
             return None
         with open(path) as f:
             return json.load(f)
+
+
+def read_run_metrics(tracking_uri: str, run_ids: list[str], prefix: str = "") -> dict[str, dict[str, float]]:
+    """run id -> its latest logged metrics whose names start with `prefix` (e.g. the energy
+    trace `energy/<sublayer>/step<t>` of a trial's final validation; the width report)."""
+    if not run_ids:
+        return {}
+    client = make_client(tracking_uri)
+    return {run_id: {k: float(v) for k, v in client.get_run(run_id).data.metrics.items() if k.startswith(prefix)}
+            for run_id in run_ids}
