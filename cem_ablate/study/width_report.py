@@ -169,8 +169,8 @@ def trend_text(t: ComparisonTrend) -> str:
     crossing = (f"zero crossing d0 ≈ {_width_text(c.width)} [{_width_text(c.low)}, {_width_text(c.high)}] "
                 "(extrapolation, Fieller)" if c.low is not None else "zero crossing: none (b's interval contains 0)")
     return (f"{t.budget}, {t.comparison}: Δ(d) = a + b·log2(d/64) on {len(f.widths)} widths "
-            f"{list(f.widths)}: a = {f.a:+.4f} ({_pct(f.a)} at d 64), b = {f.b:+.4f} "
-            f"[{f.b_low:+.4f}, {f.b_high:+.4f}] per doubling ({f.level:.0%}, t on {f.df} df), p = {f.p:.3g}, "
+            f"{list(f.widths)}: a = {f.a:+.6f} ({_pct(f.a)} at d 64), b = {f.b:+.6f} "
+            f"[{f.b_low:+.6f}, {f.b_high:+.6f}] per doubling ({f.level:.0%}, t on {f.df} df), p = {f.p:.3g}, "
             f"Holm p = {t.p_holm:.3g}: {t.verdict}; {crossing}")
 
 

@@ -69,3 +69,32 @@ def test_gp_draws_design(scale):
         assert set(design.kernels) == {"rbf", "nonstationary"}
         assert len(study.spec.lr_search.grid) >= 4 and study.spec.seeds == [0, 1, 2]
     assert gp_draws_design(expanded("table3_gp", None)) is None  # one draw: no section
+
+
+@pytest.mark.slow
+def test_width_smoke_report_slope_matches_scipy_on_the_children(tmp_path, monkeypatch, capsys):
+    """Issue 21's acceptance at smoke scale: b recomputed from the MLflow children's final
+    metrics with scipy.stats.linregress equals the report's to 1e-6."""
+    import math
+    import re
+
+    from scipy import stats
+
+    from cem_ablate.tracking.readback import read_study
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert main(["study", str(STUDIES / "width.yaml"), "--scale", "smoke", "--threads", "1",
+                 "--storage", f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", uri,
+                 "--workdir", str(tmp_path / "work"), "--report-dir", str(tmp_path / "reports")]) == 0
+    records = {r.name: r for r in read_study(uri, "width_smoke")}
+    xs, ys = [], []
+    for w in (32, 64, 128):
+        t2, t1 = ({t.seed: t.ppl for t in records[f"d{w}_{arm}"].trials} for arm in ("T2", "T1"))
+        xs.append(math.log2(w / 64))
+        ys.append(sum(math.log(t2[s] / t1[s]) for s in t1) / len(t1))
+    report = (tmp_path / "reports" / "width_smoke" / "report.md").read_text()
+    b = float(re.search(r"T=2 vs T=1: .*? b = ([-+0-9.]+)", report).group(1))
+    assert b == pytest.approx(stats.linregress(xs, ys).slope, abs=1e-6)
+    assert (tmp_path / "reports" / "width_smoke" / "width.png").exists()
+    assert re.search(r"\| 4 steps \| CEM attention T=2 vs T=1 \| 64 \| .*\| \d/\d", report)  # energy fraction
