@@ -38,7 +38,8 @@ def test_fig2a_smoke_runs_and_reports(tmp_path, monkeypatch, capsys):
         assert [t.status for t in r.trials] == ["finished"]
         assert r.ppl_star is not None and 1.0 < r.ppl_star < 300.0  # byte vocabulary: ppl < 257-ish
     report = (tmp_path / "reports" / "fig2a_cem_attention_smoke" / "report.md").read_text()
-    assert "vs llama,size=tiny" in report and "(baseline)" in report
+    # the Δ table: one row per comparison, the baseline in its own column
+    assert "| cem_attention,size=tiny | llama,size=tiny |" in report and "(baseline)" in report
 
 
 @pytest.mark.slow
