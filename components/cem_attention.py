@@ -65,14 +65,10 @@ class CEMAttentionOptions(RecursionOptions):
     preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
     kq_diag: Literal["none", "shared", "per_head"] = "none"
     diag_update: Literal["paper", "exact"] = "paper"
-    step_size: float = 1.0
-    learnable_step_size: bool = False
     impl: Literal["fast", "reference"] = "fast"  # reference: explicit scores, for tests and debugging
     kernel: Literal["auto", "blocked", "sdpa", "flex"] = "auto"  # fast path only; auto: flex on CUDA, else blocked
-    checkpoint_steps: bool = False  # recompute each recursion step in backward (memory-lean, T >= 3)
 
     def validate(self, path: str) -> None:
-        require(self.step_size > 0, f"{path}.step_size", f"must be > 0, got {self.step_size}.")
         self.validate_recursion(path)
         require(self.kernel != "sdpa" or self.kq_diag == "none", f"{path}.kernel",
                 "'sdpa' needs kq_diag: none (a learnable KQ diagonal would need a mask that requires "
@@ -89,9 +85,7 @@ class CEMAttentionOptions(RecursionOptions):
           description="CEM attention: tied W_Q/W_K, ALiBi + self bias, KQ diagonal, T energy-descent steps.")
 class CEMAttention(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMAttentionOptions, steps: int = 1):
-        super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps,
-                         options.recursion_state, options.backprop_steps, options.update, options.momentum,
-                         options.learnable_momentum)
+        super().__init__(steps, options)
         self.impl, self.kernel = options.impl, options.kernel
         d_model, self.n_heads, self.head_dim = dims.d_model, dims.n_heads, dims.head_dim
         self.tau = math.sqrt(self.head_dim)

@@ -62,14 +62,10 @@ class MLPStepContext(NamedTuple):
 @dataclass(frozen=True)
 class CEMMLPOptions(RecursionOptions):
     preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
-    step_size: float = 1.0
-    learnable_step_size: bool = False
     width_multiplier: float = 1.0  # 1.5 matches the parameters of SwiGLU (SPEC §3)
     impl: Literal["fast", "reference"] = "fast"  # reference: the plain SPEC §3 loop, for tests
-    checkpoint_steps: bool = False  # recompute each recursion step in backward (memory-lean, T >= 3)
 
     def validate(self, path: str) -> None:
-        require(self.step_size > 0, f"{path}.step_size", f"must be > 0, got {self.step_size}.")
         self.validate_recursion(path)
         require(self.width_multiplier > 0, f"{path}.width_multiplier",
                 f"must be > 0, got {self.width_multiplier}.")
@@ -90,9 +86,7 @@ class CEMMLPParamMatchedOptions(CEMMLPOptions):
           description="CEM MLP: tied W/V (two D x D_m matrices), gamma once, T energy-descent steps.")
 class CEMMLP(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMMLPOptions, steps: int = 1):
-        super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps,
-                         options.recursion_state, options.backprop_steps, options.update, options.momentum,
-                         options.learnable_momentum)
+        super().__init__(steps, options)
         self.impl = options.impl
         d_model = dims.d_model
         d_mlp = round(dims.d_mlp * options.width_multiplier)

@@ -62,8 +62,12 @@ class RecursionOptions:
     update: Literal["gd", "heavy_ball", "nesterov"] = "gd"  # the optimizer the steps run (SPEC §11.1)
     momentum: float = 0.5  # mu in [0, 1); heavy_ball and nesterov only
     learnable_momentum: bool = False  # mu = sigmoid(momentum_logit), init logit(momentum)
+    step_size: float = 1.0  # eta (SPEC §2)
+    learnable_step_size: bool = False
+    checkpoint_steps: bool = False  # recompute each recursion step in backward (memory-lean, T >= 3)
 
     def validate_recursion(self, path: str) -> None:
+        require(self.step_size > 0, f"{path}.step_size", f"must be > 0, got {self.step_size}.")
         require(self.backprop_steps is None or self.backprop_steps >= 1, f"{path}.backprop_steps",
                 f"must be at least 1 (null: all steps), got {self.backprop_steps}.")
         require(0.0 <= self.momentum < 1.0, f"{path}.momentum", f"must be in [0, 1), got {self.momentum}.")
@@ -87,24 +91,22 @@ class EnergyRecursion(nn.Module):
     supports_recursion = True
     impl = "fast"  # subclasses with a reference path set "reference" per instance
 
-    def __init__(self, steps: int, step_size: float, learnable_step_size: bool,
-                 checkpoint_steps: bool = False, recursion_state: str = "raw",
-                 backprop_steps: int | None = None, update: str = "gd", momentum: float = 0.5,
-                 learnable_momentum: bool = False):
+    def __init__(self, steps: int, options: RecursionOptions):
         super().__init__()
         self.steps = steps
-        if learnable_step_size:
-            self.step_size = nn.Parameter(torch.tensor(float(step_size)))
+        if options.learnable_step_size:
+            self.step_size = nn.Parameter(torch.tensor(float(options.step_size)))
         else:
-            self.step_size = float(step_size)
-        self.checkpoint_steps = checkpoint_steps
-        self.recursion_state = recursion_state
-        self.backprop_steps = steps if backprop_steps is None else backprop_steps
-        self.update = update
-        self.learnable_momentum = learnable_momentum
-        if learnable_momentum:  # one scalar per sublayer (SPEC §11.1), not weight-decayed (not a matrix)
-            self.momentum_logit = nn.Parameter(torch.tensor(math.log(momentum / (1.0 - momentum))))
-        self.fixed_momentum = float(momentum)
+            self.step_size = float(options.step_size)
+        self.checkpoint_steps = options.checkpoint_steps
+        self.recursion_state = options.recursion_state
+        self.backprop_steps = steps if options.backprop_steps is None else options.backprop_steps
+        self.update = options.update
+        self.learnable_momentum = options.learnable_momentum
+        if options.learnable_momentum:  # one scalar per sublayer (SPEC §11.1), not weight-decayed (not a matrix)
+            mu = options.momentum
+            self.momentum_logit = nn.Parameter(torch.tensor(math.log(mu / (1.0 - mu))))
+        self.fixed_momentum = float(options.momentum)
         self.track_energy = False
         self.energy_trace: list[float] = []
 

@@ -30,9 +30,7 @@ from components.preconditioner import build_preconditioner
                       "T descent steps.")
 class HopfieldMLP(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMMLPOptions, steps: int = 1):
-        super().__init__(steps, options.step_size, options.learnable_step_size, options.checkpoint_steps,
-                         options.recursion_state, options.backprop_steps, options.update, options.momentum,
-                         options.learnable_momentum)
+        super().__init__(steps, options)
         self.impl = options.impl
         d_model = dims.d_model
         d_mlp = round(dims.d_mlp * options.width_multiplier)
