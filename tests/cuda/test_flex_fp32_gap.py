@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.cuda.test_kernels import CUDA, layers, rel, stream
+from tests.cuda.test_kernels import CUDA, layers, rel, run, stream
 
 pytestmark = pytest.mark.cuda
 
@@ -37,19 +37,6 @@ SEQS = (130, 257)  # two and three 128-row flex blocks
 DELTA_STD = (0.0, 0.1, 0.3)
 BETA_STD = (0.0, 1.0, 3.0)
 ENVELOPE_FACTOR, ENVELOPE_FLOOR, FP32_CEILING = 10.0, 6e-6, 1e-4
-
-
-def _run(fn, layer, h: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """test_kernels.run with the callable apart from the module whose parameters are
-    differentiated (a compiled module names them `_orig_mod.*`)."""
-    h = h.to(dtype).clone().requires_grad_(True)
-    out = fn(h)
-    weights = torch.linspace(-1, 1, out.numel(), device=CUDA, dtype=torch.float64).view_as(out)
-    named = sorted(layer.named_parameters())
-    grads = torch.autograd.grad((out.double() * weights).sum(), [h, *(p for _, p in named)])
-    result = {"update": (out - h).detach().double()}
-    result.update({name: g.double() for name, g in zip(["input"] + [n for n, _ in named], grads)})
-    return result
 
 
 def _set(layer, delta_std: float, beta_std: float, seed: int = 0) -> None:
@@ -74,9 +61,9 @@ def test_compiled_and_eager_flex_are_both_within_fp32_rounding_of_the_float64_or
             for beta_std in BETA_STD:
                 _set(fast, delta_std, beta_std)
                 ref.load_state_dict({k: v.double() for k, v in fast.state_dict().items()})
-                expected = _run(ref, ref, h, torch.float64)
-                eager = _run(fast, fast, h, torch.float32)
-                whole = _run(compiled, fast, h, torch.float32)
+                expected = run(ref, h, torch.float64)
+                eager = run(fast, h, torch.float32)
+                whole = run(fast, h, torch.float32, fn=compiled)
                 for name, r in expected.items():
                     if r.norm() == 0:
                         continue

@@ -89,11 +89,13 @@ def stream(d_model: int, seq: int = SEQ, seed: int = 1) -> torch.Tensor:
     return torch.randn(2, seq, d_model, generator=g, dtype=torch.float64).to(CUDA)
 
 
-def run(layer, h, dtype, bf16=False) -> dict[str, torch.Tensor]:
-    """The update out - h and the gradients of a generic cotangent, in float64."""
+def run(layer, h, dtype, bf16=False, fn=None) -> dict[str, torch.Tensor]:
+    """The update out - h and the gradients of a generic cotangent, in float64. `fn`
+    (default: `layer`) is what runs, e.g. the compiled layer; the gradients are those of
+    `layer`'s parameters (a compiled module names them `_orig_mod.*`)."""
     h = h.to(dtype).clone().requires_grad_(True)
     with torch.autocast(CUDA.type, dtype=torch.bfloat16, enabled=bf16):
-        out = layer(h)
+        out = (fn or layer)(h)
     weights = torch.linspace(-1, 1, out.numel(), device=CUDA, dtype=torch.float64).view_as(out)
     named = sorted(layer.named_parameters())
     grads = torch.autograd.grad((out.double() * weights).sum(), [h, *(p for _, p in named)])
