@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cem_ablate.config.trial_status import TrialStatus
+
 Log = Callable[[str], None]
 
 
@@ -122,13 +124,13 @@ def measure_parity(variant: str = "llama", size: str = "86M", seq_len: int = 204
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         result = train_run(cfg, run_dir=Path(tmp) / "run", tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
                            resume=False, progress=False)
-    if result.status != "finished":
+    if result.status != TrialStatus.FINISHED:
         raise RuntimeError(f"the training run ended {result.status}: {result.error}")
     log(f"[parity] train: {result.tokens_per_sec:,.0f} tokens/s, MFU {result.mfu:.1%} ({result.steps} steps)")
     return ParityResult(variant=variant, size=size, mode=mode, precision=precision, device=device,
                         batch_size=batch_size, seq_len=seq_len, bench_tokens_per_sec=bench_rate,
                         train_tokens_per_sec=result.tokens_per_sec, train_mfu=result.mfu,
-                        train_status=result.status, train_steps=result.steps)
+                        train_status=result.status.value, train_steps=result.steps)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_tracking_server(args.tracking_uri)  # a dead server: one line, not MLflow's 4-minute retry
 
+    from cem_ablate.config.trial_status import TrialStatus
     from cem_ablate.training.engine import train_run
     from cem_ablate.training.run_directory import RunDirectory
 
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if talk:
         print_summary(result)
-    return 0 if result.status == "finished" else 1
+    return 0 if result.status == TrialStatus.FINISHED else 1
 
 
 def print_summary(result) -> None:

@@ -7,8 +7,8 @@ The path of a run: validate the config -> claim the run folder -> prepare the da
 vocabulary -> Lightning fit (resuming `last.ckpt` if present) -> final validation and
 test -> `TrainResult`, written to `<run_dir>/result.json` and to MLflow.
 
-- Divergence (non-finite loss) is a result, `status="diverged"`, never an exception.
-- Any other error during training is `status="failed"` with the error text; bad
+- Divergence (non-finite loss) is a result, `TrialStatus.DIVERGED`, never an exception.
+- Any other error during training is `TrialStatus.FAILED` with the error text; bad
   configuration raises `ConfigError` before anything starts.
 - Rerunning a run whose folder holds a finished or diverged result returns it
   without training; a killed run resumes from its last checkpoint and ends exactly
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget, resolve_budget
@@ -120,7 +121,7 @@ class _Session:
                 raise
             if self.rank_zero:
                 traceback.print_exc(file=sys.stderr)
-            result = self._result("failed", error=f"{type(err).__name__}: {err}".strip())
+            result = self._result(TrialStatus.FAILED, error=f"{type(err).__name__}: {err}".strip())
         result.seconds = time.time() - start
         if self.rank_zero:
             self.folder.write_result(result)
@@ -170,7 +171,8 @@ class _Session:
             warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch.*")
             trainer.fit(task.module, datamodule=task.datamodule, ckpt_path=ckpt)
         if task.module.diverged:
-            return self._result("diverged", error=f"non-finite training loss after {task.module.diverged_step} steps")
+            return self._result(TrialStatus.DIVERGED,
+                                error=f"non-finite training loss after {task.module.diverged_step} steps")
         if trainer.interrupted:
             raise KeyboardInterrupt
         from cem_ablate.training.callbacks import save_checkpoint_atomically
@@ -180,7 +182,7 @@ class _Session:
         if getattr(task.module, "last_val_step", None) != trainer.global_step:
             metrics |= _floats(trainer.validate(task.module, datamodule=task.datamodule, verbose=False)[0])
         metrics |= _floats(trainer.test(task.module, datamodule=task.datamodule, verbose=False)[0])
-        return self._result("finished", metrics=metrics)
+        return self._result(TrialStatus.FINISHED, metrics=metrics)
 
     def _open_tracking(self) -> None:
         """A run the engine owns gets params, config and (at the end) its outcome; a
@@ -194,7 +196,8 @@ class _Session:
             log_params(self.logger, run_params(self.cfg, self.budget, self.task.report, self.task.data_facts))
             log_config_text(self.logger, self.folder.config_file.read_text())
 
-    def _result(self, status: str, metrics: Mapping[str, float] | None = None, error: str | None = None) -> TrainResult:
+    def _result(self, status: TrialStatus, metrics: Mapping[str, float] | None = None,
+                error: str | None = None) -> TrainResult:
         metrics = metrics or {}
         module = self.task.module if self.task else None
         trainer = self.trainer
@@ -282,6 +285,6 @@ def _train_in_subprocess(cfg: RunConfig, folder: RunDirectory, tracking_uri: str
     code = subprocess.run(command, preexec_fn=die_with_parent).returncode
     result = folder.read_result()
     if result is None:
-        return TrainResult("failed", error=f"the DDP training process exited with code {code} and no result",
+        return TrainResult(TrialStatus.FAILED, error=f"the DDP training process exited with code {code} and no result",
                            run_dir=str(folder.path), mlflow_run_id=mlflow_run_id)
     return result

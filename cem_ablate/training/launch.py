@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from cem_ablate.config import load_yaml
+from cem_ablate.config.trial_status import SETTLED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         experiment=args.experiment, mlflow_run_id=args.mlflow_run_id,
         resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
     )
-    return 0 if result.status in ("finished", "diverged") else 1
+    return 0 if result.status in SETTLED else 1
 
 
 if __name__ == "__main__":

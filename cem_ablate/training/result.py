@@ -1,18 +1,22 @@
-"""What a training run returns (and writes to `<run_dir>/result.json`)."""
+"""What a training run returns (and writes to `<run_dir>/result.json`).
+
+Its status is one of `config.trial_status.RUN_OUTCOMES`; `result.json` holds the
+status's stored string (`to_dict` / `from_dict` are the edge).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-Status = Literal["finished", "diverged", "failed"]
+from cem_ablate.config.trial_status import TrialStatus
 
 
 @dataclass
 class TrainResult:
-    status: Status
+    status: TrialStatus  # finished / diverged / failed
     steps: int = 0  # optimizer steps completed
     tokens_seen: int = 0
     train_loss: float = math.nan  # last finite training loss
@@ -52,14 +56,14 @@ class TrainResult:
         the writer): the summary, the objective and the task's final metrics, so a
         trial's child run answers the report without reading curves."""
         return self.summary_metrics() | {
-            "objective": self.objective if self.status == "finished" else None,
+            "objective": self.objective if self.status == TrialStatus.FINISHED else None,
             "test_ppl": self.test_ppl, "val_ppl": self.val_ppl, "test_loss": self.test_loss,
             "val_loss": self.val_loss, "test_rmse": self.rmse, "test_recall_acc": self.recall_accuracy}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: NaN becomes None."""
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                for k, v in dataclasses.asdict(self).items()}
+        """JSON-safe: NaN becomes None, the status its stored string."""
+        out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in dataclasses.asdict(self).items()}
+        return out | {"status": TrialStatus(self.status).value}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainResult:
@@ -71,4 +75,6 @@ class TrainResult:
             if value is None and fields[key].default is not None and isinstance(fields[key].default, float):
                 value = math.nan
             kwargs[key] = value
+        if "status" in kwargs:
+            kwargs["status"] = TrialStatus.read(kwargs["status"])
         return cls(**kwargs)

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from cem_ablate.config import ConfigError
+from cem_ablate.config.trial_status import SETTLED
 from cem_ablate.training.config import RunConfig
 from cem_ablate.training.result import TrainResult
 
@@ -103,7 +104,7 @@ class RunDirectory:
         """The result of this config's ended run (finished or diverged: rerunning it
         would not change it)."""
         result = self.read_result() if self.holds(cfg) else None
-        return result if result is not None and result.status in ("finished", "diverged") else None
+        return result if result is not None and result.status in SETTLED else None
 
     def write_result(self, result: TrainResult) -> None:
         write_atomically(self.result_file, json.dumps(result.to_dict(), indent=2))
