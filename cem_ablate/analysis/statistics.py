@@ -127,13 +127,14 @@ class VariantStats:
 
 
 def observations(trials: Iterable) -> list[Observation]:
-    """Finished trials (objects with lr, seed, status, ppl: `TrialPoint`, `TrialRecord`)
-    -> observations; diverged, failed, pruned and running trials carry no value."""
+    """Finished trials (objects with lr, seed, status, value: `config.trial_record.TrialRecord`)
+    -> observations; diverged, failed, pruned and running trials carry no value. The
+    status is compared as its stored string: analysis imports nothing of the core."""
     out = []
     for t in trials:
         if getattr(t, "status", "finished") != "finished":
             continue
-        lr, seed, value = t.lr, t.seed, t.ppl
+        lr, seed, value = t.lr, t.seed, t.value
         if lr is None or seed is None or value is None or not (math.isfinite(lr) and lr > 0 and math.isfinite(value)):
             continue
         out.append(Observation(float(lr), int(seed), float(value)))

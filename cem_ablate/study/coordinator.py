@@ -30,7 +30,7 @@ from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
 from cem_ablate.study.summary import StudyPublisher
-from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, PRUNED
+from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import ExpandedStudy
 from cem_ablate.study.worker import quiet_lightning, set_torch_threads, write_plan
 from cem_ablate.tracking.store import shown_url
@@ -75,8 +75,8 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
     if not after.complete:
         echo(f"{after.total - after.done} trials unfinished: rerun the same command to resume them")
         return 1
-    if after.slot_counts[FAILED]:
-        echo(f"{after.slot_counts[FAILED]} trials failed (reasons in the report and the worker output); "
+    if after.slot_counts[TrialStatus.FAILED]:
+        echo(f"{after.slot_counts[TrialStatus.FAILED]} trials failed (reasons in the report and the worker output); "
              "rerunning the same command retries them once")
         return 1
     return 0
@@ -155,8 +155,8 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
 
 def _ended(before, after) -> bool:
     """Whether a trial reached a final state between two snapshots."""
-    final = (FINISHED, DIVERGED, FAILED, PRUNED)
-    return any(point.status in final and (key not in before.trials or before.trials[key][1].status != point.status)
+    return any(point.status in FINAL_STATES
+               and (key not in before.trials or before.trials[key][1].status != point.status)
                for key, (_, point) in after.trials.items())
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from cem_ablate.analysis.statistics import OBJECTIVE_NAMES
 from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S, VariantEstimate, estimate
 from cem_ablate.study.spec import SequentialSeeds, initial_seeds
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.trials import plan_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant
 
@@ -100,7 +101,6 @@ def seed_spread(expanded: ExpandedStudy, storage_url: str) -> SeedSpread | None:
 
     from cem_ablate.study.reuse import finished_trials
     from cem_ablate.study.storage import quiet_optuna, sqlite_path
-    from cem_ablate.study.trials import FINISHED
 
     spec = expanded.spec
     path = sqlite_path(storage_url)
@@ -113,7 +113,9 @@ def seed_spread(expanded: ExpandedStudy, storage_url: str) -> SeedSpread | None:
         for lr in spec.lr_search.grid:
             for seed in spec.seeds:
                 t = finished.get(v.run_config(lr, seed).trial_key())
-                if t is not None and t.status == FINISHED and t.value is not None and math.isfinite(t.value):
+                if t is None or t.status != TrialStatus.FINISHED:
+                    continue
+                if t.value is not None and math.isfinite(t.value):
                     values.setdefault((v.key, lr), {})[seed] = float(t.value)
     diffs = []
     for v in expanded.variants:

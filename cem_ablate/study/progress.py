@@ -12,15 +12,16 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from cem_ablate.study.trials import DIVERGED, FAILED, FINAL_STATES, FINISHED, PRUNED, TrialPoint
+from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 
 
 @dataclass(frozen=True)
 class Snapshot:
     slot_counts: Counter  # slot state -> number of slots (all variants)
     total: int
-    best: tuple[str, TrialPoint] | None  # (variant name, its best finished trial)
-    trials: dict[tuple[str, int], tuple[str, TrialPoint]]  # (variant key, trial number) -> (variant, point)
+    best: tuple[str, TrialRecord] | None  # (variant name, its best finished trial)
+    trials: dict[tuple[str, int], tuple[str, TrialRecord]]  # (variant key, trial number) -> (variant, point)
 
     @property
     def done(self) -> int:
@@ -31,13 +32,13 @@ class Snapshot:
         return self.done == self.total
 
     def line(self) -> str:
-        c = self.slot_counts
-        text = (f"[{self.done:>2}/{self.total}] {c[FINISHED]} finished, {c[DIVERGED]} diverged, "
-                f"{c[FAILED]} failed" + (f", {c[PRUNED]} pruned" if c[PRUNED] else "")
-                + f" | {c['running']} running, {c['waiting'] + c['missing']} queued")
+        c, s = self.slot_counts, TrialStatus
+        text = (f"[{self.done:>2}/{self.total}] {c[s.FINISHED]} finished, {c[s.DIVERGED]} diverged, "
+                f"{c[s.FAILED]} failed" + (f", {c[s.PRUNED]} pruned" if c[s.PRUNED] else "")
+                + f" | {c[s.RUNNING]} running, {c[s.WAITING] + c[s.MISSING]} queued")
         if self.best is not None:
             name, point = self.best
-            text += f" | best: {name} lr={point.lr:.3g} -> {point.ppl:.4g}"
+            text += f" | best: {name} lr={point.lr:.3g} -> {point.value:.4g}"
         return text
 
 
@@ -53,21 +54,21 @@ def snapshot(session) -> Snapshot:
         total += len(states)
         for point in vt.points():
             trials[(variant.key, point.number)] = (variant.name, point)
-            if point.status == FINISHED and point.ppl is not None and math.isfinite(point.ppl):
-                if best is None or point.ppl < best[1].ppl:
+            if point.status == TrialStatus.FINISHED and point.value is not None and math.isfinite(point.value):
+                if best is None or point.value < best[1].value:
                     best = (variant.name, point)
     return Snapshot(counts, total, best, trials)
 
 
-def _label(variant: str, point: TrialPoint) -> str:
+def _label(variant: str, point: TrialRecord) -> str:
     if point.lr is None:
         return f"{variant} {point.slot}"
     return f"{variant} lr={point.lr:.3g} seed={point.seed}"
 
 
-def describe_point(variant: str, point: TrialPoint) -> str:
-    if point.status == FINISHED:
-        return f"{_label(variant, point)}: finished, {point.ppl:.4g}"
+def describe_point(variant: str, point: TrialRecord) -> str:
+    if point.status == TrialStatus.FINISHED:
+        return f"{_label(variant, point)}: finished, {point.value:.4g}"
     if point.reason:
         return f"{_label(variant, point)}: {point.status} ({point.reason})"
     return f"{_label(variant, point)}: {point.status}"
@@ -82,8 +83,8 @@ def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
         old = before.trials.get(key)
         if old is not None and old[1].status == point.status:
             continue
-        if point.status == "running":
+        if point.status == TrialStatus.RUNNING:
             out.append(f"  started  {_label(variant, point)}")
-        elif point.status in (FINISHED, DIVERGED, FAILED, PRUNED):
+        elif point.status in FINAL_STATES:
             out.append(f"  ended    {describe_point(variant, point)}")
     return out

@@ -28,7 +28,7 @@ from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_para
 from cem_ablate.study.seed_report import (
     COMPARISON_COLUMNS, COMPARISONS_DEFINITION, DEFINITIONS, comparison_cells, correction_text, equivalence_rows,
     fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines)
-from cem_ablate.study.trials import DIVERGED, FAILED, FINISHED, PRUNED
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.verdicts import Test, decide_family, design_from_record, design_of
 from cem_ablate.tracking.readback import VariantRecord
 
@@ -80,8 +80,9 @@ def _status_text(record: VariantRecord, statistics: VariantStatistics | None) ->
     for trial in record.trials:
         counts[trial.status] = counts.get(trial.status, 0) + 1
     total = len(record.trials)
-    parts = [f"{counts.get(FINISHED, 0)}/{total} finished"]
-    parts += [f"{counts[s]} {s}" for s in (DIVERGED, FAILED, PRUNED, "running") if counts.get(s)]
+    parts = [f"{counts.get(TrialStatus.FINISHED, 0)}/{total} finished"]
+    others = (TrialStatus.DIVERGED, TrialStatus.FAILED, TrialStatus.PRUNED, TrialStatus.RUNNING)
+    parts += [f"{counts[s]} {s}" for s in others if counts.get(s)]
     optimum = statistics.stats.optimum if statistics is not None else None
     if optimum is not None and optimum.edge:  # a one-point grid has no edge
         parts.append(f"lr* at {optimum.edge} edge")
@@ -203,12 +204,13 @@ def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
     baselines = baseline_keys(records)
     out = []
     for r in records:
-        finished = [(t.lr, t.ppl) for t in r.trials if t.status == FINISHED and t.lr and t.ppl is not None]
+        finished = [(t.lr, t.value) for t in r.trials
+                    if t.status == TrialStatus.FINISHED and t.lr and t.value is not None]
         base = next(iter(_baselines(r, by_key)), None)  # plots and scaling: the first baseline
         statistics = _statistics(r)
         out.append(SweepSeries(
             name=r.name, is_baseline=r.key in baselines,
-            finished=finished, diverged=[t.lr for t in r.trials if t.status == DIVERGED and t.lr],
+            finished=finished, diverged=[t.lr for t in r.trials if t.status == TrialStatus.DIVERGED and t.lr],
             fit=statistics.stats.optimum.fit if statistics is not None and statistics.stats.optimum else None,
             params=r.params_total,
             tokens=r.metrics.get("tokens_per_trial"), group=r.labels.get("model.size", ""),
@@ -267,7 +269,7 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     lines += ["", "## Trials", "", f"| variant | lr | seed | status | {metric} | reason |", "|---|---|---|---|---|---|"]
     for r in records:
         for t in r.trials:
-            lines.append(f"| {r.name} | {fmt(t.lr, '.3g')} | {t.seed} | {t.status} | {fmt(t.ppl, '.6g')} | "
+            lines.append(f"| {r.name} | {fmt(t.lr, '.3g')} | {t.seed} | {t.status} | {fmt(t.value, '.6g')} | "
                          f"{t.reason.replace('|', '/')} |")
     lines += ["", "## Figures", ""] + figures
     path = out_dir / "report.md"

@@ -17,46 +17,33 @@ the trials it finished under other code (study/trials.py: stale trials).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.config.trial_status import FINAL_STATES, SETTLED, TrialStatus
+from cem_ablate.study.trials import SLOT_ATTR, TRIAL_KEY_ATTR, trial_status
 
-from cem_ablate.study.trials import DIVERGED, FINAL_STATES, FINISHED, TRIAL_KEY_ATTR, trial_status
-
-__all__ = ["TRIAL_KEY_ATTR", "REUSED_FROM_ATTR", "FinishedTrial", "finished_trials", "planned_reuse",
-           "planned_retrain"]
+__all__ = ["TRIAL_KEY_ATTR", "REUSED_FROM_ATTR", "finished_trials", "planned_reuse", "planned_retrain"]
 REUSED_FROM_ATTR = "reused_from"  # "<study name>#<trial number>" of the original
 
 
-@dataclass(frozen=True)
-class FinishedTrial:
-    study_name: str
-    number: int
-    status: str  # finished / diverged: results that retraining would not change
-    value: float | None
-    attrs: dict[str, Any] = field(default_factory=dict)  # the original's user attributes
-
-    @property
-    def reference(self) -> str:
-        return self.attrs.get(REUSED_FROM_ATTR) or f"{self.study_name}#{self.number}"
-
-    @property
-    def mlflow_run_id(self) -> str | None:
-        return self.attrs.get("mlflow_run_id")
-
-
-def finished_trials(storage) -> dict[str, FinishedTrial]:
-    """trial key -> the first finished or diverged trial with that key, in any study."""
+def finished_trials(storage) -> dict[str, TrialRecord]:
+    """trial key -> the first finished or diverged trial with that key, in any study (results
+    that retraining would not change), its user attributes in `attrs` for the reuse to copy."""
     from optuna.trial import TrialState
 
-    out: dict[str, FinishedTrial] = {}
+    out: dict[str, TrialRecord] = {}
     for study in storage.get_all_studies():
         study_id = storage.get_study_id_from_name(study.study_name)
         for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
             key = t.user_attrs.get(TRIAL_KEY_ATTR)
             status = trial_status(t)
-            if key and key not in out and status in (FINISHED, DIVERGED):
-                out[key] = FinishedTrial(study.study_name, t.number, status,
-                                         t.value if status == FINISHED else None, dict(t.user_attrs))
+            if key and key not in out and status in SETTLED:
+                attrs = dict(t.user_attrs)
+                lr, seed = t.params.get("lr"), t.params.get("seed")
+                out[key] = TrialRecord(
+                    lr, seed, status, t.value if status == TrialStatus.FINISHED else None,
+                    str(attrs.get("reason", "")), slot=str(attrs.get(SLOT_ATTR, "")), trial_key=key,
+                    study=study.study_name, number=t.number, run_id=attrs.get("mlflow_run_id"),
+                    reused_from=str(attrs.get(REUSED_FROM_ATTR) or ""), attrs=attrs)
     return out
 
 
@@ -88,7 +75,7 @@ def planned_reuse(expanded, storage_url: str) -> tuple[dict[str, int], dict[str,
             for seed in seeds:
                 original = finished.get(v.run_config(lr, seed).trial_key())
                 if original is not None:
-                    counts = done if original.study_name == own else reused
+                    counts = done if original.study == own else reused
                     counts[v.key] = counts.get(v.key, 0) + 1
     return reused, done
 

@@ -49,7 +49,7 @@ class StudySession:
         self.storage = open_storage(settings.storage)
         self.tracker = StudyTracker(settings.tracking_uri, self.spec.name)
         self.trials: dict[str, VariantTrials] = {}
-        self._finished: dict | None = None  # trial key -> FinishedTrial, read once (study.reuse)
+        self._finished: dict | None = None  # trial key -> its finished TrialRecord, read once (study.reuse)
         self._created: dict[str, bool] = {}
         self._parents: dict[str, str] = {}
         for variant in expanded.variants:
@@ -141,7 +141,7 @@ class StudySession:
 
             self._finished = finished_trials(self.storage)
         original = self._finished.get(trial_key)
-        if original is None or original.study_name == optuna_study:
+        if original is None or original.study == optuna_study:
             return None
         return original
 

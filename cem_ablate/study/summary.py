@@ -24,7 +24,8 @@ from pathlib import Path
 
 from cem_ablate.analysis.akima import AkimaFit
 from cem_ablate.analysis.statistics import OBJECTIVE_NAMES, VariantStatistics, VariantStats, observations, variant_stats
-from cem_ablate.study.trials import DIVERGED, FAILED, FINAL_STATES, FINISHED, PRUNED, TrialPoint
+from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import Variant
 from cem_ablate.study.verdicts import (
     AT_BASELINE, AT_OPTIMA, AT_OWN, Test, decide_family, design_of, design_record, headline)
@@ -37,8 +38,8 @@ PREFIXES = {AT_BASELINE: "delta_vs_{}", AT_OWN: "delta_own_lr_vs_{}", AT_OPTIMA:
 @dataclass(frozen=True)
 class VariantSummary:
     variant: Variant
-    points: list[TrialPoint]
-    slot_states: dict[str, str]
+    points: list[TrialRecord]
+    slot_states: dict[str, TrialStatus]
     fit: AkimaFit | None
     statistics: VariantStatistics
 
@@ -51,9 +52,10 @@ class VariantSummary:
         return all(s in FINAL_STATES for s in self.slot_states.values())
 
     @property
-    def best_observed(self) -> TrialPoint | None:
-        finished = [p for p in self.points if p.status == FINISHED and p.ppl is not None and math.isfinite(p.ppl)]
-        return min(finished, key=lambda p: p.ppl) if finished else None
+    def best_observed(self) -> TrialRecord | None:
+        finished = [p for p in self.points
+                    if p.status == TrialStatus.FINISHED and p.value is not None and math.isfinite(p.value)]
+        return min(finished, key=lambda p: p.value) if finished else None
 
 
 def test_metrics(tests: list[Test], variant_key: str, baseline: str) -> dict[str, float | None]:
@@ -111,11 +113,11 @@ class StudyPublisher:
         spec = session.spec
         self.design = design_of(spec.seeds, spec.statistics.alpha)
         self.correction = spec.statistics.correction
-        self._points: dict[str, list[TrialPoint]] = {}
+        self._points: dict[str, list[TrialRecord]] = {}
         self._stats: dict[str, tuple[tuple, VariantStats]] = {}
         self._logged: dict[str, tuple] = {}
 
-    def _variant_stats(self, key: str, points: list[TrialPoint]) -> VariantStats:
+    def _variant_stats(self, key: str, points: list[TrialRecord]) -> VariantStats:
         obs = tuple(observations(points))
         cached = self._stats.get(key)
         if cached is None or cached[0] != obs:
@@ -147,7 +149,7 @@ class StudyPublisher:
             out.append(summary)
         return out
 
-    def _summary(self, variant: Variant, points: list[TrialPoint], stats: VariantStats) -> VariantSummary:
+    def _summary(self, variant: Variant, points: list[TrialRecord], stats: VariantStats) -> VariantSummary:
         statistics = VariantStatistics(OBJECTIVE_NAMES[variant.config.data.task], stats, {})
         fit = stats.optimum.fit if stats.optimum else None
         return VariantSummary(variant, points, self.session.trials[variant.key].slot_states(), fit, statistics)
@@ -155,13 +157,13 @@ class StudyPublisher:
     def _parent_record(self, summary: VariantSummary, tests: list[Test]) -> tuple[dict, dict]:
         counts, fit, variant = summary.counts, summary.fit, summary.variant
         metrics = {
-            "trials_finished": counts[FINISHED], "trials_diverged": counts[DIVERGED],
-            "trials_failed": counts[FAILED], "trials_pruned": counts[PRUNED],
+            "trials_finished": counts[TrialStatus.FINISHED], "trials_diverged": counts[TrialStatus.DIVERGED],
+            "trials_failed": counts[TrialStatus.FAILED], "trials_pruned": counts[TrialStatus.PRUNED],
             "lr_akima": fit.lr_star if fit else None, "ppl_akima": fit.ppl_star if fit else None,
         }
         best = summary.best_observed
         if best is not None:
-            metrics |= {"best_observed_ppl": best.ppl, "best_observed_lr": best.lr}
+            metrics |= {"best_observed_ppl": best.value, "best_observed_lr": best.lr}
         metrics |= aggregate_metrics(summary.statistics.stats)
         for name in variant.baselines:
             metrics |= test_metrics(tests, variant.key, name)
@@ -181,8 +183,10 @@ class StudyPublisher:
             "design": design_record(self.design, self.correction)}
         series = SweepSeries(
             name=variant.name, is_baseline=variant.role == "baseline",
-            finished=[(p.lr, p.ppl) for p in summary.points if p.status == FINISHED and p.ppl is not None],
-            diverged=[p.lr for p in summary.points if p.status == DIVERGED and p.lr is not None], fit=summary.fit,
+            finished=[(p.lr, p.value) for p in summary.points
+                      if p.status == TrialStatus.FINISHED and p.value is not None],
+            diverged=[p.lr for p in summary.points if p.status == TrialStatus.DIVERGED and p.lr is not None],
+            fit=summary.fit,
             stats=summary.statistics.stats, metric=summary.statistics.objective)
         with tempfile.TemporaryDirectory() as tmp:
             plot = None
@@ -190,4 +194,4 @@ class StudyPublisher:
                 plot = plot_variant_fit(series, Path(tmp) / "akima.png")
             session.tracker.log_variant_summary(
                 session.parent_run_id(variant), metrics, tags, str(plot) if plot else None,
-                done=summary.done, step=summary.counts[FINISHED], stats=record if draw else None)
+                done=summary.done, step=summary.counts[TrialStatus.FINISHED], stats=record if draw else None)

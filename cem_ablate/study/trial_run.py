@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 from cem_ablate.config.loading import flatten_dotted
-from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR, FinishedTrial
-from cem_ablate.study.trials import (CODE_FINGERPRINT_ATTR, CODE_PARTS_ATTR, DIVERGED, FAILED, FINISHED, KILLED,
-                                    PRUNED, SLOT_ATTR)
+from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR
+from cem_ablate.study.trials import CODE_FINGERPRINT_ATTR, CODE_PARTS_ATTR, SLOT_ATTR
 from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.run_context import system_metrics
@@ -29,34 +29,24 @@ from cem_ablate.tracking.run_context import system_metrics
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
 
 
-@dataclass(frozen=True)
-class TrialOutcome:
-    variant: str
-    slot: str
-    lr: float
-    seed: int
-    status: str
-    value: float | None
-    reason: str
-    seconds: float
-
-
-def _outcome(result, pruned: bool, error: str | None) -> tuple[str, float | None, str]:
+def _outcome(result, pruned: bool, error: str | None) -> tuple[TrialStatus, float | None, str]:
     if pruned:
-        return PRUNED, None, "pruned on validation loss"
+        return TrialStatus.PRUNED, None, "pruned on validation loss"
     if result is None:
-        return FAILED, None, error or "training raised"
-    if result.status == "diverged":
-        return DIVERGED, None, f"loss not finite at step {result.diverged_step}"
-    if result.status == "finished":
+        return TrialStatus.FAILED, None, error or "training raised"
+    if result.status == TrialStatus.DIVERGED:
+        return TrialStatus.DIVERGED, None, f"loss not finite at step {result.diverged_step}"
+    if result.status == TrialStatus.FINISHED:
         value = result.objective
         if value is not None and math.isfinite(value):
-            return FINISHED, float(value), ""
-        return DIVERGED, None, "final metric is not finite"
-    return FAILED, None, result.error or "training failed"
+            return TrialStatus.FINISHED, float(value), ""
+        return TrialStatus.DIVERGED, None, "final metric is not finite"
+    return TrialStatus.FAILED, None, result.error or "training failed"
 
 
-def run_trial(session, variant: Variant, trial) -> TrialOutcome:
+def run_trial(session, variant: Variant, trial) -> TrialRecord:
+    """Train (or reuse) one claimed trial; its record as this worker saw it end (KILLED
+    where the trial was failed as stale meanwhile and nothing was recorded)."""
     from cem_ablate.study.pruning import pruning_callback
     from cem_ablate.training.engine import train_run
 
@@ -101,7 +91,7 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
                                progress=session.settings.progress)
         except (KeyboardInterrupt, SystemExit):
             # Interrupted, not failed: free the slot now instead of after the grace period.
-            trials.finish(trial, KILLED, None, {"reason": "interrupted"})
+            trials.finish(trial, TrialStatus.KILLED, None, {"reason": "interrupted"})
             session.tracker.mark_killed(child)
             raise
         except Exception as err:  # noqa: BLE001 - a broken trial must not stop the study
@@ -122,20 +112,23 @@ def run_trial(session, variant: Variant, trial) -> TrialOutcome:
         session.tracker.log_trial_outcome(child, status, reason, metrics,
                                           step=result.steps if result is not None else 0)
         # The parent's statistics and verdicts: the coordinator's (study.summary), not every trial's.
-    return TrialOutcome(variant.name, slot, lr, seed, status if recorded else KILLED, value, reason, seconds)
+    return TrialRecord(lr, seed, status if recorded else TrialStatus.KILLED, value, reason, variant=variant.name,
+                       slot=slot, trial_key=trial_key, study=trials.study.study_name, number=trial.number,
+                       run_id=child, seconds=seconds)
 
 
 def _reuse(session, variant: Variant, trial, slot: str, lr: float, seed: int, child: str,
-           original: FinishedTrial) -> TrialOutcome:
+           original: TrialRecord) -> TrialRecord:
     """Record another study's result of the same trial key instead of training (study.reuse)."""
     trials = session.trials[variant.key]
     reason = f"reused from {original.reference}"
     attrs = {k: v for k, v in original.attrs.items() if k in ("steps", "tokens_seen", "seconds", "diverged_step")}
-    attrs |= {REUSED_FROM_ATTR: original.reference, "reason": reason if original.status != FINISHED
+    attrs |= {REUSED_FROM_ATTR: original.reference, "reason": reason if original.status != TrialStatus.FINISHED
               else original.attrs.get("reason", "")}
     recorded = trials.finish(trial, original.status, original.value, attrs)
     if recorded:
-        session.tracker.record_reused_trial(child, original.mlflow_run_id, original.status, reason,
+        session.tracker.record_reused_trial(child, original.run_id, original.status, reason,
                                             {"objective": original.value, "lr": lr})
-    return TrialOutcome(variant.name, slot, lr, seed, original.status if recorded else KILLED,
-                        original.value, reason, 0.0)
+    return TrialRecord(lr, seed, original.status if recorded else TrialStatus.KILLED, original.value, reason,
+                       variant=variant.name, slot=slot, trial_key=original.trial_key, study=trials.study.study_name,
+                       number=trial.number, run_id=child, reused_from=original.reference)

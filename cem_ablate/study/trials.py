@@ -8,7 +8,8 @@ number of workers or machines. (GridSampler is not used for grids: it picks poin
 by reading the trial list, documents that concurrent workers may evaluate a point
 twice, and counts FAIL as done. The queue gives the same grid without either.)
 
-Trial states and the `status` user attribute:
+Trial states and the `status` user attribute (`config.trial_status.TrialStatus`, its
+stored strings):
 
     COMPLETE              finished: value = test perplexity
     FAIL  status=diverged finished with NaN/inf loss: recorded, excluded from the
@@ -45,6 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds
 from cem_ablate.study.storage import claim_lock
 
@@ -56,9 +59,13 @@ TRIAL_KEY_ATTR = "trial_key"  # the trial's RunConfig.trial_key(), set when it i
 CODE_FINGERPRINT_ATTR = "code_fingerprint"  # RunConfig.code_fingerprint().digest of that key
 CODE_PARTS_ATTR = "code_parts"  # its per-file digests, to name what changed (config/fingerprint.py)
 
-FINISHED, DIVERGED, FAILED, PRUNED, KILLED, DUPLICATE = (
-    "finished", "diverged", "failed", "pruned", "killed", "duplicate")
-FINAL_STATES = (FINISHED, DIVERGED, PRUNED, FAILED)  # a slot in one of these needs no work
+# A FAIL's `status` attribute as the study writes it; any other FAIL was killed.
+RECORDED_FAILS = (TrialStatus.DIVERGED, TrialStatus.FAILED, TrialStatus.DUPLICATE)
+# A slot's state is that of its first trial in this order (finished wins over a retry).
+SLOT_PRECEDENCE = (TrialStatus.FINISHED, TrialStatus.DIVERGED, TrialStatus.PRUNED, TrialStatus.RUNNING,
+                   TrialStatus.WAITING, TrialStatus.FAILED)
+# A slot with a trial in one of these is taken: a second claimed copy is a duplicate.
+TAKEN = (TrialStatus.FINISHED, TrialStatus.DIVERGED, TrialStatus.PRUNED, TrialStatus.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -73,19 +80,6 @@ def plan_slots(lr_search: LrSearchConfig, seeds: list[int]) -> list[Slot]:
         return [Slot(f"lr={float(lr)!r},seed={seed}", seed, float(lr))
                 for lr in lr_search.grid for seed in seeds]
     return [Slot(f"seed={seed},draw={i}", seed, None) for seed in seeds for i in range(lr_search.n_trials)]
-
-
-@dataclass(frozen=True)
-class TrialPoint:
-    """What a finished (or not) trial says, for fits, progress and reports."""
-
-    number: int
-    slot: str
-    lr: float | None
-    seed: int | None
-    status: str  # finished / diverged / failed / pruned / running / waiting / killed / duplicate
-    ppl: float | None
-    reason: str = ""
 
 
 def make_sampler(lr_search: LrSearchConfig, worker_index: int = 0):
@@ -129,26 +123,29 @@ def is_dead_here(identity: Any) -> bool:
         return True
 
 
-def trial_status(trial) -> str:
+def trial_status(trial) -> TrialStatus:
+    """An Optuna trial's status, from its state and the stored `status` attribute (the edge
+    where the stored string becomes a `TrialStatus`)."""
     from optuna.trial import TrialState
 
     status = trial.user_attrs.get(STATUS_ATTR)
     if trial.state == TrialState.COMPLETE:
-        return FINISHED
+        return TrialStatus.FINISHED
     if trial.state == TrialState.PRUNED:
-        return PRUNED
+        return TrialStatus.PRUNED
     if trial.state == TrialState.RUNNING:
-        return "running"
+        return TrialStatus.RUNNING
     if trial.state == TrialState.WAITING:
-        return "waiting"
-    return status if status in (DIVERGED, FAILED, DUPLICATE) else KILLED
+        return TrialStatus.WAITING
+    # A FAIL without a known status (none: its worker died before writing one) was killed.
+    return TrialStatus(status) if status in RECORDED_FAILS else TrialStatus.KILLED
 
 
-def slot_state(statuses: list[str]) -> str:
-    for state in (FINISHED, DIVERGED, PRUNED, "running", "waiting", FAILED):
+def slot_state(statuses: list[TrialStatus]) -> TrialStatus:
+    for state in SLOT_PRECEDENCE:
         if state in statuses:
             return state
-    return "missing"
+    return TrialStatus.MISSING
 
 
 class HeartbeatThread:
@@ -266,19 +263,24 @@ class VariantTrials:
                 out[slot].append(t)
         return dict(out)
 
-    def points(self) -> list[TrialPoint]:
+    def points(self) -> list[TrialRecord]:
+        """The current trials as records (for fits, progress and reports)."""
         out = []
         for t in self.current_trials():
             lr = t.params.get("lr", t.system_attrs.get("fixed_params", {}).get("lr"))
             seed = t.params.get("seed", t.system_attrs.get("fixed_params", {}).get("seed"))
             status = trial_status(t)
-            ppl = t.value if status == FINISHED else None
-            reason = str(t.user_attrs.get("reason", "")) if status not in (FINISHED, "running", "waiting") else ""
-            out.append(TrialPoint(t.number, str(t.user_attrs.get(SLOT_ATTR, "")), lr, seed, status, ppl, reason))
+            value = t.value if status == TrialStatus.FINISHED else None
+            ended_otherwise = status not in (TrialStatus.FINISHED, TrialStatus.RUNNING, TrialStatus.WAITING)
+            reason = str(t.user_attrs.get("reason", "")) if ended_otherwise else ""
+            out.append(TrialRecord(lr, seed, status, value, reason, slot=str(t.user_attrs.get(SLOT_ATTR, "")),
+                                   trial_key=str(t.user_attrs.get(TRIAL_KEY_ATTR, "")),
+                                   study=self.study.study_name, number=t.number,
+                                   run_id=t.user_attrs.get("mlflow_run_id")))
         return out
 
-    def slot_states(self) -> dict[str, str]:
-        by_slot: dict[str, list[str]] = defaultdict(list)
+    def slot_states(self) -> dict[str, TrialStatus]:
+        by_slot: dict[str, list[TrialStatus]] = defaultdict(list)
         for p in self.points():
             by_slot[p.slot].append(p.status)
         return {slot.key: slot_state(by_slot.get(slot.key, [])) for slot in self.slots}
@@ -288,8 +290,8 @@ class VariantTrials:
 
     def fit_points(self) -> list[tuple[float, float]]:
         """(lr, test ppl) of every finished trial, for the Akima fit."""
-        return [(p.lr, p.ppl) for p in self.points()
-                if p.status == FINISHED and p.ppl is not None and math.isfinite(p.ppl)]
+        return [(p.lr, p.value) for p in self.points()
+                if p.status == TrialStatus.FINISHED and p.value is not None and math.isfinite(p.value)]
 
     # -- queueing and claiming ---------------------------------------------------------
 
@@ -302,7 +304,7 @@ class VariantTrials:
         for slot in self.slots:
             trials = trials_by_slot.get(slot.key, [])
             state = slot_state([trial_status(t) for t in trials])
-            if state == "missing" or (retry_failed and state == FAILED):
+            if state == TrialStatus.MISSING or (retry_failed and state == TrialStatus.FAILED):
                 params: dict[str, Any] = {"seed": slot.seed}
                 if slot.lr is not None:
                     params["lr"] = slot.lr
@@ -323,7 +325,7 @@ class VariantTrials:
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             if is_dead_here(t.user_attrs.get(WORKER_ATTR)):
                 try:
-                    self.storage.set_trial_user_attr(t._trial_id, STATUS_ATTR, KILLED)
+                    self.storage.set_trial_user_attr(t._trial_id, STATUS_ATTR, TrialStatus.KILLED.value)
                     self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass
@@ -347,7 +349,7 @@ class VariantTrials:
                     continue
                 self.storage.set_trial_user_attr(t._trial_id, WORKER_ATTR, identity)
                 if self._is_duplicate(t):
-                    self.storage.set_trial_user_attr(t._trial_id, STATUS_ATTR, DUPLICATE)
+                    self.storage.set_trial_user_attr(t._trial_id, STATUS_ATTR, TrialStatus.DUPLICATE.value)
                     self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
                     continue
                 return optuna.trial.Trial(self.study, t._trial_id)
@@ -364,7 +366,7 @@ class VariantTrials:
         slot = claimed.user_attrs.get(SLOT_ATTR)
         for t in self.current_trials():
             if t.number != claimed.number and t.user_attrs.get(SLOT_ATTR) == slot:
-                if trial_status(t) in (FINISHED, DIVERGED, PRUNED, "running"):
+                if trial_status(t) in TAKEN:
                     return True
         return False
 
@@ -375,7 +377,7 @@ class VariantTrials:
 
     # -- finishing -------------------------------------------------------------------
 
-    def finish(self, trial, status: str, value: float | None, attrs: dict[str, Any]) -> bool:
+    def finish(self, trial, status: TrialStatus, value: float | None, attrs: dict[str, Any]) -> bool:
         """Record the outcome; False if the trial was already failed as stale meanwhile."""
         import optuna
         from optuna.trial import TrialState
@@ -383,10 +385,10 @@ class VariantTrials:
         try:
             for key, v in attrs.items():
                 trial.set_user_attr(key, v)
-            trial.set_user_attr(STATUS_ATTR, status)
-            if status == FINISHED:
+            trial.set_user_attr(STATUS_ATTR, TrialStatus(status).value)  # the stored string
+            if status == TrialStatus.FINISHED:
                 self.study.tell(trial, value)
-            elif status == PRUNED:
+            elif status == TrialStatus.PRUNED:
                 self.study.tell(trial, state=TrialState.PRUNED)
             else:
                 self.study.tell(trial, state=TrialState.FAIL)

@@ -30,6 +30,7 @@ from pathlib import Path
 from cem_ablate.analysis.decision import ALPHA, holm
 from cem_ablate.analysis.statistics import VariantStats
 from cem_ablate.analysis.width_scaling import WidthDelta, WidthInput, WidthTrend, energy_descent, fit_trend, width_delta
+from cem_ablate.config.trial_status import TrialStatus
 
 T2_VS_T1, T1_VS_LLAMA = "CEM attention T=2 vs T=1", "CEM attention T=1 vs Llama"
 SAME_RATIO = 0.02  # a max_steps run belongs to a tokens/parameter budget within 2%
@@ -258,7 +259,7 @@ def width_section(records, expanded, tracking_uri: str, out_dir: Path, metric: s
             t2_paired[record.key] = bool(pairing and pairing.get("paired"))
             base = stats.get(arms.get("T1", ""))
             lr = base.best_grid_lr if base is not None else None
-            run_ids = [t.run_id for t in record.trials if t.status == "finished" and t.lr == lr]
+            run_ids = [t.run_id for t in record.trials if t.status == TrialStatus.FINISHED and t.lr == lr]
             energy[record.key] = list(read_run_metrics(tracking_uri, run_ids, "energy/").values())
     section = analyze(design, stats, t2_paired, expanded.spec.statistics.alpha, energy)
     lines = section_lines(section, metric)

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cem_ablate import registry
-from cem_ablate.study.trial_run import TrialOutcome, run_trial
+from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import HeartbeatThread, worker_identity
 
 IDLE_POLL_S = 2.0
@@ -29,10 +30,10 @@ IDLE_POLL_S = 2.0
 
 def work(session, worker_index: int = 0,
          on_start: Callable[[str, object], None] | None = None,
-         on_end: Callable[[TrialOutcome], None] | None = None) -> list[TrialOutcome]:
+         on_end: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
     identity = worker_identity()
     variants = session.variants
-    outcomes: list[TrialOutcome] = []
+    outcomes: list[TrialRecord] = []
     turn = worker_index
     while True:
         claimed = None

@@ -12,20 +12,22 @@ import math
 import time
 from collections.abc import Mapping
 
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
 
 MAX_REASON_CHARS = 5000
 
 
-def record_outcome(client, run_id: str, status: str, reason: str | None,
+def record_outcome(client, run_id: str, status: TrialStatus, reason: str | None,
                    metrics: Mapping[str, float | None], step: int = 0) -> None:
-    """Log the finite `metrics` at `step`, tag status (+ reason) and end the run
-    (FAILED for `failed`, FINISHED otherwise: diverged and pruned are results)."""
+    """Log the finite `metrics` at `step`, tag status (its stored string) + reason and end
+    the run (FAILED for `failed`, FINISHED otherwise: diverged and pruned are results)."""
     from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
     batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
              if v is not None and math.isfinite(float(v))]
-    tags = [RunTag(T.STATUS, status)] + ([RunTag(T.REASON, reason[:MAX_REASON_CHARS])] if reason else [])
+    status = TrialStatus(status)
+    tags = [RunTag(T.STATUS, status.value)] + ([RunTag(T.REASON, reason[:MAX_REASON_CHARS])] if reason else [])
     client.log_batch(run_id, metrics=batch, tags=tags)
-    client.set_terminated(run_id, "FAILED" if status == "failed" else "FINISHED")
+    client.set_terminated(run_id, "FAILED" if status == TrialStatus.FAILED else "FINISHED")

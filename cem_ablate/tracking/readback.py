@@ -1,4 +1,8 @@
-"""Reading studies back from MLflow (for `cem-ablate report` and `ui`): parents and children."""
+"""Reading studies back from MLflow (for `cem-ablate report` and `ui`): parents and children.
+
+A child run is read into the platform's one trial record (`config.trial_record.TrialRecord`),
+its status tag through `TrialStatus.read` (a child without one is running).
+"""
 
 from __future__ import annotations
 
@@ -6,20 +10,11 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from cem_ablate.tracking.study_runs import STATS_ARTIFACT
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    run_id: str
-    trial_key: str
-    lr: float | None
-    seed: int | None
-    status: str
-    ppl: float | None  # final test perplexity (finished trials)
-    reason: str = ""
 
 
 @dataclass
@@ -93,13 +88,14 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
     for r in children:
         tags = r.data.tags
         seed = _float(tags.get("seed"))
+        status = TrialStatus.read(tags.get(T.STATUS), default=TrialStatus.RUNNING)
         by_parent.setdefault(tags.get(T.PARENT, ""), []).append(TrialRecord(
-            run_id=r.info.run_id, trial_key=tags.get(T.TRIAL_KEY, ""), lr=_float(tags.get("lr")),
-            seed=int(seed) if seed is not None else None, status=tags.get(T.STATUS, "running"),
+            lr=_float(tags.get("lr")), seed=int(seed) if seed is not None else None, status=status,
             # GP / MQAR trials have no perplexity: their objective (RMSE, recall error) stands in.
-            ppl=(r.data.metrics.get("test_ppl", r.data.metrics.get("objective"))
-                 if tags.get(T.STATUS) == "finished" else None),
-            reason=tags.get(T.REASON, ""),
+            value=(r.data.metrics.get("test_ppl", r.data.metrics.get("objective"))
+                   if status == TrialStatus.FINISHED else None),
+            reason=tags.get(T.REASON, ""), variant=tags.get(T.VARIANT, ""), slot=tags.get(T.SLOT, ""),
+            trial_key=tags.get(T.TRIAL_KEY, ""), run_id=r.info.run_id,
         ))
 
     out = []

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.run_context import source_tags
 from cem_ablate.tracking.store import default_artifact_root, make_client
@@ -195,13 +196,13 @@ class StudyTracker:
         for i in range(0, len(items), BATCH):
             self.client.log_batch(run_id, params=items[i:i + BATCH])
 
-    def log_trial_outcome(self, run_id: str, status: str, reason: str, metrics: Mapping[str, float | None],
+    def log_trial_outcome(self, run_id: str, status: TrialStatus, reason: str, metrics: Mapping[str, float | None],
                           step: int = 0) -> None:
         from cem_ablate.tracking.outcome import record_outcome
 
         record_outcome(self.client, run_id, status, reason, metrics, step)
 
-    def record_reused_trial(self, run_id: str, original_run_id: str | None, status: str, reason: str,
+    def record_reused_trial(self, run_id: str, original_run_id: str | None, status: TrialStatus, reason: str,
                             metrics: Mapping[str, float | None]) -> None:
         """A trial answered by another study's run: link it and carry its final metrics."""
         from mlflow.exceptions import MlflowException

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.run_context import source_tags
 from cem_ablate.tracking.store import quiet_mlflow
@@ -68,7 +69,8 @@ def log_params(logger, params: Mapping[str, Any]) -> None:
             warnings.warn(f"MLflow params not logged: {err}", stacklevel=2)
 
 
-def log_outcome(logger, status: str, reason: str | None, metrics: Mapping[str, float | None], step: int) -> None:
+def log_outcome(logger, status: TrialStatus, reason: str | None, metrics: Mapping[str, float | None],
+                step: int) -> None:
     """The outcome of a run the engine opened itself (`cem-ablate train`)."""
     from cem_ablate.tracking.outcome import record_outcome
 

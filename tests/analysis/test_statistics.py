@@ -8,7 +8,7 @@ from scipy import stats
 
 from cem_ablate.analysis.akima import fit_akima
 from cem_ablate.analysis.statistics import Observation, by_lr, nearest_lr, observations, variant_stats
-from cem_ablate.study.trials import TrialPoint
+from cem_ablate.config.trial_record import TrialRecord
 
 GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
 
@@ -42,8 +42,8 @@ def test_mean_std_n_per_lr_match_numpy_by_hand():
 
 
 def test_observations_keep_only_finished_finite_trials():
-    points = [TrialPoint(0, "a", 1e-3, 0, "finished", 10.0), TrialPoint(1, "b", 1e-3, 1, "diverged", None),
-              TrialPoint(2, "c", 2e-3, 0, "finished", math.inf), TrialPoint(3, "d", 2e-3, 1, "running", None)]
+    points = [TrialRecord(1e-3, 0, "finished", 10.0), TrialRecord(1e-3, 1, "diverged", None),
+              TrialRecord(2e-3, 0, "finished", math.inf), TrialRecord(2e-3, 1, "running", None)]
     assert observations(points) == [Observation(1e-3, 0, 10.0)]
 
 

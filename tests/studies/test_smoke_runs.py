@@ -50,7 +50,7 @@ def test_gp_smoke_runs_and_the_report_reads_rmse(tmp_path, monkeypatch, capsys):
     assert len(records) == 8
     for r in records:
         (trial,) = r.trials
-        assert trial.status == "finished" and 0.0 < trial.ppl < 10.0  # an RMSE, not a perplexity
+        assert trial.status == "finished" and 0.0 < trial.value < 10.0  # an RMSE, not a perplexity
     out = tmp_path / "table"
     assert main(["report", str(ROOT / "studies" / "table3_gp.yaml"), "--scale", "smoke", "--tracking-uri", uri,
                  "--out", str(out)]) == 0

@@ -90,7 +90,7 @@ def test_width_smoke_report_slope_matches_scipy_on_the_children(tmp_path, monkey
     records = {r.name: r for r in read_study(uri, "width_smoke")}
     xs, ys = [], []
     for w in (32, 64, 128):
-        t2, t1 = ({t.seed: t.ppl for t in records[f"d{w}_{arm}"].trials} for arm in ("T2", "T1"))
+        t2, t1 = ({t.seed: t.value for t in records[f"d{w}_{arm}"].trials} for arm in ("T2", "T1"))
         xs.append(math.log2(w / 64))
         ys.append(sum(math.log(t2[s] / t1[s]) for s in t1) / len(t1))
     report = (tmp_path / "reports" / "width_smoke" / "report.md").read_text()

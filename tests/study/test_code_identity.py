@@ -16,10 +16,11 @@ import sys
 import optuna
 import pytest
 
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR
 from cem_ablate.study.spec import LrSearchConfig
 from cem_ablate.study.storage import StorageSettings, open_storage
-from cem_ablate.study.trials import CODE_FINGERPRINT_ATTR, FINISHED, VariantTrials, worker_identity
+from cem_ablate.study.trials import CODE_FINGERPRINT_ATTR, VariantTrials, worker_identity
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.readback import read_study
 from cem_ablate.tracking.run_context import git_dirty
@@ -79,7 +80,7 @@ def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corp
 
     # What is reported is the new code's: MLflow read back holds only the current children.
     records = {r.name: r for r in read_study(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", "a")}
-    assert sorted(t.ppl for t in records["gelu"].trials) == sorted(t.value for t in new_gelu)
+    assert sorted(t.value for t in records["gelu"].trials) == sorted(t.value for t in new_gelu)
     assert len(records["llama"].trials) == 2
     _, children = mlflow_runs(tmp_path, "a")
     stale = [c for c in children if T.STALE in c.data.tags]
@@ -117,7 +118,7 @@ def _train_all(vt: VariantTrials) -> list[int]:
         lr = trial.suggest_float("lr", *vt.lr_search.lr_range, log=True)
         seed = trial.suggest_int("seed", 0, 10)
         trial.set_user_attr(TRIAL_KEY_ATTR, vt.current_key(lr, seed))
-        assert vt.finish(trial, FINISHED, 10.0 + trial.number, {})
+        assert vt.finish(trial, TrialStatus.FINISHED, 10.0 + trial.number, {})
         numbers.append(trial.number)
     return numbers
 

@@ -7,7 +7,8 @@ from cem_ablate.analysis.scaling import has_size_axis, summarize_scaling
 from cem_ablate.analysis.statistics import Observation, VariantStatistics, variant_stats
 from cem_ablate.study.report import build_comparisons, build_rows, row_cells, scaling_inputs, write_report
 from cem_ablate.study.seed_report import comparison_cells
-from cem_ablate.tracking.readback import TrialRecord, VariantRecord
+from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.tracking.readback import VariantRecord
 
 SIZES = {"1": 2e6, "2": 4e6, "3": 8e6, "4": 16e6}
 
@@ -18,7 +19,8 @@ def record(family, size, objective, baseline_key=None, metric="test RMSE"):
            for s in range(3)]
     stats = variant_stats(obs, n_resamples=200)
     key = f"{family}-{size}"
-    trials = [TrialRecord(f"r{i}", f"{key}/{i}", o.lr, o.seed, "finished", o.value) for i, o in enumerate(obs)]
+    trials = [TrialRecord(o.lr, o.seed, "finished", o.value, run_id=f"r{i}", trial_key=f"{key}/{i}")
+              for i, o in enumerate(obs)]
     rec = VariantRecord(key, key, f"{family},n_layers={size}", "variant" if baseline_key else "baseline", "done",
                         {"variant": family, "model.n_layers": size}, {"llama": baseline_key} if baseline_key else {},
                         {"params_total": n, "tokens_per_trial": 1e6, "train_flops_per_token": 6 * n}, None,
@@ -99,7 +101,7 @@ def test_holm_over_the_report_and_the_verdict_follow_the_adjusted_p():
     for i, shift in enumerate((0.02, 0.05, 0.5, -0.004)):
         rec, _ = record(f"v{i}", "1", 10.0, llama.key, metric="test perplexity")
         noise = [0.0, 0.04, -0.03][:3]
-        obs = [Observation(t.lr, t.seed, t.ppl + shift + noise[t.seed]) for t in llama.trials]
+        obs = [Observation(t.lr, t.seed, t.value + shift + noise[t.seed]) for t in llama.trials]
         vs = variant_stats(obs, n_resamples=0)
         rec.stats = VariantStatistics("test perplexity", vs, {}).to_dict() | {
             "pairing": {"llama": {"paired": True, "reason": ""}}}

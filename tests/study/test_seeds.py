@@ -8,10 +8,11 @@ import yaml
 
 from cem_ablate.cli.main import main
 from cem_ablate.config import ConfigError
+from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.pairing import Pairing
 from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds, StatisticsConfig, parse_study
-from cem_ablate.study.trials import TrialPoint, VariantTrials
+from cem_ablate.study.trials import VariantTrials
 from tests.study.tiny_study import write_study
 
 SEQUENTIAL = {"min": 2, "max": 4, "until": "resolved"}
@@ -75,7 +76,7 @@ class FakeTrials:
         self.values, self.n = values, n
 
     def points(self):
-        return [TrialPoint(i, "", lr, s, "finished", v) for i, ((lr, s), v) in enumerate(self.values.items())
+        return [TrialRecord(lr, s, "finished", v, number=i) for i, ((lr, s), v) in enumerate(self.values.items())
                 if s < self.n]
 
     def active_seeds(self):

@@ -10,8 +10,8 @@ from optuna.trial import TrialState
 
 from cem_ablate.study.spec import LrSearchConfig
 from cem_ablate.study.storage import StorageSettings, open_storage
-from cem_ablate.study.trials import (DIVERGED, FAILED, FINISHED, KILLED, STATUS_ATTR, VariantTrials, plan_slots,
-                                     worker_identity)
+from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.study.trials import STATUS_ATTR, VariantTrials, plan_slots, worker_identity
 
 GRID = LrSearchConfig(grid=[1e-3, 2e-3, 4e-3])
 
@@ -59,10 +59,13 @@ def test_every_slot_is_claimed_once_and_final_states_stick(url):
     while (claimed := claim_and_suggest(vt, me)) is not None:
         trial, lr, seed = claimed
         seen.append((lr, seed))
-        status = {1e-3: FINISHED, 2e-3: DIVERGED, 4e-3: FAILED}[lr]
-        assert vt.finish(trial, status, 30.0 if status == FINISHED else None, {"reason": "test"})
+        status = {1e-3: TrialStatus.FINISHED, 2e-3: TrialStatus.DIVERGED, 4e-3: TrialStatus.FAILED}[lr]
+        assert vt.finish(trial, status, 30.0 if status == TrialStatus.FINISHED else None, {"reason": "test"})
     assert sorted(seen) == sorted((lr, s) for lr in GRID.grid for s in (0, 1))
     assert vt.is_done()
+    # the stored attribute is the plain string (old stores), read back as the enum
+    assert sorted({t.user_attrs[STATUS_ATTR] for t in vt.all_trials()}) == ["diverged", "failed", "finished"]
+    assert {p.status for p in vt.points()} == {TrialStatus.FINISHED, TrialStatus.DIVERGED, TrialStatus.FAILED}
     assert sorted(vt.fit_points()) == [(1e-3, 30.0), (1e-3, 30.0)]
     # diverged is final, failed is retried only when asked (a new `cem-ablate study` run)
     assert vt.reconcile() == []
@@ -95,7 +98,7 @@ def test_a_trial_of_a_dead_local_process_is_requeued_with_its_params(url, tmp_pa
     assert vt.claim(worker_identity()) is None
     assert sorted(lr for _, lr, _ in claimed) == [1e-3, 2e-3, 4e-3]
     dead = vt.storage.get_trial(running[0]._trial_id)
-    assert dead.state == TrialState.FAIL and dead.user_attrs[STATUS_ATTR] == KILLED
+    assert dead.state == TrialState.FAIL and dead.user_attrs[STATUS_ATTR] == TrialStatus.KILLED
     assert killed_lr in [lr for _, lr, _ in claimed]
 
 
@@ -108,7 +111,7 @@ def test_a_silent_trial_goes_stale_after_the_grace_period(url):
     others = [vt.claim(other_machine) for _ in range(2)]
     assert vt.claim(other_machine) is None  # its heartbeat is fresh: not retried yet
     for t in others:
-        vt.finish(t, FINISHED, 1.0, {})
+        vt.finish(t, TrialStatus.FINISHED, 1.0, {})
     time.sleep(3.5)
     retry = vt.claim(worker_identity())
     assert retry is not None and retry.number != trial.number
@@ -122,7 +125,7 @@ def _claim_all(url, out, delay):
         trial, lr, _ = claimed
         out.put(lr)
         time.sleep(delay)
-        vt.finish(trial, FINISHED, lr, {})
+        vt.finish(trial, TrialStatus.FINISHED, lr, {})
 
 
 @pytest.mark.slow
@@ -157,7 +160,7 @@ def test_sampled_search_draws_in_range_and_a_retry_keeps_its_lr(url):
     while (claimed := claim_and_suggest(vt, me)) is not None:
         trial, lr_i, _ = claimed
         drawn.append(lr_i)
-        vt.finish(trial, FINISHED, 1.0, {})
+        vt.finish(trial, TrialStatus.FINISHED, 1.0, {})
     assert len(drawn) == 3 and lr in drawn  # the killed slot came back with the same lr
     assert vt.is_done()
 

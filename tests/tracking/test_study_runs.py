@@ -62,7 +62,7 @@ def test_readback_returns_what_the_report_reads(uri, tmp_path):
     assert cem_rec.baselines == {"llama": "llama-1"}
     assert (cem_rec.lr_star, cem_rec.ppl_star, cem_rec.edge, cem_rec.params_total) == (2e-3, 27.5, "high", 1234)
     assert cem_rec.labels == {"variant": "cem", "model.size": "tiny"}
-    assert [(t.lr, t.status, t.ppl) for t in cem_rec.trials] == [
+    assert [(t.lr, t.status, t.value) for t in cem_rec.trials] == [
         (1e-3, "finished", 30.0), (2e-3, "finished", 28.0), (8e-3, "diverged", None)]
     assert cem_rec.trials[2].reason == "loss not finite"
     assert tracker.client.get_run(cem).info.status == "FINISHED"
