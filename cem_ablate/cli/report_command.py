@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from cem_ablate.study.report import make_report
+    from cem_ablate.reporting.report import make_report
     from cem_ablate.tracking.store import check_tracking_server, default_tracking_uri, sqlite_store_path
 
     uri = args.tracking_uri or default_tracking_uri()

@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     )
     code = run_study(expanded, settings, workers, echo=lambda line: print(line, flush=True))
     if not args.no_report:
-        from cem_ablate.study.report import make_report
+        from cem_ablate.reporting.report import make_report
 
         path = make_report(settings.tracking_uri, expanded.spec.name, Path(args.report_dir) / expanded.spec.name,
                            [v.key for v in expanded.variants], console, expanded=expanded)

@@ -1,1 +1,4 @@
-"""Studies: study file -> typed variants -> Optuna trial queue -> workers -> report."""
+"""Studies: study file -> typed variants -> Optuna trial queue -> workers -> published summaries.
+
+The report rendered from those summaries is `cem_ablate.reporting`.
+"""

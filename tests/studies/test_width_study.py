@@ -8,8 +8,8 @@ import pytest
 
 from cem_ablate.cli.main import main
 from cem_ablate.cli.study_command import load_expanded
-from cem_ablate.study.gp_draws_report import gp_draws_design
-from cem_ablate.study.width_report import width_design
+from cem_ablate.reporting.gp_draws_report import gp_draws_design
+from cem_ablate.reporting.width_report import width_design
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 

@@ -33,7 +33,7 @@ def test_a_baseline_added_to_the_study_file_is_compared_on_rerun(tmp_path, corpu
     # Three variants, one seed; then the same file with a second baseline (CEM
     # attention with the Llama MLP, for the full CEM variant): the rerun trains
     # nothing and the report gains the new paired row.
-    from cem_ablate.study.report import build_comparisons
+    from cem_ablate.reporting.report import build_comparisons
     from cem_ablate.tracking.readback import read_study
 
     monkeypatch.chdir(tmp_path)

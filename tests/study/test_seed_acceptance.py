@@ -11,7 +11,7 @@ from scipy import stats
 from scipy.interpolate import Akima1DInterpolator
 
 from cem_ablate.cli.main import main
-from cem_ablate.study.report import build_comparisons, build_rows
+from cem_ablate.reporting.report import build_comparisons, build_rows
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.readback import read_study
 from cem_ablate.tracking.store import make_client

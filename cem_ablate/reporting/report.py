@@ -25,7 +25,7 @@ from cem_ablate.analysis.scaling import ScalingInput, ScalingSummary, has_size_a
 from cem_ablate.analysis.decision import Design
 from cem_ablate.analysis.statistics import VariantStatistics
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling
-from cem_ablate.study.seed_report import (
+from cem_ablate.reporting.seed_report import (
     COMPARISON_COLUMNS, COMPARISONS_DEFINITION, DEFINITIONS, comparison_cells, correction_text, equivalence_rows,
     fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines)
 from cem_ablate.config.trial_status import TrialStatus
@@ -309,8 +309,8 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     path = write_report(records, study_name, out_dir, scaling, comparisons)
     # Issue 21: the sections of a width study and of a GP study with several draws (each
     # [] for other studies; they need the study file's configs, `expanded`).
-    from cem_ablate.study.gp_draws_report import gp_draws_section
-    from cem_ablate.study.width_report import width_section
+    from cem_ablate.reporting.gp_draws_report import gp_draws_section
+    from cem_ablate.reporting.width_report import width_section
 
     extra = (width_section(records, expanded, tracking_uri, out_dir, metric, console)
              + gp_draws_section(records, expanded, metric, console))

@@ -3,7 +3,7 @@
 Reads `VariantStatistics` (computed once by the study, `analysis.statistics`) and the
 report's decided comparisons (`study.verdicts`), and formats: the optimum with its
 intervals, each comparison's Δ, interval, test, n, p, Holm p and verdict, mean ± std per
-learning rate, and the scaling summary. Numbers only; `study.report` lays them out.
+learning rate, and the scaling summary. Numbers only; `reporting.report` lays them out.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from cem_ablate.analysis.statistics import Observation, variant_stats
-from cem_ablate.study.gp_draws_report import GPDrawsDesign, section_lines as gp_lines
-from cem_ablate.study.gp_draws_report import analyze as gp_analyze
-from cem_ablate.study.width_report import (
+from cem_ablate.reporting.gp_draws_report import GPDrawsDesign, section_lines as gp_lines
+from cem_ablate.reporting.gp_draws_report import analyze as gp_analyze
+from cem_ablate.reporting.width_report import (
     T1_VS_LLAMA, T2_VS_T1, WidthDesign, analyze, plot_section, section_lines)
 
 LRS = (1e-3, 2e-3, 4e-3)

@@ -5,8 +5,8 @@ import pytest
 
 from cem_ablate.analysis.scaling import has_size_axis, summarize_scaling
 from cem_ablate.analysis.statistics import Observation, VariantStatistics, variant_stats
-from cem_ablate.study.report import build_comparisons, build_rows, row_cells, scaling_inputs, write_report
-from cem_ablate.study.seed_report import comparison_cells
+from cem_ablate.reporting.report import build_comparisons, build_rows, row_cells, scaling_inputs, write_report
+from cem_ablate.reporting.seed_report import comparison_cells
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.tracking.readback import VariantRecord
 
@@ -142,7 +142,7 @@ def test_a_store_without_recorded_pairing_is_paired_by_the_study_file():
     # file the report checks the pairs on its variants; without it, Welch and a note.
     import copy
 
-    from cem_ablate.study.report import _missing_pairings
+    from cem_ablate.reporting.report import _missing_pairings
     from cem_ablate.study.spec import parse_study
     from cem_ablate.study.variants import expand
     from tests.study.tiny_study import TINY_BASE
