@@ -307,6 +307,12 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     if scaling is not None:
         print_scaling(scaling, metric, console)
     path = write_report(records, study_name, out_dir, scaling, comparisons)
+    note = other_code_note(records, expanded)
+    if note is not None:  # one line, first in the file and on the console
+        if console is not None:
+            console.print(note, markup=False, highlight=False)
+        title, _, rest = path.read_text().partition("\n")
+        path.write_text(f"{title}\n\n**{note}**\n{rest}")
     # Issue 21: the sections of a width study and of a GP study with several draws (each
     # [] for other studies; they need the study file's configs, `expanded`).
     from cem_ablate.reporting.gp_draws_report import gp_draws_section
@@ -317,6 +323,33 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     if extra:
         path.write_text(path.read_text() + "\n\n" + "\n".join(extra))
     return path
+
+
+def other_code_note(records: list[VariantRecord], expanded) -> str | None:
+    """One line when finished trials of the study were trained under another trial key than
+    this checkout gives them (code fingerprint, data or platform version changed since,
+    issue 18). The report reads what the study published, so it still shows them, but it
+    must not present them as this code's: `cem-ablate study` would retrain them."""
+    if expanded is None:
+        return None
+    total, other, names = 0, 0, []
+    for r in records:
+        try:
+            variant = expanded.variant(r.key)
+        except KeyError:
+            continue
+        finished = [t for t in r.trials if t.status == TrialStatus.FINISHED and t.trial_key
+                    and t.lr is not None and t.seed is not None]
+        changed = sum(variant.run_config(t.lr, t.seed).trial_key() != t.trial_key for t in finished)
+        total += len(finished)
+        if changed:
+            other += changed
+            names.append(r.name)
+    if not other:
+        return None
+    return (f"note: {other} of {total} finished trials ({', '.join(names)}) were trained under another trial key "
+            f"than this checkout gives them (code, data or platform version changed since): the numbers below "
+            f"are theirs, not this code's; `cem-ablate study` on the study file retrains them.")
 
 
 def _missing_pairings(records: list[VariantRecord], expanded) -> dict | None:

@@ -33,12 +33,24 @@ GRID = (1e-3, 4e-3)
 VARIANTS = [{"name": "llama"}, {"name": "gelu", "set": {"model.mlp": "gelu_test"}}]
 
 
-def _study(root, *args: str) -> str:
+def _cli(root, command: str, *args: str) -> str:
     env = os.environ | {"PYTHONPATH": f"{root / 'src'}{os.pathsep}{root / 'site'}", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "study", *args], cwd=root, env=env,
+    out = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", command, *args], cwd=root, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
+
+
+def _study(root, *args: str) -> str:
+    return _cli(root, "study", *args)
+
+
+def _report_note(root, study) -> str | None:
+    """The report's first-line note on trials of other code, if it writes one."""
+    out = root / f"report-{len(list(root.glob('report-*')))}"
+    _cli(root, "report", str(study), "--out", str(out))
+    match = re.search(r"^\*\*(note: .*)\*\*$", (out / "report.md").read_text(), re.M)
+    return match.group(1) if match else None
 
 
 def _trials(root, study: str, variant: str) -> list[optuna.trial.FrozenTrial]:
@@ -59,8 +71,13 @@ def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corp
     old_llama = {t.number: t.value for t in _trials(tmp_path, "a", "llama")}
     assert len(old_gelu) == 2 and len(old_llama) == 2
 
+    assert _report_note(tmp_path, a) is None  # every trial is this code's
     edit_to_tanh_gelu(activation)
     assert "to retrain (code changed): 2 trials" in _study(tmp_path, str(a), "--dry-run")
+    # Before the rerun the report still shows the stored numbers, but says whose they are.
+    note = _report_note(tmp_path, a)
+    assert note is not None and note.startswith("note: 2 of 4 finished trials (gelu) were trained under another "
+                                                "trial key than this checkout gives them"), note
     out = _study(tmp_path, str(a), "--no-report")
     lines = [line for line in out.splitlines() if "code changed" in line]
     assert len(lines) == 1
@@ -79,6 +96,7 @@ def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corp
     assert {t.number: t.value for t in _trials(tmp_path, "a", "llama")} == old_llama  # not retrained
 
     # What is reported is the new code's: MLflow read back holds only the current children.
+    assert _report_note(tmp_path, a) is None
     records = {r.name: r for r in read_study(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", "a")}
     assert sorted(t.value for t in records["gelu"].trials) == sorted(t.value for t in new_gelu)
     assert len(records["llama"].trials) == 2
