@@ -340,7 +340,7 @@ def other_code_note(records: list[VariantRecord], expanded) -> str | None:
             continue
         finished = [t for t in r.trials if t.status == TrialStatus.FINISHED and t.trial_key
                     and t.lr is not None and t.seed is not None]
-        changed = sum(variant.run_config(t.lr, t.seed).trial_key() != t.trial_key for t in finished)
+        changed = sum(variant.trial_key(t.lr, t.seed) != t.trial_key for t in finished)
         total += len(finished)
         if changed:
             other += changed

@@ -112,7 +112,7 @@ def seed_spread(expanded: ExpandedStudy, storage_url: str) -> SeedSpread | None:
     for v in expanded.variants:
         for lr in spec.lr_search.grid:
             for seed in spec.seeds:
-                t = finished.get(v.run_config(lr, seed).trial_key())
+                t = finished.get(v.trial_key(lr, seed))
                 if t is None or t.status != TrialStatus.FINISHED:
                     continue
                 if t.value is not None and math.isfinite(t.value):

@@ -73,7 +73,7 @@ def planned_reuse(expanded, storage_url: str) -> tuple[dict[str, int], dict[str,
         own = optuna_study_name(spec.name, v)
         for lr in spec.lr_search.grid:
             for seed in seeds:
-                original = finished.get(v.run_config(lr, seed).trial_key())
+                original = finished.get(v.trial_key(lr, seed))
                 if original is not None:
                     counts = done if original.study == own else reused
                     counts[v.key] = counts.get(v.key, 0) + 1
@@ -108,7 +108,7 @@ def planned_retrain(expanded, storage_url: str) -> dict[str, int]:
                 continue
             point = (float(lr), int(seed))
             if point not in current:
-                current[point] = v.run_config(*point).trial_key()
+                current[point] = v.trial_key(*point)
             recorded.setdefault(point, set()).add(key)
         stale = sum(1 for point, keys in recorded.items() if current[point] not in keys)
         if stale:

@@ -56,7 +56,7 @@ class StudySession:
             trials, created = VariantTrials.open(
                 self.storage, settings.storage.url, optuna_study_name(self.spec.name, variant),
                 self.spec.lr_search, self.spec.seeds, worker_index,
-                trial_key=lambda lr, seed, v=variant: v.run_config(lr, seed).trial_key())
+                trial_key=variant.trial_key)
             self.trials[variant.key] = trials
             self._created[variant.key] = created
             if created:

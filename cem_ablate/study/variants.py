@@ -47,6 +47,11 @@ class Variant:
         """The typed run config of one trial (run name and threads don't change results)."""
         return self.config.with_trial(lr, seed, name, threads)
 
+    def trial_key(self, lr: float, seed: int) -> str:
+        """The identity of this variant's trial at (lr, seed) under the running code
+        (owned by `RunConfig.trial_key`: config plus code fingerprint)."""
+        return self.run_config(lr, seed).trial_key()
+
 
 @dataclass(frozen=True)
 class ExpandedStudy:
