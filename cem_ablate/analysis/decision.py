@@ -245,12 +245,6 @@ def decide(variant: Mapping[int, float], baseline: Mapping[int, float], *, paire
                     std=std, level=level, **base)
 
 
-def resolved(decision: Decision, design: Design) -> bool:
-    """The sequential seeds' stopping rule: this comparison's design-corrected p is at
-    or below α (the same threshold as the verdict; not the report's Holm family)."""
-    return decision.p_design is not None and decision.delta != 0.0 and bool(rejects(decision.p_design, design.alpha))
-
-
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values (Holm 1979), hand-written: scipy.stats has no
     Holm correction (only false_discovery_control, which is Benjamini–Hochberg).

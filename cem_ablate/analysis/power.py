@@ -16,8 +16,11 @@ user decides how many to buy (`cem-ablate power`, the dry run).
   (`decision.paired_t` / `decision.welch_t`, `decision.design_p`, `decision.rejects`,
   the functions `decide` uses), vectorized over all simulated studies with numpy and
   a seeded generator, so the numbers are deterministic. The simulated seeds follow
-  the study's rule (`study.sequential`): after each look, the seeds stop once every
-  tested Δ is resolved; the verdict is the one at the last look taken.
+  the study's rule (`study.sequential`) for one pair: after each look, the seeds stop
+  once every tested Δ is resolved; the verdict is the one at the last look taken. In a
+  study of several tests (pairs, or `at: both`'s two grid points) the rule waits for
+  the Holm-adjusted verdict, which buys seeds where Holm holds a pair back
+  (family-wise rates: tests/study/test_seeds.py).
 """
 
 from __future__ import annotations

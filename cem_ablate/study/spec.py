@@ -102,8 +102,9 @@ class SequentialSeeds(Sequence):
     """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (issue 11).
 
     Every variant and its baseline start with seeds 0..min-1; while their Δ is
-    unresolved (`study.sequential`: the one decision rule at this design's per-look
-    threshold), both get the next seed, up to seeds 0..max-1.
+    unresolved (`study.sequential`: the report's verdict, the one decision rule at
+    this design's per-look threshold and Holm over the study's tests), both get the
+    next seed, up to seeds 0..max-1.
     `at` picks the Δ that decides: at the baseline's lr* grid point (`baseline`, the
     report's verdict), at the variant's own (`own`: variants whose optimum moves, as
     Table 3's depths), or either (`both`). As a sequence it is every seed the study may

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cem_ablate.analysis.decision import UNRESOLVED, Decision, Design, adjust, decide, resolved
+from cem_ablate.analysis.decision import UNRESOLVED, Decision, Design, adjust, decide
 from cem_ablate.analysis.power import false_positive_rate
 
 REPS = 4000
@@ -67,7 +67,7 @@ def null_rate(design, paired, rng, rho=0.5, ratio=1.0):
                     d = decide({s: a[r, t, s] for s in range(n)}, {s: b[r, t, s] for s in range(n)}, paired=False,
                                design=design)
                 assert d.p == pytest.approx(p[r, t], rel=1e-9, abs=1e-15)
-                assert resolved(d, design) == (p[r, t] <= design.look_alpha())
+                assert d.resolved == (p[r, t] <= design.look_alpha())
     return float(flagged.mean())
 
 
