@@ -46,6 +46,17 @@ def test_width_study_reuses_the_readings_variants():
     assert (width["d128_T1"], width["d128_T2"]) == (arm_f["F_T1"], arm_f["F_T2"])
 
 
+def test_wide_grid_is_the_cpu_study_with_one_more_learning_rate_each_side():
+    """`--scale cpu_wide` widens the grid where the cpu run found lr* at an edge: same
+    variants (trial keys, so the cpu trials are reused), the cpu grid inside it."""
+    cpu, wide = expanded("width"), expanded("width", "cpu_wide")
+    assert [v.variant_key for v in wide.variants] == [v.variant_key for v in cpu.variants]
+    grid, inner = wide.spec.lr_search.grid, cpu.spec.lr_search.grid
+    assert grid[1:-1] == inner and grid[0] < inner[0] and grid[-1] > inner[-1]
+    assert wide.spec.name != cpu.spec.name and wide.spec.seeds == cpu.spec.seeds
+    assert width_design(wide).budgets.keys() == width_design(cpu).budgets.keys()
+
+
 def test_width_smoke_has_three_widths():
     assert list(width_design(expanded("width", "smoke")).budgets["4 steps"]) == [32, 64, 128]
 
