@@ -238,7 +238,10 @@ def scaling_inputs(records: list[VariantRecord]) -> list[ScalingInput]:
 
 
 def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
-                 scaling: ScalingSummary | None = None, comparisons: Comparisons | None = None) -> Path:
+                 scaling: ScalingSummary | None = None, comparisons: Comparisons | None = None,
+                 lead: str | None = None) -> Path:
+    """report.md and its figures; `lead`: one line set in bold under the title (the
+    other-code note)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = build_rows(records)
     comparisons = comparisons if comparisons is not None else build_comparisons(records)
@@ -247,8 +250,8 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: {metric} vs parameters")
     fig3 = plot_ppl_vs_lr(series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: {metric} vs learning rate")
     cols = columns(metric)
-    lines = [f"# Study `{study_name}`", "", DEFINITIONS.format(m=metric), "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines = [f"# Study `{study_name}`", ""] + ([f"**{lead}**", ""] if lead else [])
+    lines += [DEFINITIONS.format(m=metric), "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(row)) + " |" for row in rows]
     if comparisons.rows:
         lines += ["", f"## Δ vs baseline ({metric}): {comparisons.count_text}", "",
@@ -306,13 +309,10 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     scaling = summarize_scaling(inputs) if has_size_axis(inputs) else None
     if scaling is not None:
         print_scaling(scaling, metric, console)
-    path = write_report(records, study_name, out_dir, scaling, comparisons)
     note = other_code_note(records, expanded)
-    if note is not None:  # one line, first in the file and on the console
-        if console is not None:
-            console.print(note, markup=False, highlight=False)
-        title, _, rest = path.read_text().partition("\n")
-        path.write_text(f"{title}\n\n**{note}**\n{rest}")
+    if note is not None and console is not None:  # one line; in report.md first under the title
+        console.print(note, markup=False, highlight=False)
+    path = write_report(records, study_name, out_dir, scaling, comparisons, lead=note)
     # Issue 21: the sections of a width study and of a GP study with several draws (each
     # [] for other studies; they need the study file's configs, `expanded`).
     from cem_ablate.reporting.gp_draws_report import gp_draws_section

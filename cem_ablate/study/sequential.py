@@ -3,7 +3,7 @@
 When every planned trial is final, each variant whose Δ against a baseline is still
 unresolved gets one more seed, and so does that baseline, up to `max`; the
 coordinator then runs the new slots and asks again. "Resolved" is the verdict the
-report prints: the study's whole family of tests (`study.verdicts.decide_family`,
+report prints: the study's whole family of tests (`study.verdicts.study_family`,
 Holm at `statistics: {alpha, correction}`) on p-values corrected for the seed
 design's looks (`study.verdicts.design_of`: every look is tested at α / K, K = looks
 × tests per look, `at: both` testing two grid points). A pair whose own test passes
@@ -28,14 +28,14 @@ from __future__ import annotations
 
 from cem_ablate.analysis.statistics import observations, variant_stats
 from cem_ablate.study.spec import SequentialSeeds
-from cem_ablate.study.verdicts import AT_BASELINE, AT_OWN, Test, decide_family, design_of, headline
+from cem_ablate.study.verdicts import AT_BASELINE, AT_OWN, Test, design_of, headline, study_family
 
 _AT = {"baseline": (AT_BASELINE,), "own": (AT_OWN,), "both": (AT_BASELINE, AT_OWN)}
 
 
 def unresolved(tests: list[Test], variant: str, baseline: str, at: str) -> bool:
     """Whether a Δ `at` names (`seeds.at`) is tested or testable but not resolved in the
-    family's verdicts (`tests`, `decide_family`'s)."""
+    family's verdicts (`tests`, `study_family`'s)."""
     for where in _AT[at]:
         test = headline(tests, variant, baseline, where)
         if test is not None and test.decision.delta is not None and not test.decision.resolved:
@@ -56,9 +56,7 @@ def add_seeds(session, publisher=None) -> list[str]:
     method = session.spec.lr_search.interpolation
     stats = {v.key: variant_stats(observations(session.trials[v.key].points()), method, n_resamples=0)
              for v in session.variants}
-    paired = {pair: p.paired for pair, p in pairings.items()}
-    tests = decide_family(stats, {v.key: v.baselines for v in session.variants}, paired, design,
-                          session.spec.statistics.correction)
+    tests = study_family(session.variants, stats, pairings, design, session.spec.statistics.correction)
     targets: dict[str, int] = {}
     for v in session.variants:
         for name, base_key in v.baselines.items():

@@ -28,7 +28,7 @@ from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import Variant
 from cem_ablate.study.verdicts import (
-    AT_BASELINE, AT_OPTIMA, AT_OWN, Test, decide_family, design_of, design_record, headline)
+    AT_BASELINE, AT_OPTIMA, AT_OWN, Test, design_of, design_record, headline, study_family)
 from cem_ablate.tracking import tags as T
 
 # Metric prefixes of the tests, per baseline name (the UI's columns use the first).
@@ -126,9 +126,7 @@ class StudyPublisher:
         return cached[1]
 
     def _family(self, stats: Mapping[str, VariantStats]) -> list[Test]:
-        paired = {k: p.paired for k, p in self.pairings.items()}
-        return decide_family(stats, {v.key: v.baselines for v in self.session.variants}, paired, self.design,
-                             self.correction)
+        return study_family(self.session.variants, stats, self.pairings, self.design, self.correction)
 
     def publish(self) -> list[VariantSummary]:
         """Log every variant whose trials or verdicts changed since the last call."""

@@ -105,6 +105,15 @@ def decide_family(stats: Mapping[str, VariantStats], baselines: Mapping[str, Map
             for t, d in zip(tests, adjusted)]
 
 
+def study_family(variants, stats: Mapping[str, VariantStats], pairings: Mapping, design: Design,
+                 correction: str) -> list[Test]:
+    """`decide_family` over a study's variants (`.key`, `.baselines`) with the pairings
+    checked for it (`(variant key, baseline name) -> study.pairing.Pairing`; missing:
+    Welch): the family the coordinator publishes and the sequential seeds stop on."""
+    return decide_family(stats, {v.key: v.baselines for v in variants},
+                         {pair: p.paired for pair, p in pairings.items()}, design, correction)
+
+
 def headline(tests: list[Test], variant: str, baseline: str, at: str = AT_BASELINE) -> Test | None:
     """The test `at` of one pair; "own lr*" on the baseline's grid point is the headline
     test itself (one test, not two)."""
