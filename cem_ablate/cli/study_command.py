@@ -84,13 +84,21 @@ def _check_tokenizers(expanded) -> None:
         tokenizer_vocab_size(data)
 
 
-def _print_reuse(expanded, rows, args: argparse.Namespace, console) -> None:
-    """How many planned trials an existing storage already holds (trained once, reused)."""
+def _storage_counts(expanded, args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int], int]:
+    """(reused, done, retrain) for the dry run: planned trials an existing storage holds
+    finished by other studies (reused unless --no-reuse), by this study (done), and
+    finished under other code (retrained); empty without a storage (nothing is created)."""
     from cem_ablate.study.reuse import planned_retrain, planned_reuse
     from cem_ablate.study.storage import default_storage_url
 
-    reused, done = planned_reuse(expanded, args.storage or default_storage_url())
-    retrain = sum(planned_retrain(expanded, args.storage or default_storage_url()).values())
+    url = args.storage or default_storage_url()
+    reused, done = planned_reuse(expanded, url)
+    return reused, done, sum(planned_retrain(expanded, url).values())
+
+
+def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: int, args: argparse.Namespace,
+                 console) -> None:
+    """How many planned trials an existing storage already holds (trained once, reused)."""
     if retrain:
         console.print(f"to retrain (code changed): {retrain} trials of this study finished under other code")
     count = sum(reused.values())
@@ -119,9 +127,14 @@ def run(args: argparse.Namespace) -> int:
 
         rows = plan(expanded)
         spread = seed_spread(expanded, args.storage or default_storage_url())
-        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread)
+        reused, done, retrain = _storage_counts(expanded, args)
+        finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
         if not args.no_reuse:
-            _print_reuse(expanded, rows, args, console)
+            for key, n in reused.items():
+                finished[key] = finished.get(key, 0) + n
+        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread, finished)
+        if not args.no_reuse:
+            _print_reuse(rows, reused, done, retrain, args, console)
         return 0
 
     from cem_ablate.study.coordinator import run_study

@@ -32,7 +32,11 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
                     baselines={"llama": {"model.mlp": "llama"}})
     capsys.readouterr()
     assert main(["study", str(b), "--dry-run"]) == 0
-    assert "reused: 2 trials already finished" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "reused: 2 trials already finished" in out
+    assert "for the 2 trials left to train (2 already finished in the storage)" in out  # the CPU time
+    assert main(["study", str(b), "--dry-run", "--no-reuse"]) == 0
+    assert "for all 4 trials" in " ".join(capsys.readouterr().out.split())  # reuse off: A's are retrained
 
     assert main(["study", str(b), "--report-dir", str(tmp_path / "reports")]) == 0
     a_trials = {t.user_attrs[TRIAL_KEY_ATTR]: (name, t) for name, t in _trials(tmp_path, "a")}
@@ -61,8 +65,9 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
     # A dry run of B now: its own trained trials are "done", A's still "reused".
     capsys.readouterr()
     assert main(["study", str(b), "--dry-run"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
     assert "done: 2 trials of this study already finished" in out and "reused: 2 trials" in out
+    assert "for the 0 trials left to train (4 already finished in the storage)" in out
 
     # --no-reuse trains everything of a third study.
     c = write_study(tmp_path, name="c", grid=GRID, corpus=corpus, variants=[{"name": "llama"}], baselines={})
