@@ -48,6 +48,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-tflops", type=float, default=312.0,
                         help="dry run: dense bf16 peak per GPU for GPU-hours (default 312, A100)")
     parser.add_argument("--mfu", type=float, default=0.4, help="dry run: assumed model FLOPs utilization (default 0.4)")
+    parser.add_argument("--cpu-gflops", type=float, default=None,
+                        help="dry run: training GFLOP/s of this CPU machine, startup and evaluation included, for the "
+                             "CPU time (default 26.2, measured on the quickstart on 2 cores; conservative for wider "
+                             "models)")
 
 
 def load_expanded(file: str, scale: str | None, overrides: list[str]):
@@ -73,6 +77,10 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("--grace", f"must exceed --heartbeat ({args.heartbeat} s), got {args.grace}.")
     if not 0 < args.mfu <= 1:
         raise ConfigError("--mfu", f"must be in (0, 1], got {args.mfu}.")
+    if not args.gpu_tflops > 0:
+        raise ConfigError("--gpu-tflops", f"must be > 0, got {args.gpu_tflops}.")
+    if args.cpu_gflops is not None and not args.cpu_gflops > 0:
+        raise ConfigError("--cpu-gflops", f"must be > 0, got {args.cpu_gflops}.")
 
 
 def _check_tokenizers(expanded) -> None:
@@ -132,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_reuse:
             for key, n in reused.items():
                 finished[key] = finished.get(key, 0) + n
-        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread, finished)
+        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread, finished, args.cpu_gflops)
         if not args.no_reuse:
             _print_reuse(rows, reused, done, retrain, args, console)
         return 0

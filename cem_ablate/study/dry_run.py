@@ -152,10 +152,12 @@ def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> li
 
 
 def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console,
-               spread: SeedSpread | None = None, finished: dict[str, int] | None = None) -> None:
+               spread: SeedSpread | None = None, finished: dict[str, int] | None = None,
+               cpu_gflops: float | None = None) -> None:
     """The plan table, totals, CPU time and power. `finished`: variant key -> planned trials
     the storage already holds finished (this study's own, and other studies' when reused),
-    which a run does not train: the CPU time is for the rest."""
+    which a run does not train: the CPU time is for the rest, at `cpu_gflops` (the user's
+    machine) or the quickstart-measured rate."""
     from rich.table import Table
 
     by_key = {r.variant.key: r for r in rows}
@@ -185,14 +187,17 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
                   f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")
     finished = finished or {}
     left = {r.variant.key: max(0, r.trials - finished.get(r.variant.key, 0)) for r in rows}
-    cpu_hours = sum(left[r.variant.key] * r.estimate.cpu_hours() for r in rows)
+    rate = CPU_TRAIN_FLOPS_PER_S if cpu_gflops is None else cpu_gflops * 1e9
+    cpu_hours = sum(left[r.variant.key] * r.estimate.cpu_hours(rate) for r in rows)
     skipped = total_trials - sum(left.values())
     which = f"the {sum(left.values())} trials left to train ({skipped} already finished in the storage)" if skipped \
         else f"all {total_trials} trials"
-    console.print(f"CPU: {_duration(cpu_hours)} wall clock on 2 cores ({cpu_hours:.3g} CPU-hours on 2 cores) for {which} at "
-                  f"{CPU_TRAIN_FLOPS_PER_S / 1e9:.3g} GFLOP/s (measured on the quickstart, startup and evaluation "
-                  "included; conservative for wider models: the width study's 162 trials, d 32-192, took 83 min "
-                  "where this said 3.71 h, studies/width.yaml)", markup=False, highlight=False)
+    source = "--cpu-gflops" if cpu_gflops is not None else (
+        "measured on the quickstart, startup and evaluation included; conservative for wider models: the width "
+        "study's 162 trials, d 32-192, took 83 min where this said 3.71 h, studies/width.yaml; --cpu-gflops sets it")
+    machine = "this machine" if cpu_gflops is not None else "2 cores"
+    console.print(f"CPU: {_duration(cpu_hours)} wall clock on {machine} ({cpu_hours:.3g} CPU-hours on {machine}) for "
+                  f"{which} at {rate / 1e9:.3g} GFLOP/s ({source})", markup=False, highlight=False)
     if any(v.baselines for v in expanded.variants):
         for line in power_lines(expanded, spread):
             console.print(line, markup=False, highlight=False)

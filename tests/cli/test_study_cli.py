@@ -1,5 +1,6 @@
 """`cem-ablate study / report / ui` at the command line: errors, dry run, help."""
 
+import re
 import subprocess
 import sys
 import time
@@ -8,6 +9,7 @@ import pytest
 import yaml
 
 from cem_ablate.cli.main import main
+from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S
 from tests.study.tiny_study import write_study
 
 
@@ -80,6 +82,10 @@ def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys):
     assert "unknown scale 'huge'" in capsys.readouterr().err
     assert main(["study", str(path), "--storage", "sqlite:///:memory:"]) == 2
     assert "workers cannot share it" in capsys.readouterr().err
+    assert main(["study", str(path), "--dry-run", "--cpu-gflops", "0"]) == 2
+    assert capsys.readouterr().err == "error: --cpu-gflops: must be > 0, got 0.0.\n"
+    assert main(["study", str(path), "--dry-run", "--gpu-tflops", "-1"]) == 2
+    assert capsys.readouterr().err == "error: --gpu-tflops: must be > 0, got -1.0.\n"
     assert not (tmp_path / "mlruns").exists()
 
 
@@ -92,6 +98,25 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, monkeypatch, capsy
                  "GPU time"):
         assert text in out
     assert not (tmp_path / "mlruns").exists()
+
+
+def _cpu_hours(out: str) -> float:
+    text = " ".join(out.split())
+    return float(re.search(r"\(([0-9.e+-]+) CPU-hours on", text).group(1))
+
+
+def test_dry_run_cpu_time_is_the_training_flops_at_the_given_rate(capsys):
+    from cem_ablate.study.dry_run import plan
+    from cem_ablate.cli.study_command import load_expanded
+
+    assert main(["study", "studies/quickstart.yaml", "--dry-run", "--cpu-gflops", "50"]) == 0
+    out = capsys.readouterr().out
+    rows = plan(load_expanded("studies/quickstart.yaml", None, []))
+    flops = sum(r.trials * r.estimate.train_flops for r in rows)
+    assert _cpu_hours(out) == pytest.approx(flops / 50e9 / 3600, rel=5e-3)  # printed to 3 significant digits
+    assert "at 50 GFLOP/s (--cpu-gflops)" in " ".join(out.split())
+    assert main(["study", "studies/quickstart.yaml", "--dry-run"]) == 0  # default: the quickstart-measured rate
+    assert _cpu_hours(capsys.readouterr().out) == pytest.approx(flops / CPU_TRAIN_FLOPS_PER_S / 3600, rel=5e-3)
 
 
 def test_quickstart_dry_run_counts_parameters(capsys):
