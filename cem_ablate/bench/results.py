@@ -170,11 +170,17 @@ SPEED_TARGETS = [  # (variant, reference, threshold): fp32 tokens/s ratios
 ]
 MEMORY_TARGETS = [("cem_full_t4_ckpt", "cem_full_t1", 1.3), ("cem_full_t8_ckpt", "cem_full_t1", 1.6)]
 MFU_TARGET = 0.5
+# Issue 19: every energy-lens variant (momentum over the steps, the velocity stream, the
+# parallel block; bench/variants.py names) at >= 0.95 of its FLOP bound against Llama
+ENERGY_LENS_TARGET = 0.95
+ENERGY_LENS = re.compile(r"^(cem_(attn|mlp|full)_t\d+(_[a-z]+)*_(hb|nesterov)(_[a-z]+)*|llama_nesterov_stream"
+                         r"|et_parallel_t\d+(_[a-z]+)*)$")
 
 
 def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
-    """The issue's targets on fp32 rows of `size`: speed ratios (paired, see
-    `speed_ratio`) eager and compiled, MFU compiled (median step), peak memory ratios."""
+    """Issue 5's targets on fp32 rows of `size`: speed ratios (paired, see `speed_ratio`)
+    eager and compiled, MFU compiled (median step), peak memory ratios; and issue 19's:
+    each energy-lens variant's paired ratio to Llama over its FLOP-bound ratio."""
     out = []
     for mode in ("eager", "compiled"):
         key = (size, mode, "fp32")
@@ -185,6 +191,12 @@ def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
                 out.append(Target(f"{variant} / {reference} tokens/s, {mode}", speed_ratio(rows, row, reference),
                                   threshold, low=low, high=high,
                                   best=speed_ratio(rows, row, reference, statistic="best")))
+        for row in rows:  # issue 19: paired ratio ÷ FLOP bound, with the interval
+            if row.key == key and ENERGY_LENS.match(row.variant) and not row.memory_only and not row.error \
+                    and _find(rows, BASELINE, key) is not None:
+                bound = flop_bound_ratio(rows, row)
+                out.append(_speed_target(f"{row.variant} / llama tokens/s ÷ FLOP bound {bound:.3f}, {mode}",
+                                         rows, row, BASELINE, ENERGY_LENS_TARGET, per=bound))
     for row in rows:
         if row.size == size and row.mode == "compiled" and row.precision == "fp32" and not row.memory_only \
                 and row.variant != EXTERNAL and not row.error:

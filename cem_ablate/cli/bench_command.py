@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         title = f"Issue-14 GPU targets ({precision}, {meta.get('gpu', 'GPU')})"
     else:
         targets = evaluate_targets(rows, size=size)
-        title = "Issue-5 targets (fp32)"
+        title = "Issue-5 and issue-19 targets (fp32)"
     text = table(rows)
     if targets:
         text += f"\n\n{title}:\n\n" + targets_table(targets)

@@ -179,6 +179,26 @@ def test_target_ratios_are_paired_with_a_bootstrap_interval():
     assert "| cem_attn_t2 / llama tokens/s, eager | 0.765 | 0.765-0.765 | 0.765 | ≥ 0.8 | **no** |" in listed
 
 
+def test_energy_lens_targets_divide_the_paired_ratio_by_the_flop_bound():
+    rows = [_row("llama", [500, 500, 400]), _row("cem_attn_t4", [340, 340, 272], flops=1.4e6),
+            _row("cem_attn_t4_hb", [340, 335, 272], flops=1.4e6), _row("et_parallel_t2", [300, 300, 240], flops=1.25e6),
+            _row("llama_nesterov_stream", [470, 490, 384]), _row("cem_attn_t2_nesterov_ckpt", [420, 420, 336],
+                                                                  flops=1.1e6)]
+    targets = {t.name: t for t in evaluate_targets(rows)}
+    lens = {name: t for name, t in targets.items() if "÷ FLOP bound" in name}
+    assert sorted(lens) == ["cem_attn_t2_nesterov_ckpt / llama tokens/s ÷ FLOP bound 0.909, eager",
+                            "cem_attn_t4_hb / llama tokens/s ÷ FLOP bound 0.714, eager",
+                            "et_parallel_t2 / llama tokens/s ÷ FLOP bound 0.800, eager",
+                            "llama_nesterov_stream / llama tokens/s ÷ FLOP bound 1.000, eager"]  # gd T = 4: none
+    hb = lens["cem_attn_t4_hb / llama tokens/s ÷ FLOP bound 0.714, eager"]
+    assert hb.measured == pytest.approx(0.68 * 1.4) and hb.met  # per-round ratios 0.68, 0.67, 0.68
+    assert hb.low == pytest.approx(0.67 * 1.4) and hb.threshold == 0.95
+    parallel = lens["et_parallel_t2 / llama tokens/s ÷ FLOP bound 0.800, eager"]
+    assert parallel.measured == pytest.approx(0.75) and not parallel.met
+    stream = lens["llama_nesterov_stream / llama tokens/s ÷ FLOP bound 1.000, eager"]
+    assert stream.measured == pytest.approx(0.96) and stream.met and stream.within_noise  # rounds 0.94-0.98
+
+
 def test_inductor_cache_goes_to_the_project_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("CEM_ABLATE_CACHE", str(tmp_path))
@@ -226,7 +246,7 @@ def test_quick_bench_end_to_end(tmp_path, capsys):
                  "--markdown", str(tmp_path / "bench.md")])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "| tiny | cem_attn_t1 | eager | fp32 |" in printed and "Issue-5 targets" in printed
+    assert "| tiny | cem_attn_t1 | eager | fp32 |" in printed and "Issue-5 and issue-19 targets" in printed
     data = json.loads(out.read_text())
     rows = {(r["variant"], r["memory_only"]): r for r in data["rows"]}
     assert set(rows) == {("hf_llama", False), ("llama", False), ("cem_attn_t1", False), ("cem_full_t1", True),
