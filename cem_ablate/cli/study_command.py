@@ -21,8 +21,9 @@ from cem_ablate.config import ConfigError
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="study file (YAML)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print variants x learning rates with parameters, tokens, FLOPs and GPU-hours; "
-                             "start and write nothing")
+                        help="print variants x learning rates with parameters, tokens, FLOPs, GPU-hours, the CPU "
+                             "time of the trials left (and what the storage's finished trials of the same variants "
+                             "took) and the design's power; start and write nothing")
     parser.add_argument("--scale", help="apply the study file's named overrides under `scale:` (e.g. smoke)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the study file, e.g. base.train.max_steps=50 (repeatable)")
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # logs and pipes: don't squeeze tables to 80 columns
         console = Console(width=160)
     if args.dry_run:
-        from cem_ablate.study.dry_run import plan, print_plan, seed_spread
+        from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
         from cem_ablate.study.storage import default_storage_url
 
         rows = plan(expanded)
@@ -140,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_reuse:
             for key, n in reused.items():
                 finished[key] = finished.get(key, 0) + n
-        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread, finished, args.cpu_gflops)
+        seconds = measured_seconds(expanded, args.storage or default_storage_url())
+        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread, finished, args.cpu_gflops, seconds)
         if not args.no_reuse:
             _print_reuse(rows, reused, done, retrain, args, console)
         return 0

@@ -7,6 +7,10 @@ units of the seed-to-seed std (and in the objective's units where the storage ho
 finished trials of the study's grid points under the current code, `seed_spread`),
 for a paired comparison and an unpaired (Welch) one: which applies to a pair is
 checked when the study runs (`study.pairing`), not here (it builds both models).
+
+Time: GPU-hours at a peak and an MFU; CPU time at a FLOP rate for the trials left to
+train (finished ones in the storage subtracted) and, where the storage holds finished
+trials of the same variants, at the wall time those took (`measured_seconds`).
 """
 
 from __future__ import annotations
@@ -127,6 +131,52 @@ def seed_spread(expanded: ExpandedStudy, storage_url: str) -> SeedSpread | None:
                       sum(len(d) for d in values.values()))
 
 
+def measured_seconds(expanded: ExpandedStudy, storage_url: str) -> dict[str, list[float]]:
+    """Variant key -> wall-clock seconds of its grid trials the storage holds finished
+    under the current code (any study: their trial keys), as each trial recorded them
+    (study/trial_run.py); read only, empty without a storage or a grid."""
+    import math
+
+    import optuna
+
+    from cem_ablate.study.reuse import finished_trials
+    from cem_ablate.study.storage import quiet_optuna, sqlite_path
+
+    spec = expanded.spec
+    path = sqlite_path(storage_url)
+    if spec.lr_search.method != "grid" or (path is not None and not path.exists()):
+        return {}
+    quiet_optuna()
+    finished = finished_trials(optuna.storages.RDBStorage(storage_url))
+    out: dict[str, list[float]] = {}
+    for v in expanded.variants:
+        for lr in spec.lr_search.grid:
+            for seed in spec.seeds:
+                t = finished.get(v.trial_key(lr, seed))
+                seconds = t.attrs.get("seconds") if t is not None and t.status == TrialStatus.FINISHED else None
+                if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
+                    out.setdefault(v.key, []).append(float(seconds))
+    return out
+
+
+def measured_line(rows: list[PlanRow], seconds: dict[str, list[float]], finished: dict[str, int]) -> str | None:
+    """The trials left, timed by what this storage's finished trials of the same variants
+    took (a variant's trials differ only in lr and seed, so in cost only when one diverges,
+    and diverged trials are left out); None when no variant has a finished trial."""
+    measured = [r for r in rows if seconds.get(r.variant.key)]
+    if not measured:
+        return None
+    n = sum(len(seconds[r.variant.key]) for r in measured)
+    left = {r.variant.key: max(0, r.trials - finished.get(r.variant.key, 0)) for r in rows}
+    hours = sum(left[r.variant.key] * sum(seconds[r.variant.key]) / len(seconds[r.variant.key]) for r in measured) / 3600
+    uncovered = sum(left[r.variant.key] for r in rows if not seconds.get(r.variant.key))
+    rest = f"; {uncovered} trials of variants with none finished not included" if uncovered else ""
+    return (f"measured: {n} finished trials of {len(measured)} of the {len(rows)} variants are in the storage; at their "
+            f"variants' mean wall time per trial the {sum(left[r.variant.key] for r in measured)} trials left of those "
+            f"variants take {_duration(hours)} of trial time (wall clock about that / the workers running at once, if "
+            f"they run as the measured trials did){rest}")
+
+
 def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> list[str]:
     """The seed design's false-positive rate and 80%-power effect, paired and Welch (in
     the objective's units too where `spread` has a std)."""
@@ -153,11 +203,12 @@ def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> li
 
 def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console,
                spread: SeedSpread | None = None, finished: dict[str, int] | None = None,
-               cpu_gflops: float | None = None) -> None:
+               cpu_gflops: float | None = None, seconds: dict[str, list[float]] | None = None) -> None:
     """The plan table, totals, CPU time and power. `finished`: variant key -> planned trials
     the storage already holds finished (this study's own, and other studies' when reused),
     which a run does not train: the CPU time is for the rest, at `cpu_gflops` (the user's
-    machine) or the quickstart-measured rate."""
+    machine) or the quickstart-measured rate, and from `seconds` (`measured_seconds`) where
+    the storage timed the same variants."""
     from rich.table import Table
 
     by_key = {r.variant.key: r for r in rows}
@@ -198,6 +249,8 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
     machine = "this machine" if cpu_gflops is not None else "2 cores"
     console.print(f"CPU: {_duration(cpu_hours)} wall clock on {machine} ({cpu_hours:.3g} CPU-hours on {machine}) for "
                   f"{which} at {rate / 1e9:.3g} GFLOP/s ({source})", markup=False, highlight=False)
+    if line := measured_line(rows, seconds or {}, finished):
+        console.print(line, markup=False, highlight=False)
     if any(v.baselines for v in expanded.variants):
         for line in power_lines(expanded, spread):
             console.print(line, markup=False, highlight=False)

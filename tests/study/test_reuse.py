@@ -35,6 +35,16 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "reused: 2 trials already finished" in out
     assert "for the 2 trials left to train (2 already finished in the storage)" in out  # the CPU time
+    # ... and the time A's Llama trials took, as recorded on the trials (the CEM MLP has none yet)
+    from cem_ablate.cli.study_command import load_expanded
+    from cem_ablate.study.dry_run import measured_seconds
+
+    seconds = measured_seconds(load_expanded(str(b), None, []), f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
+    (key, measured), = seconds.items()  # the Llama variant only
+    recorded = sorted(t.user_attrs["seconds"] for name, t in _trials(tmp_path, "a") if name.endswith(key))
+    assert len(recorded) == 2 and sorted(measured) == recorded
+    assert "measured: 2 finished trials of 1 of the 2 variants" in out
+    assert "2 trials of variants with none finished not included" in out
     assert main(["study", str(b), "--dry-run", "--no-reuse"]) == 0
     assert "for all 4 trials" in " ".join(capsys.readouterr().out.split())  # reuse off: A's are retrained
 

@@ -1,0 +1,23 @@
+"""The dry run's time for the trials left, from what the storage's finished trials took."""
+
+from types import SimpleNamespace
+
+from cem_ablate.study.dry_run import measured_line
+
+
+def _row(key: str, trials: int):
+    return SimpleNamespace(variant=SimpleNamespace(key=key), trials=trials)
+
+
+def test_measured_line_times_the_trials_left_at_their_variants_mean():
+    rows = [_row("a", 6), _row("b", 6), _row("c", 6)]
+    seconds = {"a": [100.0, 200.0], "b": [600.0]}  # c: nothing finished
+    # a: 4 left at 150 s, b: 5 left at 600 s -> 3600 s = 1 h; c's 6 are not covered
+    line = measured_line(rows, seconds, finished={"a": 2, "b": 1})
+    assert line.startswith("measured: 3 finished trials of 2 of the 3 variants are in the storage")
+    assert "the 9 trials left of those variants take 1 h of trial time" in line
+    assert line.endswith("; 6 trials of variants with none finished not included")
+
+
+def test_no_measured_line_without_finished_trials():
+    assert measured_line([_row("a", 6)], {}, {}) is None
