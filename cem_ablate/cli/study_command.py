@@ -142,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
             for key, n in reused.items():
                 finished[key] = finished.get(key, 0) + n
         seconds = measured_seconds(expanded, args.storage or default_storage_url())
-        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread, finished, args.cpu_gflops, seconds)
+        workers = args.workers or expanded.spec.execution.workers  # what a run would start
+        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread, finished, args.cpu_gflops, seconds,
+                   workers)
         if not args.no_reuse:
             _print_reuse(rows, reused, done, retrain, args, console)
         return 0

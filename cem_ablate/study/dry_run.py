@@ -159,7 +159,8 @@ def measured_seconds(expanded: ExpandedStudy, storage_url: str) -> dict[str, lis
     return out
 
 
-def measured_line(rows: list[PlanRow], seconds: dict[str, list[float]], finished: dict[str, int]) -> str | None:
+def measured_line(rows: list[PlanRow], seconds: dict[str, list[float]], finished: dict[str, int],
+                  workers: int = 1) -> str | None:
     """The trials left, timed by what this storage's finished trials of the same variants
     took (a variant's trials differ only in lr and seed, so in cost only when one diverges,
     and diverged trials are left out); None when no variant has a finished trial."""
@@ -173,8 +174,8 @@ def measured_line(rows: list[PlanRow], seconds: dict[str, list[float]], finished
     rest = f"; {uncovered} trials of variants with none finished not included" if uncovered else ""
     return (f"measured: {n} finished trials of {len(measured)} of the {len(rows)} variants are in the storage; at their "
             f"variants' mean wall time per trial the {sum(left[r.variant.key] for r in measured)} trials left of those "
-            f"variants take {_duration(hours)} of trial time (wall clock about that / the workers running at once, if "
-            f"they run as the measured trials did){rest}")
+            f"variants take {_duration(hours)} of trial time, about {_duration(hours / workers)} wall clock with "
+            f"{workers} worker{'s' if workers > 1 else ''} (if they run as the measured trials did){rest}")
 
 
 def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> list[str]:
@@ -203,7 +204,8 @@ def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> li
 
 def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console,
                spread: SeedSpread | None = None, finished: dict[str, int] | None = None,
-               cpu_gflops: float | None = None, seconds: dict[str, list[float]] | None = None) -> None:
+               cpu_gflops: float | None = None, seconds: dict[str, list[float]] | None = None,
+               workers: int = 1) -> None:
     """The plan table, totals, CPU time and power. `finished`: variant key -> planned trials
     the storage already holds finished (this study's own, and other studies' when reused),
     which a run does not train: the CPU time is for the rest, at `cpu_gflops` (the user's
@@ -249,7 +251,7 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
     machine = "this machine" if cpu_gflops is not None else "2 cores"
     console.print(f"CPU: {_duration(cpu_hours)} wall clock on {machine} ({cpu_hours:.3g} CPU-hours on {machine}) for "
                   f"{which} at {rate / 1e9:.3g} GFLOP/s ({source})", markup=False, highlight=False)
-    if line := measured_line(rows, seconds or {}, finished):
+    if line := measured_line(rows, seconds or {}, finished, workers):
         console.print(line, markup=False, highlight=False)
     if any(v.baselines for v in expanded.variants):
         for line in power_lines(expanded, spread):

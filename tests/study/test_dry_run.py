@@ -15,7 +15,9 @@ def test_measured_line_times_the_trials_left_at_their_variants_mean():
     # a: 4 left at 150 s, b: 5 left at 600 s -> 3600 s = 1 h; c's 6 are not covered
     line = measured_line(rows, seconds, finished={"a": 2, "b": 1})
     assert line.startswith("measured: 3 finished trials of 2 of the 3 variants are in the storage")
-    assert "the 9 trials left of those variants take 1 h of trial time" in line
+    assert "the 9 trials left of those variants take 1 h of trial time, about 1 h wall clock with 1 worker " in line
+    assert "take 1 h of trial time, about 30 min wall clock with 2 workers" in measured_line(
+        rows, seconds, finished={"a": 2, "b": 1}, workers=2)
     assert line.endswith("; 6 trials of variants with none finished not included")
 
 
