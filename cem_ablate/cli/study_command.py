@@ -93,16 +93,15 @@ def _check_tokenizers(expanded) -> None:
         tokenizer_vocab_size(data)
 
 
-def _storage_counts(expanded, args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int], int]:
+def _storage_counts(expanded, grid, args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int], int]:
     """(reused, done, retrain) for the dry run: planned trials an existing storage holds
     finished by other studies (reused unless --no-reuse), by this study (done), and
     finished under other code (retrained); empty without a storage (nothing is created)."""
     from cem_ablate.study.reuse import planned_retrain, planned_reuse
     from cem_ablate.study.storage import default_storage_url
 
-    url = args.storage or default_storage_url()
-    reused, done = planned_reuse(expanded, url)
-    return reused, done, sum(planned_retrain(expanded, url).values())
+    reused, done = planned_reuse(expanded, grid)
+    return reused, done, sum(planned_retrain(expanded, args.storage or default_storage_url()).values())
 
 
 def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: int, args: argparse.Namespace,
@@ -132,19 +131,19 @@ def run(args: argparse.Namespace) -> int:
         console = Console(width=160)
     if args.dry_run:
         from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
+        from cem_ablate.study.reuse import grid_trials
         from cem_ablate.study.storage import default_storage_url
 
         rows = plan(expanded)
-        spread = seed_spread(expanded, args.storage or default_storage_url())
-        reused, done, retrain = _storage_counts(expanded, args)
+        grid = grid_trials(expanded, args.storage or default_storage_url())  # the storage, read once
+        reused, done, retrain = _storage_counts(expanded, grid, args)
         finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
         if not args.no_reuse:
             for key, n in reused.items():
                 finished[key] = finished.get(key, 0) + n
-        seconds = measured_seconds(expanded, args.storage or default_storage_url())
         workers = args.workers or expanded.spec.execution.workers  # what a run would start
-        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, spread, finished, args.cpu_gflops, seconds,
-                   workers)
+        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
+                   args.cpu_gflops, measured_seconds(grid), workers)
         if not args.no_reuse:
             _print_reuse(rows, reused, done, retrain, args, console)
         return 0

@@ -96,31 +96,18 @@ def _pooled(groups: list[list[float]]) -> float | None:
     return float(np.sqrt(sum(np.var(np.asarray(g, dtype=np.float64), ddof=1) * (len(g) - 1) for g in groups) / dof))
 
 
-def seed_spread(expanded: ExpandedStudy, storage_url: str) -> SeedSpread | None:
-    """What the storage says about the seed-to-seed spread (read only; None without a
-    storage or a grid)."""
+def seed_spread(expanded: ExpandedStudy, grid: dict) -> SeedSpread | None:
+    """What the storage says about the seed-to-seed spread, from its finished trials of
+    the study's grid points (`study.reuse.grid_trials`); None without any."""
     import math
 
-    import optuna
-
-    from cem_ablate.study.reuse import finished_trials
-    from cem_ablate.study.storage import quiet_optuna, sqlite_path
-
     spec = expanded.spec
-    path = sqlite_path(storage_url)
-    if spec.lr_search.method != "grid" or (path is not None and not path.exists()):
+    if not grid:
         return None
-    quiet_optuna()
-    finished = finished_trials(optuna.storages.RDBStorage(storage_url))
     values: dict[tuple[str, float], dict[int, float]] = {}
-    for v in expanded.variants:
-        for lr in spec.lr_search.grid:
-            for seed in spec.seeds:
-                t = finished.get(v.trial_key(lr, seed))
-                if t is None or t.status != TrialStatus.FINISHED:
-                    continue
-                if t.value is not None and math.isfinite(t.value):
-                    values.setdefault((v.key, lr), {})[seed] = float(t.value)
+    for (key, lr, seed), t in grid.items():
+        if t.status == TrialStatus.FINISHED and t.value is not None and math.isfinite(t.value):
+            values.setdefault((key, lr), {})[seed] = float(t.value)
     diffs = []
     for v in expanded.variants:
         for base_key in v.baselines.values():
@@ -131,31 +118,17 @@ def seed_spread(expanded: ExpandedStudy, storage_url: str) -> SeedSpread | None:
                       sum(len(d) for d in values.values()))
 
 
-def measured_seconds(expanded: ExpandedStudy, storage_url: str) -> dict[str, list[float]]:
-    """Variant key -> wall-clock seconds of its grid trials the storage holds finished
-    under the current code (any study: their trial keys), as each trial recorded them
-    (study/trial_run.py); read only, empty without a storage or a grid."""
+def measured_seconds(grid: dict) -> dict[str, list[float]]:
+    """Variant key -> wall-clock seconds of its finished grid trials in the storage
+    (`study.reuse.grid_trials`: current code, any study), as each trial recorded them
+    (study/trial_run.py)."""
     import math
 
-    import optuna
-
-    from cem_ablate.study.reuse import finished_trials
-    from cem_ablate.study.storage import quiet_optuna, sqlite_path
-
-    spec = expanded.spec
-    path = sqlite_path(storage_url)
-    if spec.lr_search.method != "grid" or (path is not None and not path.exists()):
-        return {}
-    quiet_optuna()
-    finished = finished_trials(optuna.storages.RDBStorage(storage_url))
     out: dict[str, list[float]] = {}
-    for v in expanded.variants:
-        for lr in spec.lr_search.grid:
-            for seed in spec.seeds:
-                t = finished.get(v.trial_key(lr, seed))
-                seconds = t.attrs.get("seconds") if t is not None and t.status == TrialStatus.FINISHED else None
-                if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
-                    out.setdefault(v.key, []).append(float(seconds))
+    for (key, _, _), t in grid.items():
+        seconds = t.attrs.get("seconds") if t.status == TrialStatus.FINISHED else None
+        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
+            out.setdefault(key, []).append(float(seconds))
     return out
 
 

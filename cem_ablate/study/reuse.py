@@ -21,7 +21,8 @@ from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, SETTLED, TrialStatus
 from cem_ablate.study.trials import SLOT_ATTR, TRIAL_KEY_ATTR, trial_status
 
-__all__ = ["TRIAL_KEY_ATTR", "REUSED_FROM_ATTR", "finished_trials", "planned_reuse", "planned_retrain"]
+__all__ = ["TRIAL_KEY_ATTR", "REUSED_FROM_ATTR", "finished_trials", "grid_trials", "planned_reuse",
+           "planned_retrain"]
 REUSED_FROM_ATTR = "reused_from"  # "<study name>#<trial number>" of the original
 
 
@@ -47,36 +48,47 @@ def finished_trials(storage) -> dict[str, TrialRecord]:
     return out
 
 
-def planned_reuse(expanded, storage_url: str) -> tuple[dict[str, int], dict[str, int]]:
-    """(reused, done): variant key -> how many of its grid trials an existing storage
-    holds finished by other studies (reused, not retrained), and by this study itself
-    (a rerun: already done). For the dry run; reads the storage only if it exists;
-    sampled lrs can't be known."""
+GridTrials = dict  # (variant key, lr, seed) -> TrialRecord
+
+
+def grid_trials(expanded, storage_url: str) -> GridTrials:
+    """(variant key, lr, seed) -> the trial the storage holds settled (finished or diverged)
+    for that grid point of the study under the current code, from any study (its trial
+    key). For the dry run, which reads the storage once through this: read only (a
+    missing SQLite file is not created), empty without a storage or a grid (sampled lrs
+    can't be known); every seed the study may train."""
     import optuna
 
     from cem_ablate.study.storage import quiet_optuna, sqlite_path
 
+    spec = expanded.spec
     path = sqlite_path(storage_url)
-    if path is not None and not path.exists():
-        return {}, {}
+    if spec.lr_search.method != "grid" or (path is not None and not path.exists()):
+        return {}
     quiet_optuna()
     finished = finished_trials(optuna.storages.RDBStorage(storage_url))
-    spec = expanded.spec
-    if spec.lr_search.method != "grid" or not finished:
-        return {}, {}
+    out: GridTrials = {}
+    for v in expanded.variants:
+        for lr in spec.lr_search.grid:
+            for seed in spec.seeds:
+                record = finished.get(v.trial_key(lr, seed))
+                if record is not None:
+                    out[(v.key, lr, seed)] = record
+    return out
+
+
+def planned_reuse(expanded, grid: GridTrials) -> tuple[dict[str, int], dict[str, int]]:
+    """(reused, done): variant key -> how many of its grid trials (`grid_trials`) the
+    storage holds settled by other studies (reused, not retrained), and by this study
+    itself (a rerun: already done)."""
     from cem_ablate.study.variants import optuna_study_name
 
-    seeds = list(spec.seeds)  # every seed the study may train
+    own = {v.key: optuna_study_name(expanded.spec.name, v) for v in expanded.variants}
     reused: dict[str, int] = {}
     done: dict[str, int] = {}
-    for v in expanded.variants:
-        own = optuna_study_name(spec.name, v)
-        for lr in spec.lr_search.grid:
-            for seed in seeds:
-                original = finished.get(v.trial_key(lr, seed))
-                if original is not None:
-                    counts = done if original.study == own else reused
-                    counts[v.key] = counts.get(v.key, 0) + 1
+    for (key, _, _), original in grid.items():
+        counts = done if original.study == own[key] else reused
+        counts[key] = counts.get(key, 0) + 1
     return reused, done
 
 
