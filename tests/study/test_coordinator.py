@@ -143,7 +143,9 @@ def test_kill_minus_9_mid_trial_then_rerun_finishes_every_point_once(tmp_path, c
 def test_two_workers_share_one_storage_without_training_a_point_twice(tmp_path, corpus, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     grid = [1e-3, 2e-3, 4e-3]
-    path = write_study(tmp_path, name="pair", grid=grid, corpus=corpus)
+    # trials long enough (~1 s) that the second worker has work when it is up: at the default 4
+    # steps one worker once finished all six while the other was still importing torch
+    path = write_study(tmp_path, name="pair", grid=grid, max_steps=60, corpus=corpus)
     assert main(["study", str(path), "--workers", "2", "--no-report"]) == 0
     assert "2 workers, 1 threads each" in capsys.readouterr().out
     trials, _, _ = assert_each_point_finished_once(tmp_path, "pair", 2, grid)
