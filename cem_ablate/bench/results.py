@@ -11,7 +11,7 @@ from typing import Any
 
 import re
 
-from cem_ablate.bench.variants import BASELINE, EXTERNAL
+from cem_ablate.bench.variants import BASELINE, EXTERNAL, is_energy_lens
 
 MB = 1024 * 1024
 
@@ -170,11 +170,9 @@ SPEED_TARGETS = [  # (variant, reference, threshold): fp32 tokens/s ratios
 ]
 MEMORY_TARGETS = [("cem_full_t4_ckpt", "cem_full_t1", 1.3), ("cem_full_t8_ckpt", "cem_full_t1", 1.6)]
 MFU_TARGET = 0.5
-# Issue 19: every energy-lens variant (momentum over the steps, the velocity stream, the
-# parallel block; bench/variants.py names) at >= 0.95 of its FLOP bound against Llama
+# Issue 19: every energy-lens variant (`bench.variants.is_energy_lens`) at >= 0.95 of its
+# FLOP bound against Llama
 ENERGY_LENS_TARGET = 0.95
-ENERGY_LENS = re.compile(r"^(cem_(attn|mlp|full)_t\d+(_[a-z]+)*_(hb|nesterov)(_[a-z]+)*|llama_nesterov_stream"
-                         r"|et_parallel_t\d+(_[a-z]+)*)$")
 
 
 def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
@@ -192,7 +190,7 @@ def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
                                   threshold, low=low, high=high,
                                   best=speed_ratio(rows, row, reference, statistic="best")))
         for row in rows:  # issue 19: paired ratio ÷ FLOP bound, with the interval
-            if row.key == key and ENERGY_LENS.match(row.variant) and not row.memory_only and not row.error \
+            if row.key == key and is_energy_lens(row.variant) and not row.memory_only and not row.error \
                     and _find(rows, BASELINE, key) is not None:
                 bound = flop_bound_ratio(rows, row)
                 out.append(_speed_target(f"{row.variant} / llama tokens/s ÷ FLOP bound {bound:.3f}, {mode}",

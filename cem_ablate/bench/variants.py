@@ -135,6 +135,20 @@ def parse_variant(spec: str, path: str = "variants") -> Variant:
     return Variant(spec, _cem_sublayers(part, steps, mods, path))
 
 
+
+def is_energy_lens(label: str) -> bool:
+    """Whether a named variant runs an issue-19 option: momentum over the steps, a velocity
+    stream or the parallel block (SPEC §11). A `label={yaml}` row keeps only its label,
+    which does not say: False."""
+    try:
+        variant = parse_variant(label)
+    except ConfigError:
+        return False
+    momentum = any(sub.get("update") in UPDATES.values() for sub in variant.sublayers.values())
+    return momentum or variant.options.get("stream", "residual") != "residual" \
+        or variant.options.get("block", "sequential") != "sequential"
+
+
 def _steps(spec: str, digits: str, path: str) -> int:
     steps = int(digits)
     if steps < 1:

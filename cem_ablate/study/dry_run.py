@@ -132,6 +132,11 @@ def measured_seconds(grid: dict) -> dict[str, list[float]]:
     return out
 
 
+def trials_left(rows: list[PlanRow], finished: dict[str, int]) -> dict[str, int]:
+    """Variant key -> planned trials a run still trains: its trials less those `finished`."""
+    return {r.variant.key: max(0, r.trials - finished.get(r.variant.key, 0)) for r in rows}
+
+
 def measured_line(rows: list[PlanRow], seconds: dict[str, list[float]], finished: dict[str, int],
                   workers: int = 1) -> str | None:
     """The trials left, timed by what this storage's finished trials of the same variants
@@ -141,7 +146,7 @@ def measured_line(rows: list[PlanRow], seconds: dict[str, list[float]], finished
     if not measured:
         return None
     n = sum(len(seconds[r.variant.key]) for r in measured)
-    left = {r.variant.key: max(0, r.trials - finished.get(r.variant.key, 0)) for r in rows}
+    left = trials_left(rows, finished)
     hours = sum(left[r.variant.key] * sum(seconds[r.variant.key]) / len(seconds[r.variant.key]) for r in measured) / 3600
     uncovered = sum(left[r.variant.key] for r in rows if not seconds.get(r.variant.key))
     rest = f"; {uncovered} trials of variants with none finished not included" if uncovered else ""
@@ -212,7 +217,7 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
     console.print(f"total: {total_trials} trials{worst}, {_si(total_flops)}FLOP of training, "
                   f"{_duration(total_hours)} of GPU time ({total_hours:.3g} GPU-hours) at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU")
     finished = finished or {}
-    left = {r.variant.key: max(0, r.trials - finished.get(r.variant.key, 0)) for r in rows}
+    left = trials_left(rows, finished)
     rate = CPU_TRAIN_FLOPS_PER_S if cpu_gflops is None else cpu_gflops * 1e9
     cpu_hours = sum(left[r.variant.key] * r.estimate.cpu_hours(rate) for r in rows)
     skipped = total_trials - sum(left.values())

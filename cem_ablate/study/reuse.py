@@ -48,7 +48,7 @@ def finished_trials(storage) -> dict[str, TrialRecord]:
     return out
 
 
-GridTrials = dict  # (variant key, lr, seed) -> TrialRecord
+GridTrials = dict[tuple[str, float, int], TrialRecord]  # (variant key, lr, seed) -> its settled trial
 
 
 def grid_trials(expanded, storage_url: str) -> GridTrials:
