@@ -105,17 +105,20 @@ def _cpu_hours(out: str) -> float:
     return float(re.search(r"\(([0-9.e+-]+) CPU-hours on", text).group(1))
 
 
-def test_dry_run_cpu_time_is_the_training_flops_at_the_given_rate(capsys):
+def test_dry_run_cpu_time_is_the_training_flops_at_the_given_rate(tmp_path, capsys):
     from cem_ablate.study.dry_run import plan
     from cem_ablate.cli.study_command import load_expanded
 
-    assert main(["study", "studies/quickstart.yaml", "--dry-run", "--cpu-gflops", "50"]) == 0
+    # an empty storage: the repo's mlruns/ holds the quickstart's trials once the README's first command ran
+    empty = ["--storage", f"sqlite:///{tmp_path / 'optuna.db'}"]
+    assert main(["study", "studies/quickstart.yaml", "--dry-run", "--cpu-gflops", "50", *empty]) == 0
     out = capsys.readouterr().out
     rows = plan(load_expanded("studies/quickstart.yaml", None, []))
     flops = sum(r.trials * r.estimate.train_flops for r in rows)
     assert _cpu_hours(out) == pytest.approx(flops / 50e9 / 3600, rel=5e-3)  # printed to 3 significant digits
     assert "at 50 GFLOP/s (--cpu-gflops)" in " ".join(out.split())
-    assert main(["study", "studies/quickstart.yaml", "--dry-run"]) == 0  # default: the quickstart-measured rate
+    assert main(["study", "studies/quickstart.yaml", "--dry-run", *empty]) == 0  # default: the quickstart-measured rate
+    assert not (tmp_path / "optuna.db").exists()  # a dry run creates no storage
     assert _cpu_hours(capsys.readouterr().out) == pytest.approx(flops / CPU_TRAIN_FLOPS_PER_S / 3600, rel=5e-3)
 
 
