@@ -107,23 +107,25 @@ def _round_ratios(ref: Row, row: Row) -> list[float]:
     return [r / s for r, s in zip(ref.step_s, row.step_s)]
 
 
-BOOTSTRAP_SAMPLES = 2000
+MIN_ROUNDS_FOR_INTERVAL = 6  # below, no order-statistic interval reaches 95% (2 / 2^5 > 0.05)
 
 
 def paired_interval(rows: list[Row], row: Row, reference: str = BASELINE,
                     level: float = 0.95) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the paired ratio: rounds resampled with
-    replacement (seeded, so a results file always renders the same interval)."""
+    """Distribution-free interval for the median per-round ratio (the paired statistic):
+    order statistics of the rounds by the binomial law (scipy's `quantile_test`), coverage
+    >= `level` for independent rounds of any continuous distribution; nan where the rounds
+    are too few for `level` (5 or fewer at 95%). The percentile bootstrap it replaces
+    covered 87-89% at 4 rounds and 92-93% at 8 at a stated 95% (tests/bench: simulated)."""
     ref = _find(rows, reference, row.key)
     if ref is None or not row.step_s or len(ref.step_s) != len(row.step_s):
         return math.nan, math.nan
     import numpy as np
+    from scipy import stats
 
     ratios = np.asarray(_round_ratios(ref, row))
-    picks = np.random.default_rng(0).integers(0, len(ratios), size=(BOOTSTRAP_SAMPLES, len(ratios)))
-    medians = np.median(ratios[picks], axis=1)
-    tail = (1 - level) / 2 * 100
-    return float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))
+    interval = stats.quantile_test(ratios, q=float(np.median(ratios)), p=0.5).confidence_interval(level)
+    return float(interval.low), float(interval.high)
 
 
 def flop_bound_ratio(rows: list[Row], row: Row, reference: str = BASELINE) -> float:
@@ -148,14 +150,19 @@ class Target:
     measured: float
     threshold: float
     higher_is_better: bool = True
-    low: float = math.nan  # speed targets: 95% bootstrap interval of the paired ratio
-    high: float = math.nan
+    low: float = math.nan  # speed targets: 95% interval of the paired ratio (`paired_interval`; nan: too
+    high: float = math.nan  # few rounds)
     best: float = math.nan  # speed targets: ratio of the best samples, for comparison
 
     @property
     def within_noise(self) -> bool:
         """The threshold lies inside the measured interval: this run cannot tell."""
         return self.low <= self.threshold <= self.high
+
+    @property
+    def interval_unknown(self) -> bool:
+        """A speed target whose rounds were too few for an interval (`paired_interval`)."""
+        return not math.isnan(self.best) and math.isnan(self.low)
 
     @property
     def met(self) -> bool | None:
@@ -304,6 +311,8 @@ def targets_table(targets: list[Target]) -> str:
         met = {True: "yes", False: "**no**", None: "-"}[t.met]
         if t.met is not None and t.within_noise:
             met += " (within noise)"
+        elif t.met is not None and t.interval_unknown:
+            met += f" (no 95% interval: fewer than {MIN_ROUNDS_FOR_INTERVAL} rounds)"
         interval = "-" if math.isnan(t.low) else f"{t.low:.3f}-{t.high:.3f}"
         lines.append(f"| {t.name} | {_fmt(t.measured, '.3f')} | {interval} | {_fmt(t.best, '.3f')} "
                      f"| {sign} {t.threshold} | {met} |")

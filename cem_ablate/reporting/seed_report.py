@@ -117,8 +117,8 @@ def scaling_lines(summary: ScalingSummary, metric: str) -> list[str]:
              "irreducible part), else a log-log line `a·(x/x0)^-b` (too few sizes to identify c). "
              "Multiplier: the variant's own x divided by the x at which its baseline family's law reaches "
              "the variant's objective; < 1 means the variant matches the baseline with fewer parameters "
-             f"(or FLOPs). Intervals: {LEVEL:.0%} percentile bootstrap over each variant's seeds, "
-             "optima and laws refitted per resample.", "",
+             "(or FLOPs). No interval on the multiplier: the percentile bootstrap over seeds covered "
+             f"85% of simulated multipliers at a stated {LEVEL:.0%} (analysis/scaling.py).", "",
              "| family | axis | law | a | b | c | sizes |", "|---|---|---|---|---|---|---|"]
     for (family, axis), law in summary.laws.items():
         form = "a·(x/x0)^-b + c" if law.form == SATURATING else "log-log line"
