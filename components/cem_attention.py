@@ -28,7 +28,6 @@ keys/values and the context are computed once per block, u = c at the first step
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -88,7 +87,7 @@ class CEMAttention(EnergyRecursion):
         super().__init__(steps, options)
         self.impl, self.kernel = options.impl, options.kernel
         d_model, self.n_heads, self.head_dim = dims.d_model, dims.n_heads, dims.head_dim
-        self.tau = math.sqrt(self.head_dim)
+        self.tau = dims.attention_temperature  # sqrt(d) (SPEC §2); d_head / sqrt(d_head_base) under mup
         self.diag_update = options.diag_update
         self.norm = RMSNorm(d_model, dims.norm_eps)
         self.w_q = linear(d_model, d_model, dims.init_std)
@@ -103,6 +102,17 @@ class CEMAttention(EnergyRecursion):
         self.precond = build_preconditioner(
             options.preconditioner, d_model, self.n_heads, ATTENTION_PRECONDITIONER_RANK
         )
+
+    def parameter_classes(self) -> dict[str, str]:
+        """muP classes (cem_ablate/model/parametrization.py). W_Q is used as W (queries) and as
+        W^T (the read-out W_Q^T o), W_K as keys and, tied, as values: both are D x D, so fan-in
+        and fan-out are D in every use and one class, hidden, fits both. The KQ diagonal and the
+        self bias are vectors (lr unscaled): the KQ-diagonal score sums D coordinates, kept Θ(1)
+        by the muP temperature tau ∝ d_head. The preconditioner declares its own."""
+        classes = {"w_q.weight": "hidden", "w_k.weight": "hidden", "self_bias": "vector"}
+        if self.delta is not None:
+            classes["kq_diag"] = "vector"
+        return classes
 
     @property
     def delta(self) -> torch.Tensor | None:

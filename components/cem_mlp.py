@@ -95,6 +95,12 @@ class CEMMLP(EnergyRecursion):
         self.v = linear(d_model, d_mlp, dims.init_std)  # SiLU branch and tied read-out
         self.precond = build_preconditioner(options.preconditioner, d_model, None, MLP_PRECONDITIONER_RANK)
 
+    def parameter_classes(self) -> dict[str, str]:
+        """muP classes (cem_ablate/model/parametrization.py): W (gamma = W c) and V, used as V
+        (the SiLU branch) and V^T (the tied read-out), are D_m x D with D_m ∝ D: both dims grow
+        with width in both uses, so both are hidden. The preconditioner declares its own."""
+        return {"w.weight": "hidden", "v.weight": "hidden"}
+
     def readout(self) -> torch.Tensor:
         """(D_m, D) matrix V P: applies P V^T to row vectors in one matmul."""
         return self.precond.fold(self.v.weight)

@@ -38,6 +38,10 @@ class HopfieldMLP(EnergyRecursion):
         self.xi = linear(d_model, d_mlp, dims.init_std)  # memories: read-in Xi and tied read-out Xi^T
         self.precond = build_preconditioner(options.preconditioner, d_model, None, MLP_PRECONDITIONER_RANK)
 
+    def parameter_classes(self) -> dict[str, str]:
+        """muP: Xi is D_m x D, used as Xi and Xi^T (tied): hidden in both uses."""
+        return {"xi.weight": "hidden"}
+
     def readout(self) -> torch.Tensor:
         """(D_m, D) matrix Xi P: applies P Xi^T to row vectors in one matmul."""
         return self.precond.fold(self.xi.weight)

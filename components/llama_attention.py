@@ -50,6 +50,9 @@ class LlamaAttention(nn.Module):
         self.v_proj = linear(d_model, d_model, std)
         self.o_proj = linear(d_model, d_model, std)
         self.rope = RotaryEmbedding(self.head_dim, options.rope_theta)
+        # SDPA's default 1/sqrt(d_head) under standard (None: the call is today's exactly);
+        # under mup 1/tau = sqrt(d_head_base) / d_head (ModelDims.attention_temperature)
+        self.scale = None if dims.parametrization == "standard" else 1.0 / dims.attention_temperature
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         b, j, _ = x.shape
@@ -70,8 +73,12 @@ class LlamaAttention(nn.Module):
         q = RotaryEmbedding.apply(self._heads(self.q_proj(u)), ctx.cos, ctx.sin)
         k = RotaryEmbedding.apply(self._heads(self.k_proj(ctx.c)), ctx.cos, ctx.sin)
         v = self._heads(self.v_proj(ctx.c))
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         return self.o_proj(o.transpose(1, 2).reshape(b, j, d))
+
+    def parameter_classes(self) -> dict[str, str]:
+        """muP (cem_ablate/model/parametrization.py): four D x D matrices, all hidden."""
+        return {f"{name}.weight": "hidden" for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
 
     def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
         raise NotImplementedError("Llama attention descends no energy (SPEC §1): it has no energy trace.")

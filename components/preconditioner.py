@@ -61,6 +61,11 @@ class DiagPreconditioner(nn.Module):
         shape = (dim,) if heads is None else (heads, dim)
         self.p = nn.Parameter(torch.full(shape, 1.0 / math.sqrt(dim)))
 
+    def parameter_classes(self) -> dict[str, str]:
+        """muP (cem_ablate/model/parametrization.py): p enters as softplus(sqrt(D) p), so an Adam
+        step of ~lr moves the entry by sqrt(D) lr; sqrt_width_vector scales p's lr by m^-1/2."""
+        return {"p": "sqrt_width_vector"}
+
     def diagonal(self) -> torch.Tensor:
         return F.softplus(self.scale * self.p)
 
@@ -83,6 +88,12 @@ class DiagLowRankPreconditioner(DiagPreconditioner):
         shape = (dim, rank) if heads is None else (heads, dim, rank)
         self.u = nn.Parameter(torch.randn(shape) * 0.02)
         self.v = nn.Parameter(torch.zeros(shape))
+
+    def parameter_classes(self) -> dict[str, str]:
+        """U and V (D x r, r fixed) are each a read-out (y U sums D coordinates) in one product
+        and an input map (r -> D) in the other: low_rank_factor gives each half of a hidden
+        matrix's scaling (init and lr x m^-1/2), so UV^T + VU^T moves like a hidden D x D matrix."""
+        return {**super().parameter_classes(), "u": "low_rank_factor", "v": "low_rank_factor"}
 
     def apply(self, y: torch.Tensor) -> torch.Tensor:
         u, v = self.u.to(y.dtype), self.v.to(y.dtype)

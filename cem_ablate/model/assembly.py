@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,13 +11,19 @@ from torch import nn
 from cem_ablate.config.errors import ConfigError
 from cem_ablate.model import protocol
 from cem_ablate.model.config import ModelConfig, SublayerConfig, parse_model_config
+from cem_ablate.model.parametrization import apply_mup_init
 from cem_ablate.model.transformer import Block, CEMTransformer, ParallelBlock
 
 
-def _build_sublayer(sub: SublayerConfig, dims) -> protocol.Sublayer:
+def _build_sublayer(sub: SublayerConfig, dims, step_scaling: str = "none") -> protocol.Sublayer:
     """`factory(dims, options, steps)`, checked against the component protocol."""
     spec = sub.spec
-    return protocol.check_built(spec.factory(dims, sub.options, sub.recursion_steps), spec,
+    options = sub.options
+    if step_scaling == "inverse_steps" and sub.recursion_steps > 1 and hasattr(options, "step_size"):
+        # eta / T (model.step_scaling): the T steps of a weight-tied loop move the state as far
+        # in total as one step did, the 1/N residual scale of looped transformers
+        options = dataclasses.replace(options, step_size=options.step_size / sub.recursion_steps)
+    return protocol.check_built(spec.factory(dims, options, sub.recursion_steps), spec,
                                 f"model.{sub.kind}.name")
 
 
@@ -25,14 +32,18 @@ def build_model(cfg: ModelConfig | Mapping[str, Any]) -> CEMTransformer:
     config = parse_model_config(cfg)
     dims = config.dims
     blocks = [_build_block(config, dims) for _ in range(dims.n_layers)]
-    return CEMTransformer(dims, blocks, config)
+    model = CEMTransformer(dims, blocks, config)
+    if dims.parametrization == "mup":
+        apply_mup_init(model, dims)
+    return model
 
 
 def _build_block(config: ModelConfig, dims) -> Block:
     """One block of `config` (SPEC §11.2 stream options, §11.3 block layout)."""
     stream = {"stream": config.stream, "stream_momentum": config.stream_momentum,
               "velocity_norm": config.velocity_norm, "dims": dims}
-    attention, mlp = _build_sublayer(config.attention, dims), _build_sublayer(config.mlp, dims)
+    attention = _build_sublayer(config.attention, dims, config.step_scaling)
+    mlp = _build_sublayer(config.mlp, dims, config.step_scaling)
     if config.block == "parallel":
         # The joint step runs the sublayers' steps itself (T = attention steps, SPEC §11.3).
         # The methods were checked on the class at parse; the block normalizes with the

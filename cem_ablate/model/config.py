@@ -30,8 +30,6 @@ from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.errors import ConfigError, unknown
 from cem_ablate.config.schema import join, parse, require, to_dict
 from cem_ablate.model import protocol
-from cem_ablate.model import protocol
-from cem_ablate.model import protocol
 
 # name -> (d_model, n_layers, n_heads, d_mlp). The paper's sizes are SPEC Table 1;
 # the small ones are CPU scales for smoke runs and tests.
@@ -84,6 +82,11 @@ class ModelOptions:
     stream_momentum: float = 0.5  # mu_l = sigmoid(a_l) starts at this value
     velocity_norm: Literal["none", "rms"] = "none"
     block: Literal["sequential", "parallel"] = "sequential"
+    # Hyperparameter transfer (cem_ablate/model/parametrization.py): under mup every parameter
+    # class gets its init and Adam learning-rate multiplier as a power of d_model / base_d_model.
+    parametrization: Literal["standard", "mup"] = "standard"
+    base_d_model: int = 256  # the width at which mup coincides with standard (ignored under standard)
+    step_scaling: Literal["none", "inverse_steps"] = "none"  # inverse_steps: eta / T in every recursion
 
     @property
     def has_velocity(self) -> bool:
@@ -97,6 +100,9 @@ MODEL_OPTIONS: dict[str, str] = {
     "stream_momentum": "initial mu of every sublayer's learnable stream momentum, in (0, 1)",
     "velocity_norm": "RMSNorm of the velocity after each update: none | rms",
     "block": "sequential (attention then MLP) | parallel (one joint step, SPEC §11.3)",
+    "parametrization": "standard (the paper's) | mup (learning rates transfer across width; README 'Transfer')",
+    "base_d_model": "under mup: the proxy width at which mup coincides with standard",
+    "step_scaling": "none | inverse_steps: every recursive sublayer steps with eta / T instead of eta",
 }
 
 
@@ -142,6 +148,8 @@ class ModelConfig(ModelOptions):
             max_seq_len=self.max_seq_len,
             norm_eps=self.norm_eps,
             init_std=self.init_std,
+            parametrization=self.parametrization,
+            base_d_model=self.base_d_model,
         )
 
     def to_mapping(self) -> dict[str, Any]:
@@ -154,6 +162,8 @@ class ModelConfig(ModelOptions):
             if f.name not in ("attention", "mlp") and getattr(self, f.name) is not None
             and not (f.name in MODEL_OPTIONS and getattr(self, f.name) == getattr(defaults, f.name))
         }
+        if self.parametrization == "standard":
+            out.pop("base_d_model", None)  # no effect under standard: the same model, the same keys
         out["attention"] = self.attention.to_mapping()
         out["mlp"] = self.mlp.to_mapping()
         return out
@@ -237,6 +247,7 @@ def parse_model_config(mapping: Any, path: str = "model") -> ModelConfig:
 
 def _check_model_options(cfg: ModelConfig, path: str) -> None:
     momentum = cfg.stream_momentum
+    require(cfg.base_d_model > 0, join(path, "base_d_model"), f"must be a positive integer, got {cfg.base_d_model}.")
     require(0.0 < momentum < 1.0, join(path, "stream_momentum"),
             f"must be in (0, 1): the learnable mu = sigmoid(a) starts at a = logit({momentum}) "
             "(SPEC §11.2); for mu = 0 use stream: residual.")

@@ -24,6 +24,10 @@ MAY, each with its default here and nowhere else:
     resolved_kernel(device) -> str the attention kernel it runs on `device` (bench
                                    metadata); default: none ("torch")
     JointStep                      the Energy-Transformer joint step (SPEC §11.3)
+    parameter_classes() -> {name: class}
+                                   the muP class of its parameters (names relative to the
+                                   module, any submodule's included; classes in
+                                   `model.parametrization`); default: inferred from shapes
 
 The options dataclass MAY define (`config.schema.Validated`, `DimsChecked`,
 `StepsChecked`; default: no check):
@@ -37,6 +41,7 @@ through the functions below, so a plugin that provides nothing optional still wo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -124,6 +129,14 @@ class JointStep(Protocol):
 
 
 @runtime_checkable
+class ParameterClasses(Protocol):
+    """A module (a component or any of its submodules) that declares the muP class of its
+    parameters (`cem_ablate.model.parametrization`: hidden, vector, low_rank_factor, ...)."""
+
+    def parameter_classes(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
 class DimsChecked(Protocol):
     def check_dims(self, dims: ModelDims, path: str) -> None: ...
 
@@ -157,6 +170,11 @@ def missing_joint_step(factory: Any) -> tuple[str, ...]:
     error naming them. `step_energy` is not among them: only the energy trace uses it,
     which the block records only for sublayers that track energy (Llama has none)."""
     return tuple(name for name in ("step_context", "direction") if not callable(getattr(factory, name, None)))
+
+
+def declared_parameter_classes(module: nn.Module) -> Mapping[str, str]:
+    """A module's declared parameter classes ({} when it declares none: inferred from shapes)."""
+    return module.parameter_classes() if isinstance(module, ParameterClasses) else {}
 
 
 def check_dims(options: Any, dims: ModelDims, path: str) -> None:

@@ -26,6 +26,7 @@ from torch import nn
 
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.model.blocks import RMSNorm, linear
+from cem_ablate.model.parametrization import mup_parameter_groups
 from cem_ablate.model.protocol import tracks_energy
 
 
@@ -207,6 +208,8 @@ class CEMTransformer(nn.Module):
         decay_ids = {
             id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))
         }
+        if self.dims.parametrization == "mup":  # the same decay rule, groups per muP class
+            return mup_parameter_groups(self, self.dims, weight_decay, decay_ids)
         decay = [p for p in self.parameters() if id(p) in decay_ids]
         no_decay = [p for p in self.parameters() if id(p) not in decay_ids]
         return [

@@ -28,8 +28,12 @@ def adamw_kernel_options(device: torch.device | str) -> dict[str, bool]:
 
 def build_adamw(groups: Iterable[dict], *, lr: float, betas: tuple[float, float], eps: float,
                 device: torch.device | str) -> torch.optim.AdamW:
-    """AdamW over parameter groups (each with its own weight decay) living on `device`."""
-    return torch.optim.AdamW(list(groups), lr=lr, betas=betas, eps=eps, **adamw_kernel_options(device))
+    """AdamW over parameter groups (each with its own weight decay) living on `device`.
+
+    A group with an `lr_multiplier` (model.parametrization: mup) steps at lr x that multiplier;
+    the schedule scales every group's own lr, so the ratios hold throughout."""
+    groups = [{**g, "lr": lr * g["lr_multiplier"]} if "lr_multiplier" in g else g for g in groups]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **adamw_kernel_options(device))
 
 
 def parameters_device(module: torch.nn.Module) -> torch.device:

@@ -138,7 +138,9 @@ class RecipeModule(L.LightningModule):
             self.last_val_step = self.global_step
 
     def current_lr(self) -> float:
-        return self.trainer.optimizers[0].param_groups[0]["lr"]
+        """The schedule's lr (under mup: the base lr, before the first group's multiplier)."""
+        group = self.trainer.optimizers[0].param_groups[0]
+        return group["lr"] / group.get("lr_multiplier", 1.0)
 
     @property
     def diverged(self) -> bool:
@@ -155,6 +157,14 @@ def preconditioner_parameters(model: nn.Module) -> list[nn.Parameter]:
 def decay_preconditioners(groups: list[dict], model: nn.Module, weight_decay: float) -> list[dict]:
     """The same parameters with the preconditioners' moved into a decayed group."""
     moved = {id(p) for p in preconditioner_parameters(model)}
+    if any("lr_multiplier" in g for g in groups):  # mup: each class keeps its multiplier, wd decoupled
+        out = []
+        for g in groups:
+            keep = [p for p in g["params"] if id(p) not in moved]
+            move = [p for p in g["params"] if id(p) in moved]
+            out += [{**g, "params": keep}] if keep else []
+            out += [{**g, "params": move, "weight_decay": weight_decay / g["lr_multiplier"]}] if move else []
+        return out
     out = [{**g, "params": [p for p in g["params"] if id(p) not in moved]} for g in groups]
     out = [g for g in out if g["params"]]
     if moved:
