@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
     print(registry.format_listing(kinds=[args.kind] if args.kind else None))
     if not args.kind:  # the model-wide options (SPEC §11.2-§11.3), from model/config.py
         from cem_ablate.model.config import format_model_options
+        from cem_ablate.model.parametrization import format_parameter_classes
 
         print(format_model_options())
+        print(format_parameter_classes())
     return 0

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "ui": "Serve the MLflow UI on 127.0.0.1 over the local store.",
     "bench": "Benchmark training-step throughput, MFU and peak memory of variants.",
     "power": "False-positive rate and detectable Δ of a seed design (--seeds 5 or 2..5).",
+    "coord-check": "muP coordinate check: does every module's activation scale stay put across widths?",
 }
 
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if not argv else 2
     name, rest = argv[0], argv[1:]
-    module = importlib.import_module(f"cem_ablate.cli.{name}_command")
+    module = importlib.import_module(f"cem_ablate.cli.{name.replace('-', '_')}_command")
     sub_parser = argparse.ArgumentParser(prog=f"cem-ablate {name}", description=SUBCOMMANDS[name])
     module.configure(sub_parser)
     args = sub_parser.parse_args(rest)

@@ -129,6 +129,13 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if not console.is_terminal:  # logs and pipes: don't squeeze tables to 80 columns
         console = Console(width=160)
+    from cem_ablate.study.transfer import is_transfer
+
+    if args.dry_run and is_transfer(expanded):
+        from cem_ablate.study.dry_run import print_transfer_plan
+
+        print_transfer_plan(expanded, args.gpu_tflops, args.mfu, console, args.cpu_gflops)
+        return 0
     if args.dry_run:
         from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
         from cem_ablate.study.reuse import grid_trials
@@ -169,7 +176,13 @@ def run(args: argparse.Namespace) -> int:
         progress=workers == 1 and console.is_terminal,
         reuse=not args.no_reuse,
     )
-    code = run_study(expanded, settings, workers, echo=lambda line: print(line, flush=True))
+    echo = lambda line: print(line, flush=True)  # noqa: E731
+    if is_transfer(expanded):
+        code = _run_transfer(expanded, settings, workers, echo)
+        if code is None:
+            return 1
+    else:
+        code = run_study(expanded, settings, workers, echo=echo)
     if not args.no_report:
         from cem_ablate.reporting.report import make_report
 
@@ -177,3 +190,24 @@ def run(args: argparse.Namespace) -> int:
                            [v.key for v in expanded.variants], console, expanded=expanded)
         print(f"report: {path}")
     return code
+
+
+def _run_transfer(expanded, settings, workers: int, echo) -> int | None:
+    """lr_search method transfer (study/transfer.py): the proxies on the grid, then each variant
+    at its proxy's lr*. None when a proxy has no lr* (its target cannot run)."""
+    from cem_ablate.study.coordinator import run_study
+    from cem_ablate.study.storage import open_storage
+    from cem_ablate.study.transfer import missing_optima, proxy_optima, proxy_study, target_study, transfer_lines
+
+    proxies = proxy_study(expanded)
+    echo(f"transfer, phase 1 of 2: the proxies ({len(proxies.variants)}) on the full grid")
+    proxy_code = run_study(proxies, settings, workers, echo=echo)
+    optima = proxy_optima(proxies, open_storage(settings.storage))
+    for line in transfer_lines(expanded, optima):
+        echo(line)
+    missing = missing_optima(expanded, optima)
+    if missing:
+        echo(f"no lr* to transfer for {', '.join(missing)}: rerun the same command to retry their proxies")
+        return None
+    echo(f"transfer, phase 2 of 2: every variant at its proxy's lr*, seeds {list(expanded.spec.seeds)}")
+    return max(proxy_code, run_study(target_study(expanded, optima), settings, workers, echo=echo))

@@ -316,9 +316,11 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     # Issue 21: the sections of a width study and of a GP study with several draws (each
     # [] for other studies; they need the study file's configs, `expanded`).
     from cem_ablate.reporting.gp_draws_report import gp_draws_section
+    from cem_ablate.reporting.transfer_report import transfer_section
     from cem_ablate.reporting.width_report import width_section
 
-    extra = (width_section(records, expanded, tracking_uri, out_dir, metric, console)
+    extra = (transfer_section(records, expanded, tracking_uri, metric, console)
+             + width_section(records, expanded, tracking_uri, out_dir, metric, console)
              + gp_draws_section(records, expanded, metric, console))
     if extra:
         path.write_text(path.read_text() + "\n\n" + "\n".join(extra))

@@ -234,3 +234,69 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
     if any(v.baselines for v in expanded.variants):
         for line in power_lines(expanded, spread):
             console.print(line, markup=False, highlight=False)
+
+
+def transfer_costs(expanded: ExpandedStudy, gpu_tflops: float, mfu: float, cpu_rate: float) -> list[dict]:
+    """lr_search method transfer: per variant, the GPU-hours and CPU-hours of its share of the
+    proxy study (its proxy on the grid with the proxy seeds, a proxy shared by several variants
+    counted once, at the first), of its target trials (one lr, the study's seeds) and of the
+    full grid it replaces (every grid lr, the study's seeds)."""
+    from cem_ablate.study.transfer import proxy_seeds
+
+    spec = expanded.spec
+    lr, seed = spec.lr_search.lr_range[0], list(spec.seeds)[0]
+    proxies = {p.key: estimate(p.run_config(lr, seed)) for p in expanded.proxies}
+    n_grid, n_proxy_seeds, n_seeds = len(spec.lr_search.grid), len(proxy_seeds(expanded)), len(list(spec.seeds))
+    out, counted = [], set()
+    for v in expanded.variants:
+        target = estimate(v.run_config(lr, seed))
+        proxy = proxies[v.proxy]
+        proxy_trials = 0 if v.proxy in counted else n_grid * n_proxy_seeds
+        counted.add(v.proxy)
+        row = {"variant": v, "proxy": next(p for p in expanded.proxies if p.key == v.proxy),
+               "proxy_trials": proxy_trials, "target_trials": n_seeds, "grid_trials": n_grid * n_seeds}
+        for name, unit, each in (("proxy", proxy, proxy_trials), ("target", target, n_seeds),
+                                 ("grid", target, n_grid * n_seeds)):
+            row[f"{name}_gpu_hours"] = each * unit.gpu_hours(gpu_tflops, mfu)
+            row[f"{name}_cpu_hours"] = each * unit.cpu_hours(cpu_rate)
+        out.append(row)
+    return out
+
+
+def print_transfer_plan(expanded: ExpandedStudy, gpu_tflops: float, mfu: float, console,
+                        cpu_gflops: float | None = None) -> None:
+    """The transfer study's dry run: proxy and target cost beside the full grid's."""
+    from rich.table import Table
+
+    from cem_ablate.study.transfer import proxy_seeds
+
+    spec = expanded.spec
+    rate = CPU_TRAIN_FLOPS_PER_S if cpu_gflops is None else cpu_gflops * 1e9
+    rows = transfer_costs(expanded, gpu_tflops, mfu, rate)
+    table = Table(title=f"study {spec.name}: lr transfer, {len(rows)} variants (dry run: nothing started)",
+                  title_justify="left")
+    for col in ("variant", "proxy", "proxy trials", "proxy GPU-h", "target trials", "target GPU-h",
+                "full grid trials", "full grid GPU-h"):
+        table.add_column(col, justify="left" if col in ("variant", "proxy") else "right")
+    for r in rows:
+        table.add_row(r["variant"].name + (" (baseline)" if r["variant"].role == "baseline" else ""),
+                      r["proxy"].name, str(r["proxy_trials"]), f"{r['proxy_gpu_hours']:.3g}",
+                      str(r["target_trials"]), f"{r['target_gpu_hours']:.3g}", str(r["grid_trials"]),
+                      f"{r['grid_gpu_hours']:.3g}")
+    console.print(table)
+    grid = ", ".join(f"{lr:g}" for lr in spec.lr_search.grid)
+    console.print(f"proxies: {', '.join(f'{k}: {v}' for k, v in spec.lr_search.proxy.items())}; "
+                  f"learning rates (grid, {spec.lr_search.interpolation} fit): {grid}; "
+                  f"{seeds_text(proxy_seeds(expanded))}", markup=False, highlight=False)
+    console.print(f"targets: each at its proxy's lr*; {seeds_text(spec.seeds)}", markup=False, highlight=False)
+    total = {k: sum(r[k] for r in rows) for k in rows[0] if k.endswith(("_hours", "_trials"))}
+    transfer_gpu = total["proxy_gpu_hours"] + total["target_gpu_hours"]
+    transfer_cpu = total["proxy_cpu_hours"] + total["target_cpu_hours"]
+    console.print(
+        f"total: transfer {total['proxy_trials']} proxy + {total['target_trials']} target trials = "
+        f"{transfer_gpu:.3g} GPU-hours ({total['proxy_gpu_hours']:.3g} proxy, {total['target_gpu_hours']:.3g} target); "
+        f"full grid {total['grid_trials']} trials = {total['grid_gpu_hours']:.3g} GPU-hours "
+        f"({total['grid_gpu_hours'] / transfer_gpu:.2f}x transfer), at {gpu_tflops:g} TFLOP/s and {mfu:.0%} MFU",
+        markup=False, highlight=False)
+    console.print(f"CPU: transfer {_duration(transfer_cpu)}, full grid {_duration(total['grid_cpu_hours'])} on 2 cores "
+                  f"at {rate / 1e9:.3g} GFLOP/s", markup=False, highlight=False)

@@ -69,7 +69,7 @@ def grid_trials(expanded, storage_url: str) -> GridTrials:
     finished = finished_trials(optuna.storages.RDBStorage(storage_url))
     out: GridTrials = {}
     for v in expanded.variants:
-        for lr in spec.lr_search.grid:
+        for lr in v.lr_search(spec.lr_search).grid:
             for seed in spec.seeds:
                 record = finished.get(v.trial_key(lr, seed))
                 if record is not None:

@@ -55,7 +55,7 @@ class StudySession:
         for variant in expanded.variants:
             trials, created = VariantTrials.open(
                 self.storage, settings.storage.url, optuna_study_name(self.spec.name, variant),
-                self.spec.lr_search, self.spec.seeds, worker_index,
+                variant.lr_search(self.spec.lr_search), self.spec.seeds, worker_index,
                 trial_key=variant.trial_key)
             self.trials[variant.key] = trials
             self._created[variant.key] = created

@@ -10,6 +10,9 @@
     baselines:                                   # name -> overrides turning a variant
       llama: {model.attention: llama, model.mlp: llama}   # into its baseline
     lr_search: {method: grid, grid: [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]}
+                                                 # or {method: transfer, proxy: {model.d_model: 64},
+                                                 #     grid: [...]}: tune each variant's proxy on
+                                                 # the grid, train it at the proxy's lr* (mup)
     seeds: [0]                                   # or {min: 2, max: 6, until: resolved}
     scale:                                       # named overrides, --scale NAME
       smoke: {base.train.max_steps: 20}
@@ -45,8 +48,13 @@ TRIAL_KEYS = ("train.lr", "train.seed")
 class LrSearchConfig:
     """How learning rates are chosen per variant (SPEC §8)."""
 
-    method: Literal["grid", "tpe", "random"] = "grid"
+    method: Literal["grid", "tpe", "random", "transfer"] = "grid"
     grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))
+    # transfer (study/transfer.py): run-config overrides that turn each variant into its proxy
+    # (e.g. {model.d_model: 64, model.d_mlp: 176}); the proxy is tuned on `grid` with
+    # `proxy_seeds` (default: the study's seeds), the variant trained at the proxy's lr* only
+    proxy: dict[str, Any] | None = None
+    proxy_seeds: list[int] | None = None
     low: float | None = None  # tpe / random: log-uniform range and trial count
     high: float | None = None
     n_trials: int | None = None
@@ -55,7 +63,23 @@ class LrSearchConfig:
     sampler_seed: int = 0
 
     def validate(self, path: str) -> None:
-        if self.method == "grid":
+        if self.method != "transfer":
+            for key in ("proxy", "proxy_seeds"):
+                require(getattr(self, key) is None, join(path, key), "only applies to method transfer.")
+        else:
+            require(bool(self.proxy), join(path, "proxy"),
+                    "method transfer needs the run-config overrides of the proxy, e.g. {model.d_model: 64}.")
+            for key in self.proxy:
+                require(isinstance(key, str) and key.split(".")[0] in ("model", "train", "data"),
+                        join(join(path, "proxy"), key),
+                        "must be a dotted key of the run config, starting with model., train. or data.")
+                require(key not in TRIAL_KEYS, join(join(path, "proxy"), key),
+                        "is set per trial: the proxy is tuned over lr_search.grid and the seeds.")
+            if self.proxy_seeds is not None:
+                require(len(self.proxy_seeds) > 0, join(path, "proxy_seeds"), "must hold at least one seed.")
+                require(len(set(self.proxy_seeds)) == len(self.proxy_seeds), join(path, "proxy_seeds"),
+                        f"holds a seed twice: {self.proxy_seeds}.")
+        if self.method in ("grid", "transfer"):
             require(len(self.grid) > 0, join(path, "grid"), "must hold at least one learning rate.")
             for i, lr in enumerate(self.grid):
                 require(lr > 0, join(join(path, "grid"), i), f"learning rates must be > 0, got {lr}.")
@@ -63,7 +87,7 @@ class LrSearchConfig:
                     f"holds a learning rate twice: {self.grid}.")
             for key in ("low", "high", "n_trials"):
                 require(getattr(self, key) is None, join(path, key),
-                        "only applies to method tpe or random, not grid.")
+                        f"only applies to method tpe or random, not {self.method}.")
             return
         for key in ("low", "high", "n_trials"):
             require(getattr(self, key) is not None, join(path, key),
@@ -76,7 +100,7 @@ class LrSearchConfig:
     @property
     def lr_range(self) -> tuple[float, float]:
         """The log-uniform range Optuna suggests from (it covers the whole grid)."""
-        if self.method == "grid":
+        if self.method in ("grid", "transfer"):
             return min(self.grid), max(self.grid)
         return self.low, self.high
 

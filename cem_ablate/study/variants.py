@@ -16,6 +16,7 @@ affects training makes new ones.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import re
@@ -26,7 +27,7 @@ from typing import Any
 from cem_ablate.config import ConfigError, to_dict
 from cem_ablate.config.identity import digest
 from cem_ablate.config.loading import set_dotted
-from cem_ablate.study.spec import StudySpec
+from cem_ablate.study.spec import LrSearchConfig, StudySpec
 from cem_ablate.training.config import RunConfig, parse_run_config
 
 
@@ -37,7 +38,9 @@ class Variant:
     config: RunConfig = field(repr=False)  # validated; lr and seed are the study's first grid point
     axis_values: dict[str, Any] = field(default_factory=dict)  # dotted key -> value
     baselines: dict[str, str] = field(default_factory=dict)  # baseline name -> variant key
-    role: str = "variant"  # "variant", or "baseline" when only added as someone's baseline
+    role: str = "variant"  # "variant", "baseline" when only added as someone's baseline, or "proxy"
+    lr_grid: tuple[float, ...] | None = None  # this variant's own grid (a transfer target: the proxy's lr*)
+    proxy: str | None = None  # lr_search method transfer: the key of the variant's proxy (`proxies`)
 
     @property
     def variant_key(self) -> str:
@@ -46,6 +49,14 @@ class Variant:
     def run_config(self, lr: float, seed: int, name: str | None = None, threads: int | None = None) -> RunConfig:
         """The typed run config of one trial (run name and threads don't change results)."""
         return self.config.with_trial(lr, seed, name, threads)
+
+    def lr_search(self, study_search: LrSearchConfig) -> LrSearchConfig:
+        """The learning rates this variant's trials take: its own grid where it has one (a
+        transfer target trains at its proxy's lr* only), else the study's."""
+        if self.lr_grid is None:
+            return study_search
+        return dataclasses.replace(study_search, method="grid", grid=list(self.lr_grid), proxy=None,
+                                   proxy_seeds=None)
 
     def trial_key(self, lr: float, seed: int) -> str:
         """The identity of this variant's trial at (lr, seed) under the running code
@@ -58,10 +69,13 @@ class ExpandedStudy:
     spec: StudySpec
     variants: list[Variant]
     mapping: dict[str, Any] = field(repr=False)  # the resolved study file (scale + --set applied), for the record
+    proxies: list[Variant] = field(default_factory=list)  # lr_search method transfer: each variant's proxy
 
     @property
     def study_hash(self) -> str:
-        return digest([v.variant_key for v in self.variants] + [to_dict(self.spec.lr_search), list(self.spec.seeds)])
+        grids = [list(v.lr_grid) for v in self.variants if v.lr_grid is not None]
+        return digest([v.variant_key for v in self.variants] + [to_dict(self.spec.lr_search), list(self.spec.seeds)]
+                      + ([grids] if grids else []))
 
     def variant(self, key: str) -> Variant:
         for v in self.variants:
@@ -162,6 +176,7 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
     """All variants of the study, validated; raises ConfigError before anything runs."""
     probe_lr, probe_seed = spec.lr_search.lr_range[0], spec.seeds[0]
     drafts: list[_Draft] = []
+    drafts_by_key: dict[str, _Draft] = {}  # variant key -> its draft (transfer builds proxies from them)
     variants: list[Variant] = []
     by_key: dict[str, Variant] = {}
     for draft in _drafts(spec):  # validated one by one: the first bad variant is reported
@@ -173,6 +188,7 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
                               f"variant {draft.name!r} has the same run config as {by_key[key].name!r}.")
         by_key[key] = Variant(draft.name, f"{slug(draft.name)}-{key}", config, draft.labels, {}, "variant")
         variants.append(by_key[key])
+        drafts_by_key[by_key[key].key] = draft
     # Baselines after all variants, so a baseline equal to a listed variant reuses it.
     for draft, variant in zip(drafts, list(variants)):
         for name, overrides in spec.baselines.items():
@@ -183,13 +199,41 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
                 by_key[key] = Variant(base_draft.name, f"{slug(base_draft.name)}-{key}", config,
                                       base_draft.labels, {}, "baseline")
                 variants.append(by_key[key])
+                drafts_by_key[by_key[key].key] = base_draft
             # a variant is not its own baseline, nor compared twice with one variant (reuse at
             # T = 1 is Llama: `llama` and `T1` baselines then name the same run)
             if key != variant.variant_key and by_key[key].key not in variant.baselines.values():
                 variant.baselines[name] = by_key[key].key
     if spec.lr_search.pruner != "none":
         _check_pruning_runs_in_process(variants)
-    return ExpandedStudy(spec, variants, mapping if mapping is not None else to_dict(spec))
+    proxies = _proxies(spec, variants, drafts_by_key, probe_lr, probe_seed) if spec.lr_search.method == "transfer" else []
+    return ExpandedStudy(spec, variants, mapping if mapping is not None else to_dict(spec), proxies)
+
+
+def _proxies(spec: StudySpec, variants: list[Variant], drafts: dict[str, _Draft], probe_lr: float,
+             probe_seed: int) -> list[Variant]:
+    """lr_search method transfer: every variant (baselines included) with the proxy overrides
+    applied, validated here like any variant; variants whose proxies coincide share one."""
+    overrides = spec.lr_search.proxy
+    by_key: dict[str, Variant] = {}
+    for index, variant in enumerate(variants):
+        draft = drafts[variant.key]
+        origins = draft.origins | {k: f"lr_search.proxy.{k}" for k in overrides}
+        proxy_draft = _Draft(f"{draft.name}@proxy", _apply(draft.run, overrides, origins, draft.name), origins,
+                             draft.labels)
+        config = _validate(proxy_draft, probe_lr, probe_seed)
+        key = config.variant_key()
+        if key not in by_key:
+            by_key[key] = Variant(proxy_draft.name, f"{slug(draft.name)}-proxy-{key}", config, draft.labels, {},
+                                  "proxy")
+        variants[index] = dataclasses.replace(variant, proxy=by_key[key].key)
+    proxy_of = {v.key: v.proxy for v in variants}
+    for variant in variants:  # a proxy is compared with its baselines' proxies
+        proxy = next(p for p in by_key.values() if p.key == variant.proxy)
+        for name, base_key in variant.baselines.items():
+            if proxy_of[base_key] != proxy.key:
+                proxy.baselines.setdefault(name, proxy_of[base_key])
+    return list(by_key.values())
 
 
 def _check_pruning_runs_in_process(variants: list[Variant]) -> None:

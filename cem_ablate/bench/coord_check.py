@@ -1,0 +1,291 @@
+"""The coordinate check of muP (Tensor Programs V; `mup`'s coord check) for any model config.
+
+For each width, the config's model is built with d_model = width (d_mlp in proportion, heads and
+depth fixed) and trained for a few Adam steps on one fixed batch of byte tokens of the
+standard-library corpus. Before every step (step 1 = at init, as `mup` records it) the mean
+|coordinate| of every module output is recorded:
+
+    embedding        the token embeddings
+    blocks.i.<sub>   a sublayer's increment f(h) - h (its own contribution to the stream)
+    blocks.i.<sub>.step t   a recursion step's update x^{t+1} - x^t (or the direction eta Delta(u)
+                     under momentum and in a parallel block's joint step)
+    logits           the LM head's output
+
+Under a parametrization in which hyperparameters transfer, none of these grows or shrinks with
+width: the slope of log mean|a| against log width is ~0 at every step. A slope above the
+threshold names the module that breaks transfer. Each (module, width, step) value is the mean
+over `seeds` initializations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from cem_ablate.model.assembly import build_model
+from cem_ablate.model.config import parse_model_config
+from cem_ablate.model.protocol import SUBLAYER_KINDS
+from cem_ablate.training.optimizer import build_adamw
+
+BYTE_VOCAB = 256
+
+
+@dataclass(frozen=True)
+class CoordCheckSettings:
+    widths: tuple[int, ...] = (64, 128, 256, 512)
+    steps: int = 10
+    lr: float = 4e-3
+    seeds: int = 3
+    batch_size: int = 8
+    seq_len: int = 64
+    weight_decay: float = 0.1
+    eps: float = 1e-8
+    threshold: float = 0.1
+
+
+@dataclass
+class CoordCheckResult:
+    settings: CoordCheckSettings
+    parametrization: str
+    # module -> width -> per-step mean |activation| (averaged over seeds)
+    values: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+
+    def slopes(self) -> dict[str, list[float]]:
+        """Per module, per step: the OLS slope of log mean|a| on log width (0 when the module
+        is exactly 0 at every width, e.g. zero-init logits; nan when 0 at some widths only)."""
+        widths = np.log(np.asarray(self.settings.widths, dtype=float))
+        out = {}
+        for module, by_width in self.values.items():
+            per_step = []
+            for t in range(self.settings.steps):
+                y = np.asarray([by_width[w][t] for w in self.settings.widths])
+                if np.all(y == 0):
+                    per_step.append(0.0)
+                elif np.any(y <= 0) or not np.all(np.isfinite(y)):
+                    per_step.append(float("nan"))
+                else:
+                    per_step.append(float(np.polyfit(widths, np.log(y), 1)[0]))
+            out[module] = per_step
+        return out
+
+    def flagged(self) -> list[str]:
+        """Modules whose |slope| exceeds the threshold at some step (or is undefined)."""
+        return [m for m, s in self.slopes().items()
+                if any(not math.isfinite(v) or abs(v) > self.settings.threshold for v in s)]
+
+    def table(self) -> str:
+        slopes = self.slopes()
+        steps = self.settings.steps
+        head = f"{'module':<30} " + " ".join(f"{'t' + str(t + 1):>6}" for t in range(steps)) + f" {'max|s|':>7}"
+        lines = [f"coordinate check ({self.parametrization}): slope of log mean|activation| vs log width "
+                 f"{','.join(map(str, self.settings.widths))}, per Adam step (t1 = init)", head]
+        for module, s in slopes.items():
+            worst = max((abs(v) if math.isfinite(v) else float("inf")) for v in s)
+            mark = "  <- exceeds" if worst > self.settings.threshold else ""
+            lines.append(f"{module:<30} " + " ".join(f"{v:>+6.2f}" for v in s) + f" {worst:>7.3f}{mark}")
+        flagged = self.flagged()
+        lines.append(f"{len(flagged)} of {len(slopes)} modules exceed |slope| {self.settings.threshold}"
+                     + (f": {', '.join(flagged)}" if flagged else ""))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"parametrization": self.parametrization, "settings": vars(self.settings),
+                "values": {m: {str(w): v for w, v in bw.items()} for m, bw in self.values.items()},
+                "slopes": self.slopes(), "flagged": self.flagged()}
+
+
+def model_at_width(model: Mapping[str, Any], width: int) -> dict[str, Any]:
+    """The `model:` mapping at d_model = width: d_mlp scaled in proportion (rounded to a multiple
+    of 8, as the presets), heads and layers as the config has them, byte vocabulary."""
+    dims = parse_model_config({**model, "vocab_size": BYTE_VOCAB}).dims
+    out = {k: v for k, v in model.items() if k != "size"}
+    d_mlp = max(8, int(round(dims.d_mlp * width / dims.d_model / 8)) * 8)
+    out.update(d_model=width, n_layers=dims.n_layers, n_heads=dims.n_heads, d_mlp=d_mlp,
+               vocab_size=BYTE_VOCAB)
+    return out
+
+
+def byte_batch(batch_size: int, seq_len: int) -> torch.Tensor:
+    """One fixed batch of byte tokens from the standard library's sources (offline)."""
+    from cem_ablate.data.sources import stdlib_files, stdlib_root
+
+    root, need = stdlib_root(), batch_size * (seq_len + 1)
+    data = bytearray()
+    for rel in stdlib_files(root):
+        data += (root / rel).read_bytes()
+        if len(data) >= need:
+            break
+    return torch.tensor(list(data[:need]), dtype=torch.long).view(batch_size, seq_len + 1)
+
+
+class ActivationRecorder:
+    """Forward hooks writing mean |output| of every module the check follows (module docstring)."""
+
+    def __init__(self, model: nn.Module):
+        self.current: dict[str, float] = {}
+        self.counters: list[dict] = []
+        self.handles = []
+        self.handles.append(model.embed_tokens.register_forward_hook(self._output("embedding")))
+        self.handles.append(model.lm_head.register_forward_hook(self._output("logits")))
+        for i, block in enumerate(model.blocks):
+            if callable(getattr(block, "joint_step", None)):  # parallel: the block's joint increment
+                self.handles.append(block.register_forward_hook(self._increment(f"blocks.{i}")))
+            parallel = callable(getattr(block, "joint_step", None))
+            for kind in SUBLAYER_KINDS:
+                sub = getattr(block, kind)
+                self.handles.append(sub.register_forward_hook(self._increment(f"blocks.{i}.{kind}")))
+                if parallel or getattr(sub, "steps", 1) > 1:  # at T = 1 the one step is the increment
+                    self._wrap_steps(sub, f"blocks.{i}.{kind}")
+
+    def _store(self, name: str, value: torch.Tensor) -> None:
+        self.current[name] = float(value.detach().abs().mean())
+
+    def _output(self, name: str):
+        return lambda module, args, output: self._store(name, output)
+
+    def _increment(self, name: str):
+        def hook(module, args, output):
+            out = output[0] if isinstance(output, tuple) else output
+            self._store(name, out - args[0])
+        return hook
+
+    def _wrap_steps(self, sub: nn.Module, name: str) -> None:
+        """Record each recursion step of a component with the step protocol: `advance` (x ->
+        x + eta Delta) where it is used, `direction` otherwise (momentum, parallel blocks)."""
+        counter = {"t": 0, "inside": False}
+        if not (callable(getattr(sub, "direction", None))):
+            return
+        self.counters.append(counter)
+        self.handles.append(sub.register_forward_pre_hook(lambda *_: counter.update(t=0)))
+        direction, advance = sub.direction, getattr(sub, "advance", None)
+
+        def recorded_direction(u, ctx):
+            out = direction(u, ctx)
+            if not counter["inside"]:
+                self._store(f"{name}.step{counter['t']}", out)
+                counter["t"] += 1
+            return out
+
+        def recorded_advance(x, u, ctx):
+            counter["inside"] = True
+            try:
+                out = advance(x, u, ctx)
+            finally:
+                counter["inside"] = False
+            self._store(f"{name}.step{counter['t']}", out - x)
+            counter["t"] += 1
+            return out
+
+        sub.direction = recorded_direction
+        if advance is not None:
+            sub.advance = recorded_advance
+
+    def step_reset(self) -> None:
+        """Before each forward: a parallel block calls `direction` without the sublayer's forward,
+        so the step counters restart here too."""
+        self.current = {}
+        for counter in self.counters:
+            counter["t"] = 0
+
+
+def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = CoordCheckSettings(),
+                    progress=None) -> CoordCheckResult:
+    """Train the model at every width for `settings.steps` Adam steps; record module outputs."""
+    mapping = dict(model)
+    parametrization = parse_model_config({**mapping, "vocab_size": BYTE_VOCAB}).parametrization
+    batch = byte_batch(settings.batch_size, settings.seq_len)
+    inputs, targets = batch[:, :-1], batch[:, 1:]
+    sums: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
+    for width in settings.widths:
+        cfg = model_at_width(mapping, width)
+        for seed in range(settings.seeds):
+            torch.manual_seed(seed)
+            net = build_model(cfg)
+            recorder = ActivationRecorder(net)
+            optimizer = build_adamw(net.parameter_groups(settings.weight_decay), lr=settings.lr,
+                                    betas=(0.9, 0.95), eps=settings.eps, device="cpu")
+            for t in range(settings.steps):
+                recorder.step_reset()
+                logits = net(inputs)
+                loss = nn.functional.cross_entropy(logits.reshape(-1, BYTE_VOCAB), targets.reshape(-1))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                for name, value in recorder.current.items():
+                    sums[name].setdefault(width, np.zeros(settings.steps))[t] += value / settings.seeds
+            if progress is not None:
+                progress(width, seed)
+    result = CoordCheckResult(settings, parametrization)
+    order = sorted(sums, key=_module_order)
+    result.values = {name: {w: sums[name][w].tolist() for w in settings.widths} for name in order
+                     if all(w in sums[name] for w in settings.widths)}
+    return result
+
+
+def _module_order(name: str) -> tuple:
+    if name == "embedding":
+        return (0,)
+    if name == "logits":
+        return (2,)
+    parts = name.split(".")
+    kind = SUBLAYER_KINDS.index(parts[2]) if len(parts) > 2 else -1
+    step = int(parts[3][4:]) if len(parts) > 3 else -1
+    return (1, int(parts[1]), kind, step)
+
+
+def widths_argument(text: str) -> tuple[int, ...]:
+    widths = tuple(int(w) for w in text.split(",") if w.strip())
+    if len(widths) < 2 or any(w <= 0 for w in widths):
+        raise ValueError(f"need at least two positive widths, got {text!r}")
+    return widths
+
+
+def plot_coord_check(result: CoordCheckResult, path: str, modules: Sequence[str] | None = None) -> None:
+    """One log-log panel per module: mean |activation| against width, a line per Adam step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modules = list(modules or result.values)
+    slopes = result.slopes()
+    cols = min(4, len(modules))
+    rows = math.ceil(len(modules) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    widths = result.settings.widths
+    cmap = plt.get_cmap("viridis")
+    for ax, module in zip(axes.flat, modules):
+        for t in range(result.settings.steps):
+            y = [result.values[module][w][t] for w in widths]
+            if all(v > 0 for v in y):
+                ax.plot(widths, y, marker="o", ms=3, color=cmap(t / max(1, result.settings.steps - 1)),
+                        label=f"step {t + 1}" if ax is axes.flat[0] else None)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(widths, [str(w) for w in widths])
+        ax.minorticks_off()
+        worst = max((abs(v) for v in slopes[module] if math.isfinite(v)), default=0.0)
+        ax.set_title(f"{module}\nmax |slope| {worst:.2f}", fontsize=8,
+                     color="crimson" if module in result.flagged() else "black")
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(modules):]:
+        ax.axis("off")
+    fig.supxlabel("d_model")
+    fig.supylabel("mean |activation|")
+    fig.suptitle(f"coordinate check, parametrization: {result.parametrization} "
+                 f"(lr {result.settings.lr:g}, {result.settings.seeds} seeds; a line per Adam step, "
+                 f"step 1 = init)", fontsize=9)
+    if modules:
+        axes.flat[0].legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    if str(path).endswith(".png"):
+        fig.savefig(str(path)[:-4] + ".svg")
+    plt.close(fig)
