@@ -41,7 +41,7 @@ BYTE_VOCAB = 256
 class CoordCheckSettings:
     widths: tuple[int, ...] = (64, 128, 256, 512)
     steps: int = 10
-    lr: float = 4e-3
+    lr: float = 1e-3
     seeds: int = 3
     batch_size: int = 8
     seq_len: int = 64

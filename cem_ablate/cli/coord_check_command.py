@@ -16,7 +16,7 @@ from pathlib import Path
 
 HELP_EPILOG = """examples:
   cem-ablate coord-check configs/tiny.yaml --parametrization mup --base-d-model 64
-  cem-ablate coord-check studies/transfer.yaml --widths 64,128,256,512 --steps 10
+  cem-ablate coord-check studies/transfer.yaml --variant full_cem_T2 --widths 64,128,256,512 --steps 10
   cem-ablate coord-check configs/tiny.yaml model.attention.name=cem --parametrization standard
 """
 
@@ -28,7 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="model.key=value", help="override model keys")
     parser.add_argument("--widths", default="64,128,256,512", help="d_model values (default 64,128,256,512)")
     parser.add_argument("--steps", type=int, default=10, help="Adam steps (default 10; step 1 is at init)")
-    parser.add_argument("--lr", type=float, default=4e-3, help="peak Adam learning rate (default 4e-3)")
+    parser.add_argument("--variant", help="with a study file: the model of this variant (default: base.model)")
+    parser.add_argument("--lr", type=float, default=1e-3,
+                        help="Adam learning rate (default 1e-3, half the d 64 optimum of the CPU studies)")
     parser.add_argument("--seeds", type=int, default=3, help="initializations averaged per width (default 3)")
     parser.add_argument("--parametrization", choices=("standard", "mup"),
                         help="override model.parametrization (default: the config's)")
@@ -54,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.lr > 0:
         raise ConfigError("--lr", f"must be > 0, got {args.lr}.")
     raw = load_yaml(args.config)
-    model = (raw.get("base") or {}).get("model") if "base" in raw else raw.get("model")
+    if args.variant:
+        model = _variant_model(args.config, args.variant)
+    else:
+        model = (raw.get("base") or {}).get("model") if "base" in raw else raw.get("model")
     if not isinstance(model, dict):
         raise ConfigError("model", f"{args.config} has no model: mapping (nor base.model: in a study file).")
     model = apply_overrides({"model": model}, args.overrides)["model"]
@@ -80,3 +85,19 @@ def run(args: argparse.Namespace) -> int:
     (out / "coord_check.json").write_text(json.dumps(result.to_dict(), indent=1))
     print(f"figure: {out / 'coord_check.png'} (and .svg); data: {out / 'coord_check.json'}")
     return 1 if result.flagged() else 0
+
+
+def _variant_model(study_file: str, name: str) -> dict:
+    """A study variant's validated model, as a mapping (the study file validated whole)."""
+    from cem_ablate.cli.study_command import load_expanded
+    from cem_ablate.config import ConfigError
+    from cem_ablate.config.errors import unknown
+
+    expanded = load_expanded(study_file, None, [])
+    for v in expanded.variants:
+        if v.name == name:
+            model = v.config.model.to_mapping()
+            model.pop("vocab_size", None)
+            return model
+    raise unknown("--variant", name, [v.name for v in expanded.variants], what="variant") if expanded.variants \
+        else ConfigError("--variant", f"{study_file} has no variants.")

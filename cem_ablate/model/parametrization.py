@@ -172,6 +172,33 @@ def mup_parameter_groups(model: nn.Module, dims: ModelDims, weight_decay: float,
 
 def describe(model: nn.Module, d_model: int) -> Iterator[str]:
     """One line per parameter: name, shape, class and where the class came from."""
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     for name, (cls, source) in classify(model, d_model).items():
-        shape = tuple(dict(model.named_parameters())[name].shape)
-        yield f"{name:<32} {str(shape):<16} {cls.value:<18} ({source})"
+        yield f"{name:<32} {str(shapes[name]):<16} {cls.value:<18} ({source})"
+
+
+PROBE_DIMS = ModelDims(d_model=64, n_layers=1, n_heads=4, d_mlp=176, vocab_size=256, max_seq_len=16)
+
+
+def format_parameter_classes() -> str:
+    """`cem-ablate components`: the muP class of every parameter of every attention, MLP and
+    preconditioner component at its default options (built at d_model 64), and where the class
+    came from (its declaration, or inferred from the shape)."""
+    from cem_ablate import registry
+
+    lines = ["parameter classes under parametrization: mup (built at d_model 64, default options):"]
+    lines += [f"  {cls.value:<18} {DESCRIPTIONS[cls]}" for cls in ParamClass]
+    for spec in registry.all_specs():
+        if spec.kind not in (*protocol.SUBLAYER_KINDS, "preconditioner") or not isinstance(spec.factory, type):
+            continue
+        try:
+            if spec.kind == "preconditioner":
+                module = spec.factory(dim=PROBE_DIMS.d_model, heads=None, rank=4)
+            else:
+                module = spec.factory(PROBE_DIMS, spec.options() if spec.options else None, 1)
+            rows = list(describe(module, PROBE_DIMS.d_model))
+        except Exception as err:  # a plugin that cannot be probed costs only its own lines
+            rows = [f"(not built at d_model 64: {type(err).__name__}: {err})"]
+        lines.append(f"  {spec.kind} {spec.name}:")
+        lines += [f"      {row}" for row in rows] or ["      (no parameters)"]
+    return "\n".join(lines)
