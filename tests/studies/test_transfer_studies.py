@@ -1,0 +1,61 @@
+"""Issue 27's study files: every paper figure's `transfer` scale, studies/transfer.yaml and
+studies/mup_width.yaml validate, and transfer is width transfer only (same depth and heads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cem_ablate.cli.study_command import load_expanded
+from cem_ablate.study.dry_run import plan, transfer_costs
+from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S
+from tests.studies.test_smoke_runs import run_smoke
+from tests.studies.test_study_files import LM_FIGURES, path_of
+
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+
+
+@pytest.mark.parametrize("name", LM_FIGURES)
+def test_each_figure_transfers_from_a_d384_proxy_of_its_own_depth(name):
+    expanded = load_expanded(path_of(name), "transfer", [])
+    assert expanded.spec.name == f"{name}_transfer" and list(expanded.spec.seeds) == [0, 1, 2]
+    assert expanded.spec.lr_search.method == "transfer"
+    proxies = {p.key: p for p in expanded.proxies}
+    for v in expanded.variants:
+        target, proxy = v.config.model, proxies[v.proxy].config.model
+        assert target.parametrization == proxy.parametrization == "mup" and target.base_d_model == 384
+        assert proxy.dims.d_model == 384 and target.dims.d_model >= 672
+        assert (proxy.dims.n_layers, proxy.dims.n_heads) == (target.dims.n_layers, target.dims.n_heads)
+        assert proxy.attention == target.attention and proxy.mlp == target.mlp
+
+
+def test_transfer_costs_less_than_the_calibrated_full_grid():
+    """The docs/reproducing.md table's claim, per figure: 3 seeds by transfer < 3 seeds on the grid."""
+    for name in LM_FIGURES:
+        calibrated = load_expanded(path_of(name), None, ["seeds=[0,1,2]"])
+        grid = sum(r.trials * r.estimate.gpu_hours(312.0, 0.4) for r in plan(calibrated))
+        costs = transfer_costs(load_expanded(path_of(name), "transfer", []), 312.0, 0.4, CPU_TRAIN_FLOPS_PER_S)
+        transfer = sum(r["proxy_gpu_hours"] + r["target_gpu_hours"] for r in costs)
+        assert 0.2 < transfer / grid < 0.5, name
+        assert sum(r["grid_gpu_hours"] for r in costs) == pytest.approx(grid)
+
+
+@pytest.mark.parametrize("scale", ["cpu", "steps", "smoke"])
+def test_mup_width_scales_validate(scale):
+    expanded = load_expanded(str(STUDIES / "mup_width.yaml"), scale, [])
+    assert all(v.config.model.parametrization == "mup" for v in expanded.variants)
+    if scale == "cpu":
+        widths = {v.config.model.dims.d_model for v in expanded.variants}
+        assert widths == {32, 64, 128, 256} and len(expanded.spec.lr_search.grid) == 7
+
+
+@pytest.mark.slow
+def test_transfer_smoke_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from cem_ablate.tracking.readback import read_study
+
+    uri = run_smoke("transfer", tmp_path)
+    assert sorted(len(r.trials) for r in read_study(uri, "transfer_smoke_proxy")) == [2, 2]
+    assert sorted(len(r.trials) for r in read_study(uri, "transfer_smoke")) == [1, 1]
+    assert "## Transfer" in (tmp_path / "reports" / "transfer_smoke" / "report.md").read_text()
