@@ -49,3 +49,27 @@ def test_bench_and_training_build_the_same_optimizer():
         assert trained.defaults[key] == benched.defaults[key], key
     assert [g["weight_decay"] for g in trained.param_groups] == [g["weight_decay"] for g in benched.param_groups]
     assert parameters_device(model) == torch.device("cpu")
+
+
+def test_mup_multipliers_survive_decay_preconditioner_and_the_schedule():
+    """Under mup each class keeps its lr multiplier through `decay_preconditioner` (its weight
+    decay decoupled) and through the warmup-cosine LambdaLR, which scales every group's own lr."""
+    from cem_ablate.training.recipe import decay_preconditioners, preconditioner_parameters
+
+    torch.manual_seed(0)
+    model = build_model({"d_model": 128, "n_layers": 1, "n_heads": 4, "d_mlp": 344, "vocab_size": 64,
+                         "parametrization": "mup", "base_d_model": 32,
+                         "attention": {"name": "cem", "preconditioner": {"name": "diag_lowrank"}}})
+    groups = decay_preconditioners(model.parameter_groups(0.1), model, 0.1)
+    moved = {id(p) for p in preconditioner_parameters(model)}
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    for g in groups:
+        if any(id(p) in moved for p in g["params"]):
+            assert all(id(p) in moved for p in g["params"])
+            assert g["weight_decay"] * g["lr_multiplier"] == 0.1  # decayed, at the base's lr x wd
+    optimizer = build_adamw(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, device="cpu")
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    for g in optimizer.param_groups:
+        assert g["lr"] == 0.5 * 1e-3 * g["lr_multiplier"]
+    assert {g["param_class"]: g["lr_multiplier"] for g in optimizer.param_groups}["hidden"] == 0.25
+    del schedule
