@@ -187,7 +187,12 @@ class CEMAttention(EnergyRecursion):
     # -- incremental decoding (components.energy_recursion runs the steps) ---------------
     def decode_context(self, c: torch.Tensor, past: torch.Tensor | None,
                        position: int) -> tuple[AttentionDecodeContext, torch.Tensor]:
-        """The new tokens' keys W_K c (or c, with a KQ diagonal) appended to `past`."""
+        """The new tokens' keys W_K c (or c, with a KQ diagonal) appended to `past`. A
+        prompt (nothing cached yet) runs the training forward's own step context and
+        kernels, which skip the causal half; later tokens read the cache."""
+        if past is None and position == 0:
+            ctx = self.step_context(c)
+            return ctx, (c if self.delta is not None else ctx.keys)
         new = c if self.delta is not None else self._split_heads(self.w_k(c))
         memory = new if past is None else torch.cat([past, new], dim=-2)
         bias = alibi_rows(self.n_heads, self.self_bias, position, c.shape[1], c.dtype, c.device)

@@ -109,9 +109,9 @@ class LlamaAttention(nn.Module):
         total = ctx.keys.shape[2]
         q = RotaryEmbedding.apply(self._heads(self.q_proj(u)), ctx.cos, ctx.sin)
         mask = None
-        if j > 1:
+        if 1 < j < total:
             mask = torch.arange(total, device=u.device)[None, :] <= torch.arange(total - j, total, device=u.device)[:, None]
-        o = F.scaled_dot_product_attention(q, ctx.keys, ctx.values, attn_mask=mask)
+        o = F.scaled_dot_product_attention(q, ctx.keys, ctx.values, attn_mask=mask, is_causal=j == total > 1)
         return self.o_proj(o.transpose(1, 2).reshape(b, j, d))
 
     def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:

@@ -121,16 +121,23 @@ def run_decode_bench(cfg: DecodeBenchConfig, log: Callable[[str], None] = print)
                 log(f"{size} {variant.label}: built ({cases[-1].row.params / 1e6:.1f}M parameters)")
             except Exception as err:  # a variant that fails still gets its row
                 rows.append(DecodeRow(size, variant.label, 0, error=f"{type(err).__name__}: {err}"[:300]))
-        steps = [step for case in cases for step in case.steps()]
-        with CPUContention() as contention:
-            timings = time_interleaved([fn for _, fn in steps], torch.zeros(1, device=device), cfg.repeats,
-                                       on_round=lambda r: log(f"{size}: round {r + 1}/{cfg.repeats}"))
-        for (record, _), timing in zip(steps, timings):
-            record(timing.samples)
+        # one phase per measure: prefill, then decode at each batch size from caches
+        # prefilled for that phase only (at 86M and batch 8 they hold ~0.35-0.7 GB per variant)
+        phases = [("prefill", None)] + [("decode", b) for b in sorted(set(cfg.batch_sizes))]
+        shares = []
+        for what, batch in phases:
+            steps = [case.step(what, batch) for case in cases]
+            log(f"{size}: timing {what}" + (f" at batch {batch}" if batch else ""))
+            with CPUContention() as contention:
+                timings = time_interleaved(steps, torch.zeros(1, device=device), cfg.repeats)
+            shares.append(contention.share)
+            for case, timing in zip(cases, timings):
+                case.record(what, batch, timing.samples)
         for case in cases:
             case.row.peak_bytes = case.peak_bytes()
-            case.row.cpu_contention = contention.share
+            case.row.cpu_contention = max((s for s in shares if s is not None), default=None)
             rows.append(case.row)
+            case.model = None  # free the weights before the next size
     meta = {"device": cfg.device, "torch": torch.__version__, "config": asdict(cfg),
             "threads": torch.get_num_threads()}
     return rows, meta
@@ -147,29 +154,29 @@ class _Case:
         batch = max(cfg.batch_sizes)
         self.prompt = torch.randint(0, cfg.vocab_size, (batch, cfg.context), generator=g).to(device)
         self.next_ids = torch.randint(0, cfg.vocab_size, (batch, cfg.new_tokens), generator=g).to(device)
-        self.prefilled = {}
-        for b in sorted(set(cfg.batch_sizes)):  # untimed: the state each decode sample starts from
-            cache = new_cache(self.model)
-            decode(self.model, self.prompt[:b], cache)
-            self.prefilled[b] = cache
-        first = self.prefilled[min(self.prefilled)]
-        self.row.cache_bytes_per_token = first.bytes_per_token()
+        self.prefilled: DecodingCache | None = None
+        cache = new_cache(self.model)  # the cache's size per token, from a short prompt
+        decode(self.model, self.prompt[:1, :min(cfg.context, 8)], cache)
+        self.row.cache_bytes_per_token = cache.bytes_per_token()
 
-    def steps(self):
-        out = [(self._record_prefill, self._prefill)]
-        for b in sorted(self.prefilled):
-            out.append((lambda samples, b=b: self.row.decode_s.__setitem__(str(b), samples),
-                        lambda _, b=b: self._decode(b)))
-        return out
+    def step(self, what: str, batch: int | None):
+        """The timed callable of a phase (a decode phase first prefills, untimed, the
+        cache every sample of it starts from)."""
+        if what == "prefill":
+            return lambda _: decode(self.model, self.prompt[:1], new_cache(self.model))
+        self.prefilled = new_cache(self.model)
+        decode(self.model, self.prompt[:batch], self.prefilled)
+        return lambda _: self._decode(batch)
 
-    def _record_prefill(self, samples):
-        self.row.prefill_s = samples
-
-    def _prefill(self, _=None):
-        decode(self.model, self.prompt[:1], new_cache(self.model))
+    def record(self, what: str, batch: int | None, samples: list[float]) -> None:
+        if what == "prefill":
+            self.row.prefill_s = samples
+        else:
+            self.row.decode_s[str(batch)] = samples
+            self.prefilled = None
 
     def _decode(self, batch: int):
-        cache = _copy(self.prefilled[batch])
+        cache = _copy(self.prefilled)
         for i in range(self.cfg.new_tokens):
             decode(self.model, self.next_ids[:batch, i:i + 1], cache)
 
