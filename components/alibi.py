@@ -43,3 +43,15 @@ class ALiBi(nn.Module):
         eye = torch.eye(seq_len, dtype=dtype, device=device)
         bias = bias + self_bias.to(dtype)[:, None, None] * eye
         return bias.masked_fill(dist < 0, float("-inf"))
+
+
+def alibi_rows(n_heads: int, self_bias: torch.Tensor, first: int, rows: int, dtype: torch.dtype,
+               device: torch.device) -> torch.Tensor:
+    """Rows first..first+rows-1 of the causal (K, J, J) bias of `ALiBi` with J = first + rows:
+    the bias of `rows` new query positions against every key so far, (K, rows, J), for
+    incremental decoding (the same values as slicing ALiBi's full bias)."""
+    total = first + rows
+    dist = (torch.arange(first, total, device=device)[:, None] - torch.arange(total, device=device)[None, :]).to(dtype)
+    bias = -alibi_slopes(n_heads, dtype, device)[:, None, None] * dist
+    bias = bias + self_bias.to(dtype)[:, None, None] * (dist == 0).to(dtype)
+    return bias.masked_fill(dist < 0, float("-inf"))

@@ -37,7 +37,7 @@ from torch import nn
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.schema import require
 from cem_ablate.registry import register
-from components.alibi import ALiBi
+from components.alibi import ALiBi, alibi_rows
 from components.cem_attention_kernels import causal_alibi, cem_attention_core, select_kernel
 from components.energy_recursion import EnergyRecursion, RecursionOptions
 from cem_ablate.model.blocks import linear
@@ -57,6 +57,18 @@ class AttentionStepContext(NamedTuple):
     # reference: ALiBi + self bias; fast: causal ALiBi (the kernels add the self bias), None for flex
     bias: torch.Tensor | None
     kernel: str  # the attention kernel of the fast path ("reference" on the reference path)
+
+
+class AttentionDecodeContext(NamedTuple):
+    """Incremental decoding (model/protocol.py IncrementalDecoding): what the new tokens'
+    steps read. The cache is one tensor per layer: the keys W_K c (= values) of every
+    token so far, or, with a KQ diagonal (whose score c_j · (delta ⊙ u_i) needs c_j), the
+    context c itself, from which scores and values go through W_K^k inside the step
+    (`_decode_direction`): one D-wide tensor per token either way, where Llama keeps two."""
+
+    memory: torch.Tensor  # (B, K, P, d) keys = values, or (B, P, D) the context c (with a KQ diagonal)
+    readout: torch.Tensor  # (K·d, D) rows W_Q^k P_k, times eta
+    bias: torch.Tensor  # (K, J, P) ALiBi + self bias of the new rows, -inf above the causal edge
 
 
 @dataclass(frozen=True)
@@ -166,19 +178,60 @@ class CEMAttention(EnergyRecursion):
         alibi = None if kernel == "flex" else causal_alibi(self.n_heads, j, c.dtype, c.device)
         return AttentionStepContext(c, kv, values, readout, alibi, kernel)
 
-    def direction(self, u: torch.Tensor, ctx: AttentionStepContext) -> torch.Tensor:
+    def direction(self, u: torch.Tensor, ctx: AttentionStepContext | AttentionDecodeContext) -> torch.Tensor:
         """eta Σ_k P_k W_Q^kT o_k(u) (+ the exact KQ-diagonal term): shape (B, J, D)."""
+        if isinstance(ctx, AttentionDecodeContext):
+            return self._decode_direction(u, ctx)
         if self.impl == "reference":
             return self.step_size * self.descent_direction(u, ctx.c, ctx.keys, ctx.bias, ctx.readout)
         main, diagonal = self._fast_direction(u, ctx)
         return main if diagonal is None else main + diagonal
 
     def advance(self, x: torch.Tensor, u: torch.Tensor, ctx: AttentionStepContext) -> torch.Tensor:
-        if self.impl == "reference":
+        if self.impl == "reference" or isinstance(ctx, AttentionDecodeContext):
             return x + self.direction(u, ctx)
         main, diagonal = self._fast_direction(u, ctx)
         x = x + main
         return x if diagonal is None else x + diagonal  # term by term: gd's arithmetic order
+
+    # -- incremental decoding (components.energy_recursion runs the steps) ---------------
+    def decode_context(self, c: torch.Tensor, past: torch.Tensor | None,
+                       position: int) -> tuple[AttentionDecodeContext, torch.Tensor]:
+        """The new tokens' keys W_K c (or c, with a KQ diagonal) appended to `past`. A
+        prompt (nothing cached yet) runs the training forward's own step context and
+        kernels, which skip the causal half; later tokens read the cache."""
+        if past is None and position == 0:
+            ctx = self.step_context(c)
+            return ctx, (c if self.delta is not None else ctx.keys)
+        new = c if self.delta is not None else self._split_heads(self.w_k(c))
+        memory = new if past is None else torch.cat([past, new], dim=-2)
+        bias = alibi_rows(self.n_heads, self.self_bias, position, c.shape[1], c.dtype, c.device)
+        return AttentionDecodeContext(memory, self.scaled_readout(self.readout()), bias), memory
+
+    def _decode_direction(self, u: torch.Tensor, ctx: AttentionDecodeContext) -> torch.Tensor:
+        """The direction of `descent_direction` with explicit scores of the new rows
+        against the cache. With a KQ diagonal the cache is c, and W_K^k moves to the
+        query side (s = (W_K^kT q_k + delta_k ⊙ u) · c_j / tau) and to the output
+        (o_k = W_K^k Σ_j p_jk c_j), which also gives the exact diagonal term's Σ_j p_jk c_j."""
+        b, j, _ = u.shape
+        q = self._split_heads(self.w_q(u))  # (B, K, J, d)
+        delta = self.delta
+        if delta is None:
+            p = torch.softmax(q @ ctx.memory.transpose(-1, -2) / self.tau + ctx.bias, dim=-1)
+            o = p @ ctx.memory
+        else:
+            w_k = self.w_k.weight.view(self.n_heads, self.head_dim, -1)  # (K, d, D): W_K^k
+            qc = torch.einsum("bkjd,kde->bkje", q, w_k)
+            qc = qc + ((u * delta).unsqueeze(1) if delta.dim() == 1 else u.unsqueeze(1) * delta[None, :, None, :])
+            c = ctx.memory.unsqueeze(1)  # (B, 1, P, D)
+            p = torch.softmax(qc @ c.transpose(-1, -2) / self.tau + ctx.bias, dim=-1)
+            pc = p @ c  # (B, K, J, D): Σ_j p_ijk c_j
+            o = torch.einsum("bkje,kde->bkjd", pc, w_k)
+        direction = o.transpose(1, 2).reshape(b, j, -1) @ ctx.readout
+        if delta is not None and self.diag_update == "exact":
+            scaled = delta if delta.dim() == 1 else delta[:, None, :]
+            direction = direction + self.step_size * self.precond.apply((scaled * pc).transpose(1, 2)).sum(-2)
+        return direction
 
     def step_energy(self, u: torch.Tensor, ctx: AttentionStepContext) -> torch.Tensor:
         bias = self.alibi(u.shape[1], self.self_bias, u.dtype, u.device)

@@ -156,6 +156,24 @@ class EnergyRecursion(nn.Module):
             return readout
         return readout * self.step_size
 
+    # -- incremental decoding (model/protocol.py IncrementalDecoding, JointStepDecoding) --
+    def decode_context(self, c: torch.Tensor, past, position: int):
+        """The step context of new tokens given the state of the earlier ones. Here: a
+        position-wise sublayer (the MLPs: gamma = W c is per token), so `step_context`
+        of the new tokens and no state; attention overrides it with its keys."""
+        return self.step_context(c), None
+
+    def decode(self, h: torch.Tensor, past, position: int):
+        """The T steps of the new tokens: a token's recursion reads only its own state and
+        the keys of the context up to it, which the state holds (SPEC §2). No energy trace."""
+        tracking, self.track_energy = self.track_energy, False
+        try:
+            c = self.norm(h)
+            ctx, state = self.decode_context(c, past, position)
+            return self.descend(h, c, ctx), state
+        finally:
+            self.track_energy = tracking
+
     # -- the recursion ------------------------------------------------------------------
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         c = self.norm(h)

@@ -26,6 +26,15 @@ class LlamaStepContext(NamedTuple):
     sin: torch.Tensor
 
 
+class LlamaDecodeContext(NamedTuple):
+    """Incremental decoding: the rotated keys and the values of every token so far."""
+
+    keys: torch.Tensor  # (B, K, P, d), RoPE applied at their positions
+    values: torch.Tensor  # (B, K, P, d)
+    cos: torch.Tensor  # RoPE tables of the new positions (J, d)
+    sin: torch.Tensor
+
+
 @dataclass(frozen=True)
 class LlamaAttentionOptions:
     rope_theta: float = 10000.0
@@ -67,9 +76,11 @@ class LlamaAttention(nn.Module):
         cos, sin = self.rope(c.shape[1], c.dtype, c.device)
         return LlamaStepContext(c, cos, sin)
 
-    def direction(self, u: torch.Tensor, ctx: LlamaStepContext) -> torch.Tensor:
+    def direction(self, u: torch.Tensor, ctx: LlamaStepContext | LlamaDecodeContext) -> torch.Tensor:
         """o_proj(attn(q(u), k(c), v(c))): the sublayer's increment at the normalized input u."""
         b, j, d = u.shape
+        if isinstance(ctx, LlamaDecodeContext):
+            return self._decode_direction(u, ctx)
         q = RotaryEmbedding.apply(self._heads(self.q_proj(u)), ctx.cos, ctx.sin)
         k = RotaryEmbedding.apply(self._heads(self.k_proj(ctx.c)), ctx.cos, ctx.sin)
         v = self._heads(self.v_proj(ctx.c))
@@ -79,6 +90,37 @@ class LlamaAttention(nn.Module):
     def parameter_classes(self) -> dict[str, str]:
         """muP (cem_ablate/model/parametrization.py): four D x D matrices, all hidden."""
         return {f"{name}.weight": "hidden" for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
+
+    # -- incremental decoding (model/protocol.py IncrementalDecoding): the K, V cache --
+    def decode_context(self, c: torch.Tensor, past, position: int) -> tuple[LlamaDecodeContext, tuple]:
+        """Keys (rotated at their positions) and values of the new tokens appended to
+        `past` = (keys, values) of the earlier ones; the RoPE tables of the new positions
+        are the rows of the full tables (the same float32 angles, so the same values)."""
+        cos, sin = self.rope(position + c.shape[1], c.dtype, c.device)
+        cos, sin = cos[position:], sin[position:]
+        k = RotaryEmbedding.apply(self._heads(self.k_proj(c)), cos, sin)
+        v = self._heads(self.v_proj(c))
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        return LlamaDecodeContext(k, v, cos, sin), (k, v)
+
+    def decode(self, h: torch.Tensor, past, position: int) -> tuple[torch.Tensor, tuple]:
+        x = self.norm(h)
+        ctx, state = self.decode_context(x, past, position)
+        return h + self._decode_direction(x, ctx), state
+
+    def _decode_direction(self, u: torch.Tensor, ctx: LlamaDecodeContext) -> torch.Tensor:
+        """Queries of the new tokens against every cached key: new token i (position
+        P - J + i) sees keys j <= P - J + i; one new token sees them all (no mask)."""
+        b, j, d = u.shape
+        total = ctx.keys.shape[2]
+        q = RotaryEmbedding.apply(self._heads(self.q_proj(u)), ctx.cos, ctx.sin)
+        mask = None
+        if 1 < j < total:
+            mask = torch.arange(total, device=u.device)[None, :] <= torch.arange(total - j, total, device=u.device)[:, None]
+        o = F.scaled_dot_product_attention(q, ctx.keys, ctx.values, attn_mask=mask, is_causal=j == total > 1,
+                                           scale=self.scale)
+        return self.o_proj(o.transpose(1, 2).reshape(b, j, d))
 
     def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
         raise NotImplementedError("Llama attention descends no energy (SPEC §1): it has no energy trace.")

@@ -44,6 +44,13 @@ class SwiGLU(nn.Module):
     def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
         raise NotImplementedError("SwiGLU descends no energy (SPEC §1): it has no energy trace.")
 
+    # -- incremental decoding (model/protocol.py IncrementalDecoding): position-wise, no state --
+    def decode(self, h: torch.Tensor, past: None, position: int) -> tuple[torch.Tensor, None]:
+        return self.forward(h), None
+
+    def decode_context(self, c: torch.Tensor, past: None, position: int) -> tuple[None, None]:
+        return None, None
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         x = self.norm(h)
         return h + self.direction(x, self.step_context(x))

@@ -9,6 +9,9 @@ Examples:
     cem-ablate bench --variants 'mine={mlp: {name: cem, steps: 3}}' --sizes tiny small
     cem-ablate bench --quick --profile-steps 2     # plus where each step's time goes (+ bench.<case>.trace.json)
     cem-ablate bench --variants llama cem_attn_t2_hb llama_nesterov_stream et_parallel_t2 --modes eager
+    cem-ablate bench --decode                      # serving cost: prefill/decode tok/s, cache B/token, peak
+                                                   # memory per variant vs Llama (86M at context 2048 + CPU sizes)
+    cem-ablate bench --decode --quick              # seconds: tiny model, context 32
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        "benchmarks/results/gpu-<device>.json)")
     add("--markdown", help="also write the tables as markdown to this file (with --gpu: beside the JSON)")
     add("--render", metavar="JSON", help="measure nothing: print (and --markdown) the tables of a results file")
+    add("--decode", action="store_true",
+        help="serving cost instead of training steps (bench/decode.py): prefill and decode tokens/s, cache bytes "
+             "per token and peak memory per variant, each against Llama; uses --variants --sizes --repeats "
+             "--vocab-size --seed --device --quick --json --markdown and the three flags below")
+    add("--context", type=int, metavar="N", help="--decode: prompt tokens before decoding (default 2048)")
+    add("--new-tokens", type=int, metavar="N", help="--decode: decoded tokens per timed sample (default 16)")
+    add("--batch-sizes", type=int, nargs="+", metavar="N", help="--decode: decode batch sizes (default 1 8)")
 
 
 def config_mapping(args: argparse.Namespace) -> dict:
@@ -79,7 +89,33 @@ def config_mapping(args: argparse.Namespace) -> dict:
     return mapping
 
 
+def run_decode(args: argparse.Namespace) -> int:
+    from cem_ablate.bench.decode import QUICK, DecodeBenchConfig, run_decode_bench, table, write_json
+    from cem_ablate.config.schema import parse
+
+    mapping = dict(QUICK) if args.quick else {}
+    for key in ("variants", "sizes", "repeats", "vocab_size", "seed", "device", "context", "new_tokens",
+                "batch_sizes"):
+        if getattr(args, key) is not None:
+            mapping[key] = getattr(args, key)
+    cfg = parse(DecodeBenchConfig, mapping, "bench")
+    rows, meta = run_decode_bench(cfg, log=lambda line: print(line, flush=True))
+    text = table(rows, meta["config"])
+    print()
+    print(text)
+    json_path = args.json or "bench-decode.json"
+    write_json(json_path, rows, meta)
+    print(f"\nwrote {json_path}")
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(text + "\n")
+        print(f"wrote {args.markdown}")
+    return 1 if any(row.error for row in rows) else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.decode:
+        return run_decode(args)
     from cem_ablate.bench.config import BenchConfig
     from cem_ablate.config.errors import ConfigError
     from cem_ablate.config.schema import parse

@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "report": "Print and write the report of a study (tables, Akima fits, plots).",
     "ui": "Serve the MLflow UI on 127.0.0.1 over the local store.",
     "bench": "Benchmark training-step throughput, MFU and peak memory of variants.",
+    "generate": "Generate text from a trained run or checkpoint (greedy or sampled, with the decoding cache).",
     "power": "False-positive rate and detectable Δ of a seed design (--seeds 5 or 2..5).",
     "coord-check": "muP coordinate check: does every module's activation scale stay put across widths?",
 }

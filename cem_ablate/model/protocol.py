@@ -28,6 +28,12 @@ MAY, each with its default here and nowhere else:
                                    the muP class of its parameters (names relative to the
                                    module, any submodule's included; classes in
                                    `model.parametrization`); default: inferred from shapes
+    decode(h, past, position) -> (h', state)
+                                   incremental decoding with a cache (`IncrementalDecoding`,
+                                   model/decoding.py); default: none, and a model with such a
+                                   sublayer decodes by recomputing the whole prefix
+    decode_context(c, past, position) -> (ctx, state)
+                                   the same for the joint step of `block: parallel`
 
 The options dataclass MAY define (`config.schema.Validated`, `DimsChecked`,
 `StepsChecked`; default: no check):
@@ -137,6 +143,37 @@ class ParameterClasses(Protocol):
 
 
 @runtime_checkable
+class IncrementalDecoding(Protocol):
+    """A sublayer that decodes new tokens given what it kept of the earlier ones.
+
+    `decode(h, past, position)`: h (B, J, D) is the residual stream of J new tokens at
+    positions `position` .. `position` + J - 1; `past` is the state this method returned
+    for the tokens before them (None before the first call). Returns the new stream
+    (B, J, D), equal to what `forward` gives those positions of the whole sequence, and
+    the state after these tokens: None, a tensor, or a tuple/list/dict of tensors, each
+    with the batch in dim 0 (the cache counts its bytes and selects batch rows).
+    A position-wise sublayer (every MLP) returns `(forward(h), None)`.
+    """
+
+    def decode(self, h: Tensor, past: Any, position: int) -> tuple[Tensor, Any]: ...
+
+
+@runtime_checkable
+class JointStepDecoding(Protocol):
+    """`block: parallel` decoding: `decode_context(c, past, position)` is `step_context`
+    for the J new tokens' normalized input c (B, J, D) given the state `past`; it returns
+    (ctx, state), and `direction(u, ctx)` of the new tokens' query states u must accept
+    that ctx. State rules as for `IncrementalDecoding`."""
+
+    def decode_context(self, c: Tensor, past: Any, position: int) -> tuple[Any, Any]: ...
+
+
+class DecodingHookError(ConfigError):
+    """A sublayer's decoding hook raised or returned something outside the contract;
+    the message names its class and module (the CLI prints it as one `error:` line)."""
+
+
+@runtime_checkable
 class DimsChecked(Protocol):
     def check_dims(self, dims: ModelDims, path: str) -> None: ...
 
@@ -175,6 +212,49 @@ def missing_joint_step(factory: Any) -> tuple[str, ...]:
 def declared_parameter_classes(module: nn.Module) -> Mapping[str, str]:
     """A module's declared parameter classes ({} when it declares none: inferred from shapes)."""
     return module.parameter_classes() if isinstance(module, ParameterClasses) else {}
+
+
+def decodes(module: nn.Module, joint: bool = False) -> bool:
+    """Whether `module` has the decoding hook a block needs (`decode_context` in a
+    parallel block, else `decode`)."""
+    return isinstance(module, JointStepDecoding if joint else IncrementalDecoding)
+
+
+def _hook_name(module: nn.Module, hook: str) -> str:
+    return f"{type(module).__name__}.{hook} ({type(module).__module__})"
+
+
+def _checked_state(state: Any, module: nn.Module, hook: str) -> Any:
+    tensors = state.values() if isinstance(state, dict) else state if isinstance(state, (tuple, list)) else [state]
+    if state is not None and not all(isinstance(t, Tensor) for t in tensors):
+        raise DecodingHookError(_hook_name(module, hook), "returned a state that is not None, a tensor or a "
+                                "tuple/list/dict of tensors (model/protocol.py IncrementalDecoding).")
+    return state
+
+
+def decode(module: nn.Module, h: Tensor, past: Any, position: int) -> tuple[Tensor, Any]:
+    """`module.decode`, checked: anything it raises, or an output of the wrong shape,
+    becomes one DecodingHookError naming it."""
+    try:
+        out = module.decode(h, past, position)
+        y, state = out
+    except Exception as err:  # a plugin's hook: anything it raises is its failure
+        raise DecodingHookError(_hook_name(module, "decode"), f"failed: {type(err).__name__}: {err}") from err
+    if not isinstance(y, Tensor) or y.shape != h.shape:
+        raise DecodingHookError(_hook_name(module, "decode"),
+                                f"returned {getattr(y, 'shape', type(y).__name__)} for an input of shape "
+                                f"{tuple(h.shape)}; it must return (the new stream of that shape, a state).")
+    return y, _checked_state(state, module, "decode")
+
+
+def decode_context(module: nn.Module, c: Tensor, past: Any, position: int) -> tuple[Any, Any]:
+    """`module.decode_context`, checked like `decode`."""
+    try:
+        ctx, state = module.decode_context(c, past, position)
+    except Exception as err:
+        raise DecodingHookError(_hook_name(module, "decode_context"),
+                                f"failed: {type(err).__name__}: {err}") from err
+    return ctx, _checked_state(state, module, "decode_context")
 
 
 def check_dims(options: Any, dims: ModelDims, path: str) -> None:

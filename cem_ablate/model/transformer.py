@@ -18,6 +18,7 @@ Two model options change how a block uses its sublayers (SPEC §11):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -27,7 +28,7 @@ from torch import nn
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.model.parametrization import mup_parameter_groups
-from cem_ablate.model.protocol import tracks_energy
+from cem_ablate.model.protocol import decode, decode_context, tracks_energy
 
 
 StreamStep = tuple[int, Callable[[torch.Tensor], torch.Tensor]]
@@ -72,15 +73,36 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, v: torch.Tensor | None = None):
         """x -> x on the residual stream; (x, v) -> (x, v) on a velocity stream
         (v = None: zero velocity, the state after the embedding)."""
+        return self.run_stream(self.stream_steps(), x, v)
+
+    def decode(self, x: torch.Tensor, v: torch.Tensor | None, states: dict, position: int):
+        """`forward` for the new tokens at `position`.. of a sequence being decoded
+        (model/decoding.py): each sublayer application runs its decoding hook with its
+        own entry of `states` (this block's part of the cache), updated in place."""
+        return self.run_stream(self.decode_steps(states, position), x, v)
+
+    def decode_steps(self, states: dict, position: int) -> list[StreamStep]:
+        """`stream_steps` with each application decoding through its own cache entry:
+        'attention.r' / 'mlp.r' for the r-th application (depth_mode: reuse applies a
+        sublayer `repeats` times, each on its own input, so each keeps its own state)."""
+        out, seen = [], {}
+        for index, f in self.stream_steps():
+            name = f"{('attention', 'mlp')[index]}.{seen.setdefault(index, 0)}"
+            seen[index] += 1
+            out.append((index, functools.partial(_decode_application, f, states, name, position)))
+        return out
+
+    def run_stream(self, steps: list[StreamStep], x: torch.Tensor, v: torch.Tensor | None = None):
+        """The sublayer applications `steps` in order, on the block's stream."""
         if self.stream == "residual":
-            for _, f in self.stream_steps():
+            for _, f in steps:
                 x = f(x)
             return x
         if v is None:
             v = torch.zeros_like(x)
         mu = torch.sigmoid(self.stream_logit)
         norms = getattr(self, "velocity_norm", None)
-        for index, f in self.stream_steps():
+        for index, f in steps:
             # SPEC §11.2: nesterov evaluates the sublayer at the look-ahead y = x + mu v.
             y = x + mu[index] * v if self.stream == "nesterov" else x
             v = mu[index] * v + (f(y) - y)
@@ -98,6 +120,12 @@ class Block(nn.Module):
         d = self.d_model
         per_update = 4 * d + (d if self.stream == "nesterov" else 0) + (4 * d if hasattr(self, "velocity_norm") else 0)
         return float(per_update * len(self.stream_steps()))
+
+
+def _decode_application(sublayer: nn.Module, states: dict, name: str, position: int,
+                        h: torch.Tensor) -> torch.Tensor:
+    h, states[name] = decode(sublayer, h, states.get(name), position)
+    return h
 
 
 class ParallelBlock(Block):
@@ -137,11 +165,25 @@ class ParallelBlock(Block):
     def stream_steps(self) -> list[StreamStep]:
         return [(0, self.joint_step)]
 
+    def decode_steps(self, states: dict, position: int) -> list[StreamStep]:
+        return [(0, functools.partial(self.joint_step_decode, states=states, position=position))]
+
     def joint_step(self, h: torch.Tensor) -> torch.Tensor:
         c = self.norm(h)
         ctx_att = self.attention.step_context(c)
         ctx_mlp = self.mlp.step_context(c)
-        tracking = getattr(self, "track_energy", False)
+        return self.joint_steps(h, c, ctx_att, ctx_mlp, getattr(self, "track_energy", False))
+
+    def joint_step_decode(self, h: torch.Tensor, states: dict, position: int) -> torch.Tensor:
+        """`joint_step` for new tokens: the contexts from the sublayers' `decode_context`
+        (keys of the earlier tokens from the cache); no energy trace."""
+        c = self.norm(h)
+        ctx_att, states["attention"] = decode_context(self.attention, c, states.get("attention"), position)
+        ctx_mlp, states["mlp"] = decode_context(self.mlp, c, states.get("mlp"), position)
+        return self.joint_steps(h, c, ctx_att, ctx_mlp, tracking=False)
+
+    def joint_steps(self, h: torch.Tensor, c: torch.Tensor, ctx_att, ctx_mlp, tracking: bool) -> torch.Tensor:
+        """The T joint steps from x^0 = h (SPEC §11.3)."""
         if tracking:
             self.energy_trace = []
         x = h

@@ -1,0 +1,1 @@
+"""After training: load a run's model and tokenizer, generate with the decoding cache."""
