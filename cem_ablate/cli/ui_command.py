@@ -2,8 +2,10 @@
 
 Runs `mlflow server --app-name cem-ablate` (tracking.server: one worker, job execution
 off, its own process group; tracking.ui_app: a study's plain experiment URL opens on
-the runs table with the parent runs' aggregate columns: verdict, Holm p and Δ per
-baseline first) and prints the URL, then one line per study in the store:
+the runs table with the parent runs' display columns, tracking.comparison_columns:
+per baseline Δ, its interval, Holm p and verdict, then objective* and lr*, sized to
+fit 1600 px) and prints the URL, then one line per study in the store, then how to
+compare a variant's trials:
 
     quickstart: http://127.0.0.1:5000/#/experiments/1
 """
@@ -14,6 +16,9 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+
+COMPARE_HINT = ("A variant's trials side by side: expand its run (+), tick its trials, Compare; "
+                "then pick `objective` under Metrics (params train.lr, train.seed).")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"MLflow UI: {url}/{page}?workflowType=machine_learning   (Ctrl-C stops it)", flush=True)
         for name, experiment in study_experiments(uri):  # tracking.readback
             print(f"{name}: {url}/#/experiments/{experiment}", flush=True)
+        print(COMPARE_HINT, flush=True)
         return server.wait()
     except KeyboardInterrupt:
         return 0

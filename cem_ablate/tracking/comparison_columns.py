@@ -37,6 +37,13 @@ OPT_SUFFIX = " opt"
 NO_VALUE = "-"
 
 
+# The widest value a column usually shows (4 significant digits; the interval at 3): the
+# UI sizes a column for it before the study has logged its values (`tracking.ui_app`).
+WIDE_NUMBER = "-0.001234"
+WIDE_INTERVAL = "[-0.0123, 0.00456]"
+WIDE_VERDICT = "unresolved"
+
+
 def delta_name(baseline: str) -> str:
     return f"Δ {baseline}"
 
@@ -104,13 +111,31 @@ def display_record(answers: Iterable[BaselineAnswer], correction: str, objective
 def view_columns(baselines: Iterable[str], metric_keys: Collection[str], tag_keys: Collection[str]) -> list[str]:
     """The runs-table columns (MLflow's column ids) of the display record, in reading
     order: per baseline Δ, CI, adjusted p and verdict (the answer), then objective* and
-    lr*, then the raw p per baseline. Only columns some parent run holds."""
+    lr*, then the raw p per baseline.
+
+    A baseline's columns are listed before their first value is logged (a browser stores
+    the view on its first visit, maybe while the study's first trials train; MLflow
+    ignores a chosen column no run has yet), as long as some parent already carries a
+    display column: a study published before them gets no view. The adjusted p is the
+    one logged (Holm or design), both while neither is; objective* once logged."""
     baselines = list(baselines)
-    metric_ids = {k: f"metrics.`{k}`" for k in metric_keys}
-    tag_ids = {k: f"tags.`{k}`" for k in tag_keys}
-    wanted: list[str] = []
+    display = {verdict_name(b) for b in baselines} | {LR_OPT}
+    if not display & (set(metric_keys) | set(tag_keys)):
+        return []
+    adjusted = [n for n in ADJUSTED.values() if any(k == f"{n} {b}" for b in baselines for k in metric_keys)]
+    adjusted = adjusted or list(ADJUSTED.values())
+    columns: list[str] = []
     for b in baselines:
-        wanted += [delta_name(b), interval_name(b), *(adjusted_name(b, c) for c in ADJUSTED), verdict_name(b)]
-    wanted += sorted(k for k in metric_keys if k.endswith(OPT_SUFFIX) and k != LR_OPT) + [LR_OPT]
-    wanted += [p_name(b) for b in baselines]
-    return [metric_ids.get(k) or tag_ids[k] for k in wanted if k in metric_ids or k in tag_ids]
+        columns += [f"metrics.`{delta_name(b)}`", f"tags.`{interval_name(b)}`",
+                    *(f"metrics.`{n} {b}`" for n in adjusted), f"tags.`{verdict_name(b)}`"]
+    columns += [f"metrics.`{k}`" for k in sorted(metric_keys) if k.endswith(OPT_SUFFIX) and k != LR_OPT]
+    columns += [f"metrics.`{LR_OPT}`"] + [f"metrics.`{p_name(b)}`" for b in baselines]
+    return columns
+
+
+def wide_value(column: str) -> str:
+    """The usual widest value of a `view_columns` column."""
+    key = column.split(".", 1)[1].strip("`")
+    if column.startswith("metrics."):
+        return WIDE_NUMBER
+    return WIDE_INTERVAL if key.startswith(interval_name("")) else WIDE_VERDICT

@@ -61,4 +61,12 @@ def test_the_view_reads_per_baseline_the_answer_then_the_optimum_then_p():
     assert columns == ["metrics.`Δ T1`", "tags.`CI T1`", "metrics.`Holm p T1`", "tags.`verdict T1`",
                        "metrics.`Δ llama`", "tags.`CI llama`", "metrics.`Holm p llama`", "tags.`verdict llama`",
                        "metrics.`ppl opt`", "metrics.`lr opt`", "metrics.`p T1`", "metrics.`p llama`"]
-    assert view_columns([], {"objective_star"}, set()) == []  # a study published before the display columns
+    assert view_columns(["llama"], {"objective_star"}, {"cem_ablate.verdict.llama"}) == []  # published before them
+
+
+def test_the_view_lists_a_baselines_columns_before_their_first_value():
+    """A browser stores the view once: opened while the first trials train, it must
+    already hold the columns the study will log (only the verdict tag is there yet)."""
+    columns = view_columns(["llama"], {"lr opt", "ppl opt"}, {"verdict llama", "CI llama"})
+    assert columns == ["metrics.`Δ llama`", "tags.`CI llama`", "metrics.`Holm p llama`", "metrics.`design p llama`",
+                       "tags.`verdict llama`", "metrics.`ppl opt`", "metrics.`lr opt`", "metrics.`p llama`"]
