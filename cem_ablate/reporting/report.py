@@ -288,6 +288,7 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     pairs the stored study did not record are checked on its variants (`study.pairing`)."""
     from cem_ablate.config import ConfigError
     from cem_ablate.tracking.readback import read_study
+    from cem_ablate.tracking.report_artifacts import log_report
 
     try:
         records = read_study(tracking_uri, study_name, variant_keys)
@@ -322,6 +323,7 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
              + gp_draws_section(records, expanded, metric, console))
     if extra:
         path.write_text(path.read_text() + "\n\n" + "\n".join(extra))
+    log_report(tracking_uri, [r.run_id for r in records], out_dir)  # each parent run's page shows it
     return path
 
 
