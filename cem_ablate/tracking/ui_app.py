@@ -14,10 +14,12 @@ run before the UI loads and, only where the browser has no value stored yet,
 - set the page toggle to the model-training view;
 - mark the assistant's first-visit opening as done (it stays one click away);
 - give each cem-ablate study's runs table the answer's columns in reading order and
-  each its width (`tracking.comparison_columns`: per baseline Δ, CI, Holm p and
+  each its width (`tracking.runs_table_view`: per baseline Δ, CI, Holm p and
   verdict, then objective* and lr*, then p), through the UI's own saved view (its
   `selectedColumns`, `columnOrder` and `columnWidths`), so that at 1600 px the
   answer for two baselines is on screen without scrolling.
+(On a plain `mlflow server` the same columns open from the study's shared-view link,
+`runs_table_view.shared_view_url`.)
 The keys are MLflow's (`mlflow.workflowType_v1`, `mlflow.assistant.fab.autoOpenedOnFirstLoad_v1`,
 `MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState`, read in its bundled
 JS); a user's own toggle or column choice always wins.
@@ -32,67 +34,11 @@ from flask import Response
 from mlflow.server import app as flask_app
 from mlflow.server.fastapi_app import app  # noqa: F401 - the ASGI app uvicorn serves (wraps flask_app)
 
-from cem_ablate.tracking import tags as T
-from cem_ablate.tracking.comparison_columns import view_columns, wide_value
+from cem_ablate.tracking.runs_table_view import study_views
 
 WORKFLOW_KEY = "mlflow.workflowType_v1"
 ASSISTANT_OPENED_KEY = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
 VIEW_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"
-MAX_STUDIES = 200
-RUN_NAME, DURATION = "attributes.`Run Name`", "duration"  # the runs table's own column ids (ag-grid colId)
-
-# Column widths from the text they show, in px of the runs table's 13 px font: measured
-# in headless Chromium 156 (tests/tracking/browser.py), a header averages 6.1 px per
-# character, a number 5.3 and "unresolved" 5.9; the paddings hold the header's sort icon
-# and the cell's margins. A column fits its header and the wider of the values logged
-# so far and the usual widest value (`comparison_columns.wide_value`): the browser keeps
-# the view it got on its first visit, maybe while the study's first trials train.
-HEADER_CHAR_PX = 6.5
-VALUE_CHAR_PX = 5.7
-HEADER_PAD_PX = 28
-CELL_PAD_PX = 24
-MIN_WIDTH_PX = 60
-RUN_NAME_PAD_PX = 60  # expander, colour dot and padding beside the name
-
-
-def _width(texts, char_px: float, pad: int) -> int:
-    return max(MIN_WIDTH_PX, round(max(len(t) for t in texts) * char_px) + pad)
-
-
-def _value_text(run, column: str) -> str:
-    group, key = column.split(".", 1)
-    key = key.strip("`")
-    value = (run.data.metrics if group == "metrics" else run.data.tags).get(key)
-    return "" if value is None else value if isinstance(value, str) else f"{value:g}"
-
-
-def column_width(column: str, runs) -> int:
-    header = _width([column.split(".", 1)[1].strip("`")], HEADER_CHAR_PX, HEADER_PAD_PX)
-    values = _width([wide_value(column)] + [_value_text(r, column) for r in runs], VALUE_CHAR_PX, CELL_PAD_PX)
-    return max(header, values)
-
-
-def study_views(store) -> dict[str, dict]:
-    """Experiment id -> the runs-table view of its parent runs (cem-ablate studies only)."""
-    from mlflow.entities import ViewType
-
-    experiments = store.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=MAX_STUDIES)
-    out = {}
-    for experiment in (e for e in experiments if T.STUDY in e.tags):
-        parents = store.search_runs([experiment.experiment_id], f"tags.`{T.KIND}` = 'variant'",
-                                    ViewType.ACTIVE_ONLY, max_results=100)
-        metrics = {k for r in parents for k in r.data.metrics}
-        tag_keys = {k for r in parents for k in r.data.tags}
-        baselines = sorted(k[len(T.VERDICT_PREFIX):] for k in tag_keys if k.startswith(T.VERDICT_PREFIX))
-        columns = view_columns(baselines, metrics, tag_keys)
-        if not columns:
-            continue
-        widths = {c: column_width(c, parents) for c in columns}
-        widths[RUN_NAME] = _width([r.info.run_name or "" for r in parents] + ["Run Name"], HEADER_CHAR_PX,
-                                  RUN_NAME_PAD_PX)
-        out[experiment.experiment_id] = {"selectedColumns": columns, "columnOrder": [RUN_NAME, *columns, DURATION],
-                                         "columnWidths": widths}
-    return out
 
 
 def startup_script(views: dict[str, dict]) -> str:

@@ -121,6 +121,13 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
         "lr opt": float(f"{rows['cem_attention'].statistics.stats.optimum.lr_star:.4g}")}
     assert (cem.data.tags["verdict llama"], cem.data.tags["CI llama"]) == (d.verdict, interval_text(d.low, d.high))
     client = make_client(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    children = client.search_runs([experiment.experiment_id], f"tags.`{T.KIND}` = 'trial'", max_results=1000)
+    assert len(children) == 2 * len(GRID) * len(SEEDS)
+    for child in children:  # lr and seed as params: MLflow's Compare plots them against `objective`
+        params = child.data.params
+        assert (float(params["train.lr"]), int(params["train.seed"])) == (float(child.data.tags["lr"]),
+                                                                           int(child.data.tags["seed"]))
+        assert "objective" in child.data.metrics
     for parent in parents.values():
         logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
         assert {"report/report.md", "report/ppl_vs_lr.png", "report/ppl_vs_params.png"} <= logged, logged

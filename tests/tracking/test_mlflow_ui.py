@@ -13,6 +13,7 @@ answer's columns (tracking.comparison_columns), which the second test checks as 
 1600 x 1000 screen shows them (tests/tracking/browser.py: the DevTools protocol).
 """
 
+import json
 import shutil
 import socket
 import subprocess
@@ -154,3 +155,40 @@ def test_cem_ablate_ui_opens_on_the_answer_readable_at_1600_px(tmp_path):
         assert c["right"] <= table["width"] and not c["cut"], c
         if c["col"].startswith("metrics.") and c["text"] != "-":
             assert significant_digits(c["text"]) <= 4, c
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install -y chromium)")
+def test_a_plain_mlflow_server_opens_the_studys_shared_view(tmp_path):
+    """MLflow's own shared view (experiment tag `mlflow.sharedViewState.<key>`): the same
+    answer columns from a plain `mlflow server` (a cluster's tracking server), any browser."""
+    pytest.importorskip("websocket", reason="websocket-client (the test extra) drives Chromium")
+    from cem_ablate.tracking.comparison_columns import BaselineAnswer, display_record
+    from cem_ablate.tracking.runs_table_view import SHARED_VIEW_TAG, share_views, shared_view_url
+    from tests.tracking.browser import Chromium
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = StudyTracker(uri, "shared")
+    experiment = tracker.experiment_id("shared view check")
+    for name, tests in STUDY.items():
+        metrics, tags = display_record([BaselineAnswer(b, *t) for b, t in tests.items()], "holm", "ppl", 0.002, 16.9)
+        add_parent(tracker, name, metrics, tags | {T.VERDICT_PREFIX + b: t[5] for b, t in tests.items()})
+    assert share_views(uri, "shared") == {experiment: "cem-ablate"}
+    assert "Holm p llama" in tracker.client.get_experiment(experiment).tags[SHARED_VIEW_TAG]
+
+    with TrackingServer(uri, "127.0.0.1", free_port(), str(tmp_path / "artifacts")) as server, \
+            Chromium(tmp_path / "profile") as browser:
+        assert server.wait_ready()
+        browser.open(shared_view_url(server.url, experiment))
+        assert browser.wait_for("document.body.innerText.includes('better')")
+        time.sleep(1)
+        table = browser.table()
+    # The view's columns, in its order, from the left (a plain server's assistant panel,
+    # open on a first visit, may push the last ones off screen: not our page there).
+    shown = [h["col"] for h in sorted(table["headers"], key=lambda h: h["left"])
+             if h["col"].startswith(("metrics.", "tags."))]
+    view = json.loads(tracker.client.get_experiment(experiment).tags[SHARED_VIEW_TAG])
+    assert len(shown) >= 4 and shown == view["selectedColumns"][:len(shown)], shown
+    assert shown[:4] == ["metrics.`Δ dim_matched`", "tags.`CI dim_matched`", "metrics.`Holm p dim_matched`",
+                         "tags.`verdict dim_matched`"]
+    assert not any(h["cut"] for h in table["headers"] if h["col"] in shown)
