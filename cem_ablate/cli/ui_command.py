@@ -2,8 +2,11 @@
 
 Runs `mlflow server --app-name cem-ablate` (tracking.server: one worker, job execution
 off, its own process group; tracking.ui_app: a study's plain experiment URL opens on
-the runs table with the parent runs' aggregate columns: verdict, Holm p and Δ per
-baseline first) and prints the URL, then one line per study in the store:
+the runs table with the parent runs' display columns, tracking.comparison_columns:
+per baseline Δ, its interval, Holm p and verdict, then objective* and lr*, sized to
+fit 1600 px; also stored as each study's shared view, tracking.runs_table_view) and
+prints the URL, then one line per study in the store, then how to
+compare a variant's trials:
 
     quickstart: http://127.0.0.1:5000/#/experiments/1
 """
@@ -14,6 +17,9 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+
+COMPARE_HINT = ("A variant's trials side by side: expand its run (+), tick its trials, Compare; "
+                "then pick `objective` under Metrics (params train.lr, train.seed).")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
     from cem_ablate.tracking.readback import study_experiments
+    from cem_ablate.tracking.runs_table_view import share_views
     from cem_ablate.tracking.server import UI_APP, TrackingServer, experiment_id
     from cem_ablate.tracking.store import default_artifact_root, default_tracking_uri, sqlite_store_path
 
@@ -45,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--study", f"no study {args.study!r} in {uri}.")
         page = f"#/experiments/{experiment}/runs"
 
+    share_views(uri)  # each study's answer columns as its shared view (tracking.runs_table_view)
     # The server's own log goes to stderr: stdout carries only the URL line.
     server = TrackingServer(uri, args.host, args.port, artifacts, stdout=sys.stderr, app_name=UI_APP)
     server.start()
@@ -57,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"MLflow UI: {url}/{page}?workflowType=machine_learning   (Ctrl-C stops it)", flush=True)
         for name, experiment in study_experiments(uri):  # tracking.readback
             print(f"{name}: {url}/#/experiments/{experiment}", flush=True)
+        print(COMPARE_HINT, flush=True)
         return server.wait()
     except KeyboardInterrupt:
         return 0

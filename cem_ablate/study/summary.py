@@ -26,6 +26,7 @@ from cem_ablate.analysis.akima import AkimaFit
 from cem_ablate.analysis.statistics import OBJECTIVE_NAMES, VariantStatistics, VariantStats, observations, variant_stats
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
+from cem_ablate.study.display_columns import display_columns
 from cem_ablate.study.variants import Variant
 from cem_ablate.study.verdicts import (
     AT_BASELINE, AT_OPTIMA, AT_OWN, Test, design_of, design_record, headline, study_family)
@@ -169,7 +170,8 @@ class StudyPublisher:
         tags = {T.AKIMA_EDGE: (optimum.edge or "none") if optimum else "none",
                 T.PROGRESS: "done" if summary.done else "running", T.OBJECTIVE: summary.statistics.objective}
         tags |= verdict_tags(tests, variant, self.pairings)
-        return metrics, tags
+        display_metrics, display_tags = display_columns(tests, variant, summary.statistics.stats, self.correction)
+        return metrics | display_metrics, tags | display_tags
 
     def _log(self, summary: VariantSummary, metrics: dict, tags: dict, draw: bool) -> None:
         from cem_ablate.study.plots import SweepSeries, plot_variant_fit

@@ -13,6 +13,7 @@ from scipy.interpolate import Akima1DInterpolator
 from cem_ablate.cli.main import main
 from cem_ablate.reporting.report import build_comparisons, build_rows
 from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.comparison_columns import interval_text
 from cem_ablate.tracking.readback import read_study
 from cem_ablate.tracking.store import make_client
 from tests.study.tiny_study import write_study
@@ -112,6 +113,24 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
     assert cem.data.metrics["delta_vs_llama"] == pytest.approx(headline.test.decision.delta, rel=1e-6)
     assert cem.data.metrics["delta_vs_llama/p_holm"] == pytest.approx(headline.test.decision.p_holm, rel=1e-6)
     assert "Δ vs baseline" in out and headline.test.decision.verdict in out
+    # Issue 30: the same answer in the parent's short display columns (4 significant
+    # digits), and the report on every parent's page
+    d = headline.test.decision
+    assert {k: cem.data.metrics[k] for k in ("Δ llama", "Holm p llama", "p llama", "lr opt")} == {
+        "Δ llama": float(f"{d.delta:.4g}"), "Holm p llama": float(f"{d.p_holm:.4g}"), "p llama": float(f"{d.p:.4g}"),
+        "lr opt": float(f"{rows['cem_attention'].statistics.stats.optimum.lr_star:.4g}")}
+    assert (cem.data.tags["verdict llama"], cem.data.tags["CI llama"]) == (d.verdict, interval_text(d.low, d.high))
+    client = make_client(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    children = client.search_runs([experiment.experiment_id], f"tags.`{T.KIND}` = 'trial'", max_results=1000)
+    assert len(children) == 2 * len(GRID) * len(SEEDS)
+    for child in children:  # lr and seed as params: MLflow's Compare plots them against `objective`
+        params = child.data.params
+        assert (float(params["train.lr"]), int(params["train.seed"])) == (float(child.data.tags["lr"]),
+                                                                           int(child.data.tags["seed"]))
+        assert "objective" in child.data.metrics
+    for parent in parents.values():
+        logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+        assert {"report/report.md", "report/ppl_vs_lr.png", "report/ppl_vs_params.png"} <= logged, logged
 
     # The dry run of the same file reads the spread of these trials: the 80%-power Δ in perplexity too
     assert main(["study", str(path), "--dry-run"]) == 0
