@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "ui": "Serve the MLflow UI on 127.0.0.1 over the local store.",
     "bench": "Benchmark training-step throughput, MFU and peak memory of variants.",
     "power": "False-positive rate and detectable Δ of a seed design (--seeds 5 or 2..5).",
+    "export": "Write a trained run as a Hugging Face model folder (AutoModelForCausalLM).",
+    "eval": "Score a trained run with lm-evaluation-harness tasks; metrics into its MLflow run.",
 }
 
 
