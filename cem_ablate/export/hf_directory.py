@@ -56,7 +56,7 @@ def export_run(run: TrainedRun, out: str | Path) -> Path:
     try:
         write_model(run.model, tmp)
         if run.tokenizer is not None:
-            write_tokenizer(run.tokenizer, tmp)
+            write_tokenizer(run.tokenizer, tmp, run.model.dims.max_seq_len)
         provenance = {"platform_version": __version__, "run_dir": str(run.folder.path.resolve()),
                       "checkpoint": str(run.checkpoint.resolve()), "run_name": run.config.name,
                       "trial_key": run.config.trial_key(), "trained_by_this_code": run.same_code,
@@ -98,8 +98,9 @@ def write_model(model: CEMTransformer, folder: Path) -> None:
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
-def write_tokenizer(tokenizer, folder: Path) -> None:
-    """The run's tokenizer as a `PreTrainedTokenizerFast` (AutoTokenizer loads it), and
+def write_tokenizer(tokenizer, folder: Path, max_length: int) -> None:
+    """The run's tokenizer as a `PreTrainedTokenizerFast` (`AutoTokenizer` loads it; with
+    `trust_remote_code=True` beside a cem_ablate model, whose config is remote code), and
     its EOS id into config.json so `generate` stops there."""
     from transformers import PreTrainedTokenizerFast
 
@@ -107,7 +108,7 @@ def write_tokenizer(tokenizer, folder: Path) -> None:
 
     backend, eos_token = backend_of(tokenizer)
     fast = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=eos_token, bos_token=eos_token,
-                                   unk_token=None, pad_token=eos_token)
+                                   unk_token=None, pad_token=eos_token, model_max_length=max_length)
     fast.save_pretrained(folder)
     config_file = folder / "config.json"
     config = json.loads(config_file.read_text())
