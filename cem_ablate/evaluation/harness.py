@@ -16,6 +16,7 @@ metrics takes minutes); a study compares seeds instead (SPEC §8).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -56,12 +57,18 @@ def _harness():
     return lm_eval, HFLM, TaskManager
 
 
+@functools.lru_cache(maxsize=4)
+def _task_manager(factory, include_path: str | None):
+    """One index of the harness's task YAML files per folder set (indexing them takes seconds)."""
+    return factory(include_path=include_path)
+
+
 def load_tasks(spec: EvalSpec, path: str = "eval.tasks") -> tuple[object, list]:
     """(TaskManager, the built tasks): every name known, every task's data loaded."""
     _, _, TaskManager = _harness()
     if spec.include_path is not None and not Path(spec.include_path).is_dir():
         raise ConfigError("eval.include_path", f"{spec.include_path} is not a folder of task YAML files.")
-    manager = TaskManager(include_path=spec.include_path)
+    manager = _task_manager(TaskManager, spec.include_path)
     known = set(manager.all_tasks)
     for name in spec.tasks:
         if name not in known:
