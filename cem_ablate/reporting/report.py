@@ -318,8 +318,11 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     from cem_ablate.reporting.gp_draws_report import gp_draws_section
     from cem_ablate.reporting.width_report import width_section
 
+    from cem_ablate.reporting.eval_report import eval_section
+
     extra = (width_section(records, expanded, tracking_uri, out_dir, metric, console)
-             + gp_draws_section(records, expanded, metric, console))
+             + gp_draws_section(records, expanded, metric, console)
+             + eval_section(records, comparisons, tracking_uri, console))  # issue 29: a study's eval:
     if extra:
         path.write_text(path.read_text() + "\n\n" + "\n".join(extra))
     return path
