@@ -112,7 +112,9 @@ def run_harness(trained: TrainedRun, spec: EvalSpec, loaded: tuple[object, list]
     lm_eval, HFLM, _ = _harness()
     manager, tasks = loaded or load_tasks(spec)
     with tempfile.TemporaryDirectory(prefix="cem-ablate-eval-") as tmp:
-        folder = export_run(trained, Path(tmp) / "model")
+        # A name of its own: Hugging Face caches remote code per folder name, and two
+        # evaluations (study workers) must not share one.
+        folder = export_run(trained, Path(tmp) / "".join(c if c.isalnum() else "_" for c in Path(tmp).name))
         model = HFLM(pretrained=str(folder), trust_remote_code=True, dtype="float32", device=spec.device,
                      batch_size=spec.batch_size, backend="causal")
         return lm_eval.simple_evaluate(model=model, tasks=tasks, task_manager=manager, limit=spec.limit,

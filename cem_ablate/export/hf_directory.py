@@ -16,6 +16,7 @@ folder beside DIR and renamed to DIR at the end, so DIR is never half-written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -81,8 +82,14 @@ def write_model(model: CEMTransformer, folder: Path) -> None:
     bundle = build_bundle(source.module for source in component_sources(model.config))
     for name, text in bundle.files.items():
         (folder / name).write_text(text)
-    for file in sorted(HF_CODE.glob("*.py")):
-        shutil.copyfile(file, folder / file.name)
+    code = {file.name: file.read_text() for file in sorted(HF_CODE.glob("*.py"))}
+    digest = hashlib.sha256("".join(f"{n}\0{t}\0" for n, t in sorted({**bundle.files, **code}.items())).encode())
+    for name, text in code.items():
+        # Hugging Face keys its cache of remote code (and the model class it registers for
+        # a config class) by these files' content: without the digest every export would
+        # share one config class, and a second export loaded in a process would get the
+        # first one's model class and source.
+        (folder / name).write_text(text + f'\nEXPORT_SOURCE_DIGEST = "{digest.hexdigest()[:16]}"\n')
     dims = model.dims
     config = {
         "model_type": MODEL_TYPE, "architectures": ["CEMAblateForCausalLM"], "auto_map": AUTO_MAP,

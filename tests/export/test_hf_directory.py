@@ -79,12 +79,23 @@ def test_every_variant_loads_without_the_platform(tmp_path):
         with torch.no_grad():
             expected[str(folder)] = (model(ids), platform_greedy(model, prompt, 6))
         cases.append({"dir": str(folder), "inputs": str(tmp_path / f"{name}.pt")})
+    # Two exports in folders of the same name, loaded one after the other in one process:
+    # Hugging Face caches remote code by folder name; each must still run its own source.
+    for seed, name in enumerate(("full_cem_T2", "hopfield_mlp_nesterov"), start=100):
+        model = perturbed_model(VARIANTS[name], seed)
+        folder = tmp_path / f"same_name_{seed}" / "model"
+        folder.mkdir(parents=True)
+        write_model(model, folder)
+        with torch.no_grad():
+            expected[str(folder)] = (model(torch.load(tmp_path / f"{name}.pt")["ids"]),
+                                     platform_greedy(model, torch.load(tmp_path / f"{name}.pt")["prompt"], 6))
+        cases.append({"dir": str(folder), "inputs": str(tmp_path / f"{name}.pt")})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     fresh_process(Path(__file__).with_name("hf_check.py"), tmp_path / "cases.json", tmp_path / "out.json",
                   tmp=tmp_path)
     report = json.loads((tmp_path / "out.json").read_text())
     assert report["platform_modules"] == []
-    assert len(report["results"]) == len(VARIANTS)
+    assert len(report["results"]) == len(VARIANTS) + 2
     for result in report["results"]:
         logits, greedy = expected[result["dir"]]
         theirs = torch.load(result["dir"] + ".logits.pt")

@@ -13,12 +13,11 @@ from cem_ablate.cli.main import main
 from cem_ablate.config import ConfigError
 from cem_ablate.data.tokenizer import ByteTokenizer
 from cem_ablate.export.trained_run import load_trained_run
-from tests.export.conftest import trained_run  # noqa: F401  (session fixture)
 
 TEXT = "def héllo(x):\n    return x € 1\n"
 
 
-def test_export_cli_writes_a_loadable_folder(trained_run, tmp_path, capsys):  # noqa: F811
+def test_export_cli_writes_a_loadable_folder(trained_run, tmp_path, capsys):
     run_dir, _, _ = trained_run
     assert main(["export", str(run_dir), "--to", str(tmp_path / "hf")]) == 0
     assert "CEMAblateForCausalLM" in capsys.readouterr().out
@@ -46,7 +45,7 @@ def test_export_cli_writes_a_loadable_folder(trained_run, tmp_path, capsys):  # 
     assert float(out.stdout.strip().splitlines()[-1]) <= 1e-5
 
 
-def test_export_refuses_a_used_folder_before_reading_the_run(trained_run, tmp_path, capsys):  # noqa: F811
+def test_export_refuses_a_used_folder_before_reading_the_run(trained_run, tmp_path, capsys):
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "keep.txt").write_text("mine")
     assert main(["export", str(tmp_path / "no-run"), "--to", str(tmp_path / "hf")]) == 2
@@ -55,7 +54,7 @@ def test_export_refuses_a_used_folder_before_reading_the_run(trained_run, tmp_pa
     assert [p.name for p in (tmp_path / "hf").iterdir()] == ["keep.txt"]
 
 
-def test_another_code_version(trained_run, tmp_path, capsys):  # noqa: F811
+def test_another_code_version(trained_run, tmp_path, capsys):
     """A run folder whose trial key this code does not compute warns once and still
     exports; weights that do not fit the model this code builds are one error, and
     nothing is written."""

@@ -16,13 +16,25 @@ first token), so only right padding is exact (causal: later pads never reach ear
 positions); a left-padded mask raises.
 """
 
+import sys
+
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .cem_ablate_bundle import build_model
+# Hugging Face names the package after the folder and re-executes this file when any file
+# of the folder changed (another export loaded from a folder of the same name in this
+# process), but not the modules it imports: drop those, so the platform source that runs
+# is the one copied beside this file.
+_PACKAGE = __name__.rpartition(".")[0]
+if _PACKAGE:
+    for _name in [n for n in sys.modules if n.startswith(_PACKAGE + ".")
+                  and n.rpartition(".")[2] not in ("modeling_cem_ablate", "configuration_cem_ablate")]:
+        del sys.modules[_name]
+
+from .cem_ablate_bundle import build_model  # noqa: E402
 from .configuration_cem_ablate import CEMAblateConfig
 
 
