@@ -79,7 +79,7 @@ def eval_tests(comparisons, values: EvalValues, metrics: list[str]) -> list[tupl
 
 
 def _neg(x):
-    return None if x is None else -x
+    return None if x is None else 0.0 - x  # 0.0 - 0.0 is 0.0, not -0.0
 
 
 def eval_section(records, comparisons, tracking_uri: str, console=None) -> list[str]:
@@ -96,7 +96,7 @@ def eval_section(records, comparisons, tracking_uri: str, console=None) -> list[
     tests = eval_tests(comparisons, values, metrics)
     if tests:
         cols = ["variant", "baseline", "metric", "at", "Δ [interval]", "p (adjusted)", "verdict"]
-        lines += ["", f"### Δ vs baseline, eval metrics ({len(tests)} tests, one family, "
+        lines += ["", f"### Δ vs baseline, eval metrics ({len(tests)} test{'s' if len(tests) != 1 else ''}, one family, "
                       f"{comparisons.correction} at α = {comparisons.design.alpha})", "",
                   "Δ = variant − baseline in the metric's units; better/worse by the metric's own direction "
                   "(higher accuracy, lower perplexity).", "",
