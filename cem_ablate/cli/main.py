@@ -22,6 +22,8 @@ SUBCOMMANDS = {
     "generate": "Generate text from a trained run or checkpoint (greedy or sampled, with the decoding cache).",
     "power": "False-positive rate and detectable Δ of a seed design (--seeds 5 or 2..5).",
     "coord-check": "muP coordinate check: does every module's activation scale stay put across widths?",
+    "export": "Write a trained run as a Hugging Face model folder (AutoModelForCausalLM).",
+    "eval": "Score a trained run with lm-evaluation-harness tasks; metrics into its MLflow run.",
 }
 
 

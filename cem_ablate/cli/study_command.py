@@ -168,6 +168,10 @@ def run(args: argparse.Namespace) -> int:
     if args.tracking_uri:
         check_tracking_server(args.tracking_uri)  # a dead server: one line now, not MLflow's 4-minute retry
     _check_tokenizers(expanded)
+    if expanded.spec.eval is not None:  # task names and data, before anything is created
+        from cem_ablate.study.trial_eval import check_eval
+
+        check_eval(expanded.spec.eval)
     settings = StudySettings(
         storage=StorageSettings(storage_url, args.heartbeat, args.grace),
         tracking_uri=args.tracking_uri or default_tracking_uri(),

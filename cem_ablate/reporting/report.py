@@ -321,9 +321,12 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     from cem_ablate.reporting.transfer_report import transfer_section
     from cem_ablate.reporting.width_report import width_section
 
+    from cem_ablate.reporting.eval_report import eval_section
+
     extra = (transfer_section(records, expanded, tracking_uri, metric, console)
              + width_section(records, expanded, tracking_uri, out_dir, metric, console)
-             + gp_draws_section(records, expanded, metric, console))
+             + gp_draws_section(records, expanded, metric, console)
+             + eval_section(records, comparisons, tracking_uri, console))  # issue 29: a study's eval:
     if extra:
         path.write_text(path.read_text() + "\n\n" + "\n".join(extra))
     log_report(tracking_uri, [r.run_id for r in records], out_dir)  # each parent run's page shows it

@@ -18,6 +18,7 @@
       smoke: {base.train.max_steps: 20}
     execution: {workers: 2, threads: 1}          # defaults for --workers / --threads
     statistics: {alpha: 0.05, correction: holm}  # the report's family-wise error rate
+    eval: {tasks: [hellaswag], limit: 500}       # lm-evaluation-harness on every finished trial
 
 Dotted keys in `set`, `axes`, `baselines` address the run config (`model.mlp.name`);
 in `scale` and `--set` they address the study file itself (`base.train.lr`,
@@ -183,6 +184,22 @@ class StatisticsConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    """lm-evaluation-harness tasks scored on every finished trial (study/trial_eval.py):
+    names the harness knows, or local task YAML under `include_path`; `limit` documents
+    per task (null: all). Not part of any variant's identity: it adds metrics, never
+    changes training."""
+
+    tasks: list[str] = field(default_factory=list)
+    limit: int | None = None
+    include_path: str | None = None
+
+    def validate(self, path: str) -> None:
+        require(len(self.tasks) > 0, join(path, "tasks"), "must name at least one task.")
+        require(self.limit is None or self.limit >= 1, join(path, "limit"), f"must be >= 1, got {self.limit}.")
+
+
+@dataclass(frozen=True)
 class VariantSpec:
     name: str
     set: dict[str, Any] = field(default_factory=dict)
@@ -205,6 +222,7 @@ class StudySpec:
     scale: dict[str, dict[str, Any]] = field(default_factory=dict)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     statistics: StatisticsConfig = field(default_factory=StatisticsConfig)
+    eval: EvalConfig | None = None
 
     def validate(self, path: str) -> None:
         require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),

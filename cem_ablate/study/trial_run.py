@@ -99,6 +99,10 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
     seconds = time.time() - start
 
     status, value, reason = _outcome(result, pruner is not None and pruner.pruned_step is not None, error)
+    if status == TrialStatus.FINISHED and spec.eval is not None:  # before `finish`: see study/trial_eval.py
+        from cem_ablate.study.trial_eval import evaluate_trial
+
+        evaluate_trial(spec.eval, run_dir, session.settings.tracking_uri, child)
     attrs = {"reason": reason, "seconds": round(seconds, 1)}
     metrics = {"lr": lr}
     if result is not None:

@@ -1,0 +1,120 @@
+"""A cem-ablate model as a Hugging Face causal LM (written by `cem-ablate export`).
+
+The network is the platform's own `CEMTransformer`, built by the platform code copied
+beside this file (`cem_ablate_bundle`, see cem_ablate/export/source_bundle.py), so its
+logits are the platform's; weights are the platform's state dict under `model.`.
+Depends only on torch, transformers and the copied files.
+
+Decoding: the model keeps Hugging Face's `Cache` API, but the cache holds the prefix's
+token ids (layer 0 of a `DynamicCache`, as a (B, 1, S, 1) integer tensor), and each
+step recomputes the prefix: the exported components have no incremental decoding hook
+yet, and recomputing gives exactly the full forward's logits, so `generate(use_cache=
+True)` equals `use_cache=False`.
+
+Padding: the platform model has no padding mask (RoPE/ALiBi positions count from the
+first token), so only right padding is exact (causal: later pads never reach earlier
+positions); a left-padded mask raises.
+"""
+
+import sys
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+# Hugging Face names the package after the folder and re-executes this file when any file
+# of the folder changed (another export loaded from a folder of the same name in this
+# process), but not the modules it imports: drop those, so the platform source that runs
+# is the one copied beside this file.
+_PACKAGE = __name__.rpartition(".")[0]
+if _PACKAGE:
+    for _name in [n for n in sys.modules if n.startswith(_PACKAGE + ".")
+                  and n.rpartition(".")[2] not in ("modeling_cem_ablate", "configuration_cem_ablate")]:
+        del sys.modules[_name]
+
+from .cem_ablate_bundle import build_model  # noqa: E402
+from .configuration_cem_ablate import CEMAblateConfig
+
+
+# transformers 5.x renamed the output's `past_key_values` to `cache`.
+_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def _check_right_padded(attention_mask):
+    if attention_mask is None or attention_mask.dim() != 2:
+        return
+    mask = attention_mask.to(torch.int64)
+    if bool((mask[:, 1:] > mask[:, :-1]).any()):
+        raise ValueError("cem-ablate models support right padding only (no padding mask: positions start at "
+                         "the first token); decode left-padded batches one sequence at a time.")
+
+
+class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
+    config_class = CEMAblateConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _no_split_modules = []
+
+    def __init__(self, config: CEMAblateConfig):
+        super().__init__(config)
+        # from_pretrained builds on the meta device and refills non-persistent buffers
+        # (RoPE's inv_freq) with empty tensors, then calls _init_weights: so the model is
+        # built on the CPU here and each module keeps its computed buffers to restore.
+        with torch.device("cpu"):
+            self.model = build_model(config.cem_model)
+        for module in self.model.modules():
+            module._cem_buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers(recurse=False)
+                                   if name in module._non_persistent_buffers_set}
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        # The platform initializes its parameters when it builds them (SPEC §1); a loaded
+        # model's parameters all come from model.safetensors. Only computed buffers return.
+        for name, value in getattr(module, "_cem_buffers", {}).items():
+            buffer = getattr(module, name)
+            if buffer.device.type != "meta":
+                buffer.copy_(value.to(buffer.device, buffer.dtype))
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.model.lm_head
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.model.lm_head = value
+
+    def forward(self, input_ids=None, attention_mask=None, cache=None, past_key_values=None, use_cache=None,
+                labels=None, logits_to_keep=0, return_dict=None, **kwargs):
+        if input_ids is None:
+            raise ValueError("cem-ablate models take input_ids (no inputs_embeds).")
+        cache = cache if cache is not None else past_key_values
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        _check_right_padded(attention_mask)
+        batch, new = input_ids.shape
+        ids = input_ids
+        if use_cache:
+            if cache is None:
+                cache = DynamicCache()
+            if not isinstance(cache, Cache):
+                raise TypeError(f"expected a transformers Cache, got {type(cache).__name__}")
+            if cache.get_seq_length() > 0:
+                prefix = cache.layers[0].keys.reshape(batch, -1)
+                ids = torch.cat([prefix.to(input_ids.device), input_ids], dim=1)
+            tokens = input_ids.reshape(batch, 1, new, 1)
+            cache.update(tokens, tokens, 0)
+        logits = self.model(ids)[:, -new:]
+        if logits_to_keep:
+            logits = logits[:, -logits_to_keep:]
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                               labels[:, 1:].reshape(-1), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache if use_cache else None})

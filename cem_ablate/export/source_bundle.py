@@ -1,0 +1,155 @@
+"""The platform's own model source, copied as flat files for a Hugging Face directory.
+
+An exported model runs the very code that trained it: the modules that build it
+(`cem_ablate.model.assembly` and everything of the platform it imports) and the
+modules of the components it uses (built-in or plugin, with the modules of their own
+packages they import) are copied byte for byte except their import statements, which
+become relative imports of flat files in one folder:
+
+    from cem_ablate.model.blocks import RMSNorm  ->  from .cem_ablate__model__blocks import RMSNorm
+    from cem_ablate.model import protocol        ->  from . import cem_ablate__model__protocol as protocol
+
+Hugging Face's dynamic module loader copies a modeling file and, recursively, every
+file it imports as `from .name import ...` into one package, so the folder loads with
+`trust_remote_code=True` and needs only torch, transformers and what the copied code
+imports from outside the bundled packages (numpy). Logits therefore match the
+platform's by construction; tests/export check it in a process that never imports
+cem_ablate.
+
+`bundle_index(...)` is the file the modeling code imports: one `from .x import` line
+per copied module (so the loader copies every one, including those only reached by
+`from . import x`), the registry marked loaded (there are no entry points outside the
+platform: the copied components are the whole zoo), then `build_model`.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cem_ablate.config.errors import ConfigError
+
+PLATFORM_PACKAGE = "cem_ablate"
+REGISTRY_MODULE = "cem_ablate.registry"
+PROTOCOL_MODULE = "cem_ablate.model.protocol"
+ASSEMBLY_MODULE = "cem_ablate.model.assembly"
+BUNDLE_INDEX = "cem_ablate_bundle"  # the generated file the modeling code imports
+
+
+def flat_name(module: str) -> str:
+    """`a.b.c` -> `a__b__c`: unique across packages, a valid module name."""
+    return module.replace(".", "__")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    files: dict[str, str]  # flat file name (with .py) -> rewritten source
+    modules: tuple[str, ...]  # the dotted modules copied, in a stable order
+    component_modules: tuple[str, ...]  # the modules that register the model's components
+
+
+def _source_file(module: str) -> Path | None:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return _source_file(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    anchor = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    anchor = anchor[: len(anchor) - (node.level - 1)]
+    return ".".join(anchor + ([node.module] if node.module else []))
+
+
+def _targets(module: str, path: Path, tree: ast.AST, packages: set[str]) -> list[str]:
+    """The bundled-package modules `module` imports (anywhere in the file)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in packages:
+                    raise ConfigError("export", f"{module} uses `import {alias.name}`; only `from ... import` "
+                                      "statements of the bundled packages can be rewritten for an export.")
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, path, node)
+            if base.split(".")[0] not in packages:
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.append(sub if _is_module(sub) else base)
+    return out
+
+
+def _rewrite(module: str, path: Path, source: str, tree: ast.AST, packages: set[str]) -> str:
+    """`source` with every import of a bundled package made a flat relative import."""
+    lines = source.splitlines(keepends=True)
+    edits = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = _absolute(module, path, node)
+        if base.split(".")[0] not in packages:
+            continue
+        statements = []
+        for alias in node.names:
+            sub = f"{base}.{alias.name}"
+            if _is_module(sub):
+                statements.append(f"from . import {flat_name(sub)} as {alias.asname or alias.name}")
+            else:
+                name = alias.name if not alias.asname else f"{alias.name} as {alias.asname}"
+                statements.append(f"from .{flat_name(base)} import {name}")
+        indent = lines[node.lineno - 1][: node.col_offset]
+        edits.append((node.lineno, node.end_lineno, indent + ("\n" + indent).join(statements) + "\n"))
+    for start, end, text in sorted(edits, reverse=True):
+        lines[start - 1:end] = [text]
+    return "".join(lines)
+
+
+def build_bundle(component_modules: Iterable[str]) -> Bundle:
+    """The copied, rewritten source of the model assembly and `component_modules`."""
+    component_modules = tuple(dict.fromkeys(component_modules))
+    packages = {PLATFORM_PACKAGE} | {m.split(".")[0] for m in component_modules}
+    roots = [REGISTRY_MODULE, PROTOCOL_MODULE, *component_modules, ASSEMBLY_MODULE]
+    seen: dict[str, tuple[Path, str, ast.AST]] = {}
+    order: list[str] = []
+    todo = list(roots)
+    while todo:
+        module = todo.pop(0)
+        if module in seen:
+            continue
+        path = _source_file(module)
+        if path is None:
+            raise ConfigError("export", f"cannot find the source file of module {module!r} to copy into the export.")
+        source = path.read_text()
+        tree = ast.parse(source)
+        seen[module] = (path, source, tree)
+        order.append(module)
+        todo.extend(t for t in _targets(module, path, tree, packages) if t not in seen)
+    files = {f"{flat_name(m)}.py": _rewrite(m, seen[m][0], seen[m][1], seen[m][2], packages) for m in order}
+    files[f"{BUNDLE_INDEX}.py"] = bundle_index(order, component_modules)
+    return Bundle(files, tuple(order), component_modules)
+
+
+def bundle_index(modules: list[str], component_modules: tuple[str, ...]) -> str:
+    lines = ['"""Generated by `cem-ablate export`: the platform modules this model runs (see',
+             'cem_ablate/export/source_bundle.py). Importing it registers the copied components."""', "",
+             f"from . import {flat_name(REGISTRY_MODULE)} as _registry", "",
+             "# No entry points outside the platform: the copied components are the whole zoo.",
+             "_registry._loaded = True", ""]
+    # The protocol declares the sublayer kinds before the components register (as in the platform).
+    for module in [PROTOCOL_MODULE, *component_modules, *sorted(set(modules) - {PROTOCOL_MODULE, *component_modules})]:
+        lines.append(f"from .{flat_name(module)} import __name__ as _{flat_name(module)}  # noqa: F401")
+    lines += ["", f"from .{flat_name(ASSEMBLY_MODULE)} import build_model  # noqa: E402,F401", ""]
+    return "\n".join(lines)
