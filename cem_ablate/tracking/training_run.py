@@ -30,7 +30,10 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
 
     `guard` is called before every write (it raises when this process lost its claim on
     the run, `training.lease`): a fenced worker adds no point to the curves, and Lightning's
-    `finalize` after that error writes nothing either."""
+    `finalize` after that error writes nothing either. On an existing run a metric is
+    logged only past the last step it already has: a resumed attempt replays the steps
+    between its checkpoint and the kill with the same values (exact resume), and the
+    curve keeps one point per step."""
     quiet_mlflow()
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -51,6 +54,7 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
     )
     logger.guard = guard
     if run_id:  # a resumed or handed-in run may have been marked finished/killed
+        logger.logged_through = _last_steps(logger.experiment, run_id)
         logger.experiment.update_run(run_id, status="RUNNING")
     else:  # a standalone run's experiment opens in the UI's training view (tags.EXPERIMENT_KIND)
         logger.experiment.set_experiment_tag(logger.experiment_id, T.EXPERIMENT_KIND, T.TRAINING_KIND)
@@ -62,8 +66,14 @@ def _guarded_logger_class():
     from lightning.pytorch.loggers import MLFlowLogger
 
     class GuardedMLFlowLogger(MLFlowLogger):
+        logged_through: Mapping[str, int] = {}
+
         def log_metrics(self, metrics, step=None):
             self.guard()
+            if step is not None and self.logged_through:
+                metrics = {k: v for k, v in metrics.items() if step > self.logged_through.get(k, -1)}
+                if not metrics:
+                    return
             super().log_metrics(metrics, step)
 
         def log_hyperparams(self, params):
@@ -78,6 +88,16 @@ def _guarded_logger_class():
             super().finalize(status)
 
     return GuardedMLFlowLogger
+
+
+def _last_steps(client, run_id: str) -> dict[str, int]:
+    """metric -> the last step the run holds of it."""
+    out = {}
+    for key in client.get_run(run_id).data.metrics:
+        history = client.get_metric_history(run_id, key)
+        if history:
+            out[key] = max(m.step for m in history)
+    return out
 
 
 def log_params(logger, params: Mapping[str, Any]) -> None:
