@@ -7,6 +7,7 @@ refuse it with one `warning:` line naming the file, resume from the previous ver
 checkpoint (or start fresh) and end with exactly the uninterrupted run's numbers (CPU).
 """
 
+import json
 import shutil
 
 import pytest
@@ -108,3 +109,43 @@ def test_digests_record_the_two_newest_checkpoints(runs):
     assert torch.load(checkpoints.last, weights_only=False)["global_step"] == 10
     assert torch.load(checkpoints.previous, weights_only=False)["global_step"] == 5
     assert not list(checkpoints.folder.glob("*.tmp"))  # no temporary file left behind
+
+
+@pytest.mark.slow
+def test_kill_9_then_a_rewritten_checkpoint_is_refused_by_the_rerun(tmp_path, isolated_cache):
+    """`cem-ablate train` killed with SIGKILL after its second checkpoint; last.ckpt is then
+    rewritten by torch with perturbed weights (it loads fine). The rerun (the same command)
+    names it in one warning line and ends exactly where the uninterrupted run does."""
+    import signal
+    import time
+
+    from tests.cli.test_train_command import cli, write_config
+
+    config = write_config(tmp_path / "run.yaml", max_steps=30, ckpt_every_n_steps=5, val_every_n_steps=15)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    process = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache, wait=False)
+    deadline = time.time() + 600
+    while not list(tmp_path.glob("runs/cli-*/checkpoints/previous.ckpt")):
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        assert time.time() < deadline, "no second checkpoint within 10 minutes"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    run_dir = next(tmp_path.glob("runs/cli-*"))
+    assert not (run_dir / "result.json").exists()  # killed mid-run
+    last = run_dir / "checkpoints" / "last.ckpt"
+    _perturbed_weights(last)
+
+    rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    warnings = [line for line in rerun.stderr.splitlines() if line.startswith("warning:")]
+    # the file as the command names it (its run folder is relative to the working directory)
+    assert len(warnings) == 1 and str(last.relative_to(tmp_path)) in warnings[0], rerun.stderr[-3000:]
+    resumed = json.loads((run_dir / "result.json").read_text())
+    # the uninterrupted run, by the same command (same process settings, so same float order)
+    done = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
+               env_cache=isolated_cache)
+    assert done.returncode == 0, done.stderr[-3000:]
+    straight = json.loads((tmp_path / "straight" / "result.json").read_text())
+    assert resumed["status"] == "finished" and resumed["steps"] == 30
+    assert (resumed["test_loss"], resumed["val_loss"]) == (straight["test_loss"], straight["val_loss"])
