@@ -169,7 +169,8 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
         for _, log, _ in procs:
             log.close()
     for p, _, i in procs:
-        if p.returncode != 0 and not (p.pid in reported and p.returncode == -signal.SIGKILL):  # not ours to kill
+        stalled_and_killed = p.pid in reported and p.returncode == -signal.SIGKILL  # said so already
+        if p.returncode != 0 and not stalled_and_killed:
             tail = _tail(log_dir / f"worker-{i}.log")
             echo(f"worker {i} exited with code {p.returncode}: {tail}")
 
