@@ -115,15 +115,16 @@ def section_lines(rows: list[DepthRow], floors: Mapping[tuple[str, int], float],
     return lines
 
 
-def gp_draws_section(records, expanded, metric: str, console=None) -> list[str]:
+def gp_draws_section(records, expanded, metric: str, console=None, published=None) -> list[str]:
     """Markdown lines for report.md ([] unless the study has several GP draws)."""
     design = gp_draws_design(expanded)
     if design is None:
         return []
-    from cem_ablate.analysis.statistics import VariantStatistics
+    from cem_ablate.study.publication import publications
     from cem_ablate.study.gp_floor import exact_gp_rmse
 
-    stats = {r.key: VariantStatistics.from_dict(r.stats).stats for r in records if r.stats}
+    published = publications(records) if published is None else published  # parsed once (study.publication)
+    stats = {r.key: published[r.key].statistics.stats for r in records if published.get(r.key) is not None}
     rows = analyze(design, stats, expanded.spec.statistics.alpha, expanded.spec.statistics.correction)
     floors = {}
     for kernel, depths in design.kernels.items():

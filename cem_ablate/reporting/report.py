@@ -29,8 +29,11 @@ from cem_ablate.reporting.seed_report import (
     COMPARISON_COLUMNS, COMPARISONS_DEFINITION, DEFINITIONS, comparison_cells, correction_text, equivalence_rows,
     fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines)
 from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.study.publication import VariantPublication, publications
 from cem_ablate.study.verdicts import Test, decide_family, design_from_record, design_of
 from cem_ablate.tracking.readback import VariantRecord
+
+Publications = dict[str, VariantPublication | None]  # variant key -> what its parent published (stats.json)
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,9 @@ def baseline_keys(records: list[VariantRecord]) -> set[str]:
     return {key for r in records for key in r.baselines.values()} | {r.key for r in records if r.role == "baseline"}
 
 
-def _statistics(record: VariantRecord) -> VariantStatistics | None:
-    return VariantStatistics.from_dict(record.stats) if record.stats else None
+def _statistics(record: VariantRecord, published: Publications) -> VariantStatistics | None:
+    publication = published.get(record.key)
+    return publication.statistics if publication is not None else None
 
 
 def _baselines(record: VariantRecord, by_key: dict[str, VariantRecord]) -> list[tuple[str, VariantRecord]]:
@@ -103,27 +107,30 @@ def _baselines(record: VariantRecord, by_key: dict[str, VariantRecord]) -> list[
     return [(name, by_key[k]) for name, k in record.baselines.items() if k in by_key]
 
 
-def build_rows(records: list[VariantRecord]) -> list[ReportRow]:
+def build_rows(records: list[VariantRecord], published: Publications | None = None) -> list[ReportRow]:
     """One row per variant: its optimum and status."""
+    published = publications(records) if published is None else published
     baselines = baseline_keys(records)
     rows = []
     for r in records:
-        statistics = _statistics(r)
+        statistics = _statistics(r, published)
         rows.append(ReportRow(r.name, r.role, r.params_total, statistics, _status_text(r, statistics),
                               r.metrics.get("tokens_per_trial"), r.key in baselines))
     return rows
 
 
-def build_comparisons(records: list[VariantRecord], spec=None, pairings=None) -> Comparisons:
+def build_comparisons(records: list[VariantRecord], spec=None, pairings=None,
+                      published: Publications | None = None) -> Comparisons:
     """Every comparison of the report, one family, by the one decision rule.
 
     How: the study file's `statistics` and seed design where given (`spec`), else as
     the study recorded them (stats.json), else one look at the seeds there are, α =
     0.05, Holm. Paired: as the study recorded it (stats.json), else `pairings` (checked
     on the study file's variants: (variant key, baseline name) -> Pairing), else Welch."""
+    published = publications(records) if published is None else published
     by_key = {r.key: r for r in records}
-    stats = {r.key: s.stats for r in records if (s := _statistics(r)) is not None}
-    recorded = next((r.stats["design"] for r in records if r.stats and "design" in r.stats), None)
+    stats = {r.key: s.stats for r in records if (s := _statistics(r, published)) is not None}
+    recorded = next((p.design for p in published.values() if p is not None and p.design is not None), None)
     if spec is not None:
         design, correction = design_of(spec.seeds, spec.statistics.alpha), spec.statistics.correction
     elif recorded is not None:
@@ -132,10 +139,10 @@ def build_comparisons(records: list[VariantRecord], spec=None, pairings=None) ->
         design, correction = Design.fixed(max((s.n_seeds for s in stats.values()), default=1)), "holm"
     paired, missing = {}, []
     for r in records:
-        stored = (r.stats or {}).get("pairing", {})
+        stored = published[r.key].pairing if published.get(r.key) is not None else {}
         for name, _ in _baselines(r, by_key):
             if name in stored:
-                paired[(r.key, name)] = bool(stored[name]["paired"])
+                paired[(r.key, name)] = stored[name].paired
             elif pairings is not None and (r.key, name) in pairings:
                 paired[(r.key, name)] = pairings[(r.key, name)].paired
             else:
@@ -199,7 +206,8 @@ def print_table(rows: list[ReportRow], comparisons: Comparisons, title: str, con
     console.print(per_lr)
 
 
-def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
+def series_for(records: list[VariantRecord], published: Publications | None = None) -> list[SweepSeries]:
+    published = publications(records) if published is None else published
     by_key = {r.key: r for r in records}
     baselines = baseline_keys(records)
     out = []
@@ -207,7 +215,7 @@ def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
         finished = [(t.lr, t.value) for t in r.trials
                     if t.status == TrialStatus.FINISHED and t.lr and t.value is not None]
         base = next(iter(_baselines(r, by_key)), None)  # plots and scaling: the first baseline
-        statistics = _statistics(r)
+        statistics = _statistics(r, published)
         out.append(SweepSeries(
             name=r.name, is_baseline=r.key in baselines,
             finished=finished, diverged=[t.lr for t in r.trials if t.status == TrialStatus.DIVERGED and t.lr],
@@ -220,12 +228,13 @@ def series_for(records: list[VariantRecord]) -> list[SweepSeries]:
     return out
 
 
-def scaling_inputs(records: list[VariantRecord]) -> list[ScalingInput]:
+def scaling_inputs(records: list[VariantRecord], published: Publications | None = None) -> list[ScalingInput]:
     """Families are the study file's variant names (the `variant` label) across sizes."""
+    published = publications(records) if published is None else published
     by_key = {r.key: r for r in records}
     out = []
     for r in records:
-        statistics = _statistics(r)
+        statistics = _statistics(r, published)
         tokens, flops = r.metrics.get("tokens_per_trial"), r.metrics.get("train_flops_per_token")
         if statistics is None or statistics.stats.optimum is None or not r.params_total or not tokens or not flops:
             continue
@@ -239,14 +248,15 @@ def scaling_inputs(records: list[VariantRecord]) -> list[ScalingInput]:
 
 def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
                  scaling: ScalingSummary | None = None, comparisons: Comparisons | None = None,
-                 lead: str | None = None) -> Path:
+                 lead: str | None = None, published: Publications | None = None) -> Path:
     """report.md and its figures; `lead`: one line set in bold under the title (the
     other-code note)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = build_rows(records)
-    comparisons = comparisons if comparisons is not None else build_comparisons(records)
+    published = publications(records) if published is None else published
+    rows = build_rows(records, published)
+    comparisons = comparisons if comparisons is not None else build_comparisons(records, published=published)
     metric = metric_of(rows)
-    series = series_for(records)
+    series = series_for(records, published)
     fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: {metric} vs parameters")
     fig3 = plot_ppl_vs_lr(series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: {metric} vs learning rate")
     cols = columns(metric)
@@ -302,19 +312,20 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
         records.sort(key=lambda r: r.start_time)
     if not records:
         raise ConfigError("STUDY", f"study {study_name!r} has no variant runs in {tracking_uri} yet.")
-    rows = build_rows(records)
+    published = publications(records)  # each variant's stats.json, parsed once for the whole report
+    rows = build_rows(records, published)
     metric = metric_of(rows)
     comparisons = build_comparisons(records, expanded.spec if expanded is not None else None,
-                                    _missing_pairings(records, expanded))
+                                    _missing_pairings(records, expanded, published), published)
     print_table(rows, comparisons, f"study {study_name}", console)
-    inputs = scaling_inputs(records)
+    inputs = scaling_inputs(records, published)
     scaling = summarize_scaling(inputs) if has_size_axis(inputs) else None
     if scaling is not None:
         print_scaling(scaling, metric, console)
     note = other_code_note(records, expanded)
     if note is not None and console is not None:  # one line; in report.md first under the title
         console.print(note, markup=False, highlight=False)
-    path = write_report(records, study_name, out_dir, scaling, comparisons, lead=note)
+    path = write_report(records, study_name, out_dir, scaling, comparisons, lead=note, published=published)
     # Issue 21: the sections of a width study and of a GP study with several draws (each
     # [] for other studies; they need the study file's configs, `expanded`).
     from cem_ablate.reporting.gp_draws_report import gp_draws_section
@@ -324,8 +335,8 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     from cem_ablate.reporting.eval_report import eval_section
 
     extra = (transfer_section(records, expanded, tracking_uri, metric, console)
-             + width_section(records, expanded, tracking_uri, out_dir, metric, console)
-             + gp_draws_section(records, expanded, metric, console)
+             + width_section(records, expanded, tracking_uri, out_dir, metric, console, published)
+             + gp_draws_section(records, expanded, metric, console, published)
              + eval_section(records, comparisons, tracking_uri, console))  # issue 29: a study's eval:
     if extra:
         path.write_text(path.read_text() + "\n\n" + "\n".join(extra))
@@ -361,10 +372,12 @@ def other_code_note(records: list[VariantRecord], expanded) -> str | None:
             f"are theirs, not this code's; `cem-ablate study` on the study file retrains them.")
 
 
-def _missing_pairings(records: list[VariantRecord], expanded) -> dict | None:
+def _missing_pairings(records: list[VariantRecord], expanded, published: Publications | None = None) -> dict | None:
     """Pairings checked on the study file's variants, only where a record lacks them (a
     store written before pairing was recorded): building models is not free."""
-    if expanded is None or all("pairing" in (r.stats or {}) for r in records if r.baselines):
+    published = publications(records) if published is None else published
+    if expanded is None or all(published.get(r.key) is not None and published[r.key].pairing_recorded
+                               for r in records if r.baselines):
         return None
     from cem_ablate.study.pairing import pair_study
 

@@ -238,25 +238,27 @@ def plot_section(section: WidthSection, path: Path, title: str) -> Path:
     return path
 
 
-def width_section(records, expanded, tracking_uri: str, out_dir: Path, metric: str, console=None) -> list[str]:
+def width_section(records, expanded, tracking_uri: str, out_dir: Path, metric: str, console=None,
+                  published=None) -> list[str]:
     """Read what the section needs (statistics, pairing, energy traces), print it, draw it;
     the markdown lines for report.md ([] when the study is not a width study)."""
     design = width_design(expanded)
     if design is None:
         return []
-    from cem_ablate.analysis.statistics import VariantStatistics
+    from cem_ablate.study.publication import publications
     from cem_ablate.tracking.readback import read_run_metrics
 
+    published = publications(records) if published is None else published  # parsed once (study.publication)
     by_key = {r.key: r for r in records}
-    stats = {k: VariantStatistics.from_dict(r.stats).stats for k, r in by_key.items() if r.stats}
+    stats = {k: published[k].statistics.stats for k in by_key if published.get(k) is not None}
     t2_paired, energy = {}, {}
     for widths in design.budgets.values():
         for arms in widths.values():
             record = by_key.get(arms.get("T2", ""))
             if record is None:
                 continue
-            pairing = (record.stats or {}).get("pairing", {}).get("T1")
-            t2_paired[record.key] = bool(pairing and pairing.get("paired"))
+            pairing = published[record.key].pairing.get("T1") if published.get(record.key) is not None else None
+            t2_paired[record.key] = bool(pairing and pairing.paired)
             base = stats.get(arms.get("T1", ""))
             lr = base.best_grid_lr if base is not None else None
             run_ids = [t.run_id for t in record.trials if t.status == TrialStatus.FINISHED and t.lr == lr]

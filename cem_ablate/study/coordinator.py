@@ -9,6 +9,14 @@ from the storage. Workers die with the coordinator (Linux: PR_SET_PDEATHSIG), so
 leaves no orphan training; rerunning the same command resumes it. Several machines
 run the same command against one `--storage` / `--tracking-uri` to share the work.
 
+The coordinator never waits on a worker that stopped making progress (`study.stalls`:
+stopped past `--grace`, its trial failed as stale and retried by another worker): it
+says so in one line, starts a replacement when no live worker is left to do the
+remaining trials, and once every trial is done it kills the stalled ones and ends.
+Ctrl-C ends the study at once: workers get SIGINT (their trials are freed for the
+rerun), those that do not exit within `STOP_WAIT_S` (a stopped one) are killed, and
+the report of what finished is printed.
+
 The coordinator, not the workers, publishes the parents' statistics, plots and
 verdicts (`study.summary.StudyPublisher`) whenever a trial ends and once at the end:
 a verdict is Holm-adjusted over the whole study, and a bootstrap per trial per worker
@@ -29,6 +37,7 @@ from pathlib import Path
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
+from cem_ablate.study.stalls import fail_lapsed_claims, stalled
 from cem_ablate.study.summary import StudyPublisher
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import ExpandedStudy
@@ -37,6 +46,8 @@ from cem_ablate.tracking.store import shown_url
 from cem_ablate.training.child_process import die_with_parent
 
 POLL_S = 2.0
+STOP_WAIT_S = 5.0  # after Ctrl-C: how long workers get to free their trials before they are killed
+INTERRUPTED = 130  # the exit code of a study ended by Ctrl-C (the shell's 128 + SIGINT)
 
 
 def threads_per_worker(workers: int) -> int:
@@ -58,17 +69,23 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
     echo(before.line())
     if before.complete:
         echo("every trial is already done")
-    while True:
-        if not snapshot(session).complete and workers == 1:
-            _run_here(session, publisher, echo)
-        elif not snapshot(session).complete:
-            _run_workers(session, publisher, workers, echo)
-        # Sequential seeds: a seed more to each unresolved pair, then run those (study.sequential).
-        added = add_seeds(session, publisher) if snapshot(session).complete else []
-        for line in added:
-            echo(line)
-        if not added:
-            break
+    try:
+        while True:
+            if not snapshot(session).complete and workers == 1:
+                _run_here(session, publisher, echo)
+            elif not snapshot(session).complete:
+                _run_workers(session, publisher, workers, echo)
+            # Sequential seeds: a seed more to each unresolved pair, then run those (study.sequential).
+            added = add_seeds(session, publisher) if snapshot(session).complete else []
+            for line in added:
+                echo(line)
+            if not added:
+                break
+    except KeyboardInterrupt:
+        after = snapshot(session)  # the workers are stopped: what finished is what the storage holds
+        echo(after.line())
+        echo(f"interrupted: {after.total - after.done} trials unfinished; rerun the same command to resume them")
+        return INTERRUPTED
     publisher.publish()  # parents get the final fit, verdicts and status (a no-op if nothing changed)
     after = snapshot(session)
     echo(after.line())
@@ -119,13 +136,18 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
                       dataclasses.replace(settings, threads=threads, progress=False))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     procs = []
-    for i in range(workers):
+
+    def start(i: int) -> None:
         cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(plan), "--index", str(i)]
         log = open(log_dir / f"worker-{i}.log", "a")
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        preexec_fn=die_with_parent), log, i))
+
+    for i in range(workers):
+        start(i)
     echo(f"{workers} workers, {threads} threads each; logs in {log_dir}")
     snap = snapshot(session)
+    reported: set[int] = set()  # pids of stalled workers already said so
     try:
         while any(p.poll() is None for p, _, _ in procs):
             time.sleep(POLL_S)
@@ -138,19 +160,60 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
                 if _ended(snap, new):
                     publisher.publish()  # some variant's results changed
             snap = new
+            if _watch_stalls(session, procs, reported, new.complete, start, echo):
+                break
     except KeyboardInterrupt:
-        for p, _, _ in procs:
-            p.send_signal(signal.SIGINT)
-        for p, _, _ in procs:
-            p.wait()
+        _stop(procs)
         raise
     finally:
         for _, log, _ in procs:
             log.close()
     for p, _, i in procs:
-        if p.returncode != 0:
+        stalled_and_killed = p.pid in reported and p.returncode == -signal.SIGKILL  # said so already
+        if p.returncode != 0 and not stalled_and_killed:
             tail = _tail(log_dir / f"worker-{i}.log")
             echo(f"worker {i} exited with code {p.returncode}: {tail}")
+
+
+def _watch_stalls(session, procs, reported: set[int], complete: bool, start, echo) -> bool:
+    """Say once which workers stalled; replace them when no live worker is left for the
+    remaining trials; True (stop waiting) when every trial is done and only stalled
+    workers are left, which are killed."""
+    fail_lapsed_claims(session)
+    alive = {p.pid: (p, i) for p, _, i in procs if p.poll() is None}
+    stalls = stalled(session, set(alive))
+    for pid, stall in stalls.items():
+        if pid not in reported:
+            reported.add(pid)
+            echo(f"worker {alive[pid][1]} (pid {pid}) stopped making progress: its trial {stall.trial} had no "
+                 f"heartbeat for {session.settings.storage.grace_period} s and is retried; "
+                 "it is stopped when the trials are done")
+    if not stalls or len(stalls) < len(alive):
+        return False
+    if not complete:  # every live worker is stalled: one fresh worker does the rest
+        index = max(i for _, _, i in procs) + 1
+        echo(f"no worker left making progress: starting worker {index}")
+        start(index)
+        return False
+    for pid in stalls:
+        alive[pid][0].kill()  # SIGKILL: a stopped process never handles anything else
+        alive[pid][0].wait()
+    return True
+
+
+def _stop(procs) -> None:
+    """Ctrl-C: workers free their trials on SIGINT; those not gone within STOP_WAIT_S
+    (a stopped or hung one) are killed, so the coordinator never waits on them."""
+    for p, _, _ in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + STOP_WAIT_S
+    for p, _, _ in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _ended(before, after) -> bool:

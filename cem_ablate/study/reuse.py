@@ -19,32 +19,32 @@ from __future__ import annotations
 
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, SETTLED, TrialStatus
-from cem_ablate.study.trials import SLOT_ATTR, TRIAL_KEY_ATTR, trial_status
+from cem_ablate.study.ledger import trial_facts
+from cem_ablate.study.trials import trial_status
 
-__all__ = ["TRIAL_KEY_ATTR", "REUSED_FROM_ATTR", "finished_trials", "grid_trials", "planned_reuse",
-           "planned_retrain"]
-REUSED_FROM_ATTR = "reused_from"  # "<study name>#<trial number>" of the original
+__all__ = ["finished_trials", "grid_trials", "planned_reuse", "planned_retrain"]
 
 
 def finished_trials(storage) -> dict[str, TrialRecord]:
     """trial key -> the first finished or diverged trial with that key, in any study (results
-    that retraining would not change), its user attributes in `attrs` for the reuse to copy."""
+    that retraining would not change), how it ended (`TrialFacts.outcome` and its reason)
+    in `attrs` for the reuse to copy."""
     from optuna.trial import TrialState
 
     out: dict[str, TrialRecord] = {}
     for study in storage.get_all_studies():
         study_id = storage.get_study_id_from_name(study.study_name)
         for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-            key = t.user_attrs.get(TRIAL_KEY_ATTR)
+            facts = trial_facts(t)
+            key = facts.trial_key
             status = trial_status(t)
             if key and key not in out and status in SETTLED:
-                attrs = dict(t.user_attrs)
                 lr, seed = t.params.get("lr"), t.params.get("seed")
                 out[key] = TrialRecord(
                     lr, seed, status, t.value if status == TrialStatus.FINISHED else None,
-                    str(attrs.get("reason", "")), slot=str(attrs.get(SLOT_ATTR, "")), trial_key=key,
-                    study=study.study_name, number=t.number, run_id=attrs.get("mlflow_run_id"),
-                    reused_from=str(attrs.get(REUSED_FROM_ATTR) or ""), attrs=attrs)
+                    facts.reason, slot=facts.slot, trial_key=key,
+                    study=study.study_name, number=t.number, run_id=facts.mlflow_run_id,
+                    reused_from=facts.reused_from, attrs=facts.outcome() | {"reason": facts.reason})
     return out
 
 
@@ -115,7 +115,7 @@ def planned_retrain(expanded, storage_url: str) -> dict[str, int]:
         current: dict[tuple[float, int], str] = {}
         recorded: dict[tuple[float, int], set[str]] = {}
         for t in storage.get_all_trials(study_id, deepcopy=False):
-            lr, seed, key = t.params.get("lr"), t.params.get("seed"), t.user_attrs.get(TRIAL_KEY_ATTR)
+            lr, seed, key = t.params.get("lr"), t.params.get("seed"), trial_facts(t).trial_key
             if lr is None or seed is None or not key or trial_status(t) not in FINAL_STATES:
                 continue
             point = (float(lr), int(seed))

@@ -23,7 +23,8 @@ import yaml
 
 from cem_ablate.config.identity import digest
 from cem_ablate.study.storage import StorageSettings, claim_lock, open_storage
-from cem_ablate.study.trials import CODE_FINGERPRINT_ATTR, CODE_PARTS_ATTR, TRIAL_KEY_ATTR, VariantTrials
+from cem_ablate.study.ledger import record_study, study_facts, trial_facts
+from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name, slug
 
 PARENT_WAIT_S = 30.0  # how long to wait for a concurrent coordinator to create a parent
@@ -60,9 +61,8 @@ class StudySession:
             self.trials[variant.key] = trials
             self._created[variant.key] = created
             if created:
-                trials.study.set_user_attr("variant", variant.name)
-                trials.study.set_user_attr("variant_key", variant.key)
-                trials.study.set_user_attr("labels", variant.axis_values)
+                record_study(self.storage, trials.study_id, variant=variant.name, variant_key=variant.key,
+                             labels=variant.axis_values)
 
     @property
     def variants(self) -> list[Variant]:
@@ -88,9 +88,9 @@ class StudySession:
         if any(stale.values()):
             echo(self._retrain_line(stale))
             for slots in stale.values():
-                for t in (t for ts in slots.values() for t in ts if t.user_attrs.get("mlflow_run_id")):
-                    self.tracker.mark_stale(t.user_attrs["mlflow_run_id"],
-                                            f"trial key {t.user_attrs.get(TRIAL_KEY_ATTR, '')} is not current")
+                for facts in (trial_facts(t) for ts in slots.values() for t in ts):
+                    if facts.mlflow_run_id:
+                        self.tracker.mark_stale(facts.mlflow_run_id, f"trial key {facts.trial_key} is not current")
         self._unmark_current()
         for variant in self.variants:  # once per study run, here: the study file may have changed them
             self.tracker.sync_baselines(self.parent_run_id(variant), variant.baselines)
@@ -100,8 +100,8 @@ class StudySession:
         marked = set(self.tracker.stale_runs())
         if not marked:
             return
-        current = {t.user_attrs.get("mlflow_run_id") for trials in self.trials.values()
-                   for t in trials.current_trials() if t.user_attrs.get(TRIAL_KEY_ATTR)}
+        current = {facts.mlflow_run_id for trials in self.trials.values()
+                   for facts in map(trial_facts, trials.current_trials()) if facts.trial_key}
         for run_id in marked & current:
             self.tracker.unmark_stale(run_id)
 
@@ -116,11 +116,10 @@ class StudySession:
                 continue
             current = variant.config.code_fingerprint()
             new.add(current.digest)
-            for t in (t for ts in stale[variant.key].values() for t in ts):
-                old.add(t.user_attrs.get(CODE_FINGERPRINT_ATTR) or "unrecorded")
-                parts = t.user_attrs.get(CODE_PARTS_ATTR)
-                if isinstance(parts, dict):
-                    changed.update(current.changed_parts(parts))
+            for facts in (trial_facts(t) for ts in stale[variant.key].values() for t in ts):
+                old.add(facts.code_fingerprint or "unrecorded")
+                if facts.code_parts is not None:
+                    changed.update(current.changed_parts(dict(facts.code_parts)))
         trained = f"{count} trial{'s' if count != 1 else ''} {'were' if count != 1 else 'was'} trained"
         variants = f"(variant{'s' if len(names) != 1 else ''}: {', '.join(names)})"
         if old == new:  # same code: the data or the platform version changed the key
@@ -147,12 +146,12 @@ class StudySession:
 
     # -- parent runs ---------------------------------------------------------------
 
-    def _parent_attr(self) -> str:
-        # One attribute per tracking store: the same Optuna storage may be logged twice.
-        return f"mlflow_parent_run_id:{digest(self.settings.tracking_uri, chars=8)}"
+    def _tracking_store(self) -> str:
+        # One parent per tracking store: the same Optuna storage may be logged twice.
+        return digest(self.settings.tracking_uri, chars=8)
 
     def _stored_parent(self, trials: VariantTrials) -> str | None:
-        return self.storage.get_study_user_attrs(trials.study_id).get(self._parent_attr())
+        return study_facts(self.storage, trials.study_id).parent(self._tracking_store())
 
     def parent_run_id(self, variant: Variant) -> str:
         if variant.key in self._parents:
@@ -167,7 +166,7 @@ class StudySession:
                     run_id = self._stored_parent(trials)
             if not self.tracker.run_is_active(run_id):
                 run_id = self.tracker.find_variant_run(variant.key) or self._create_parent(variant)
-            trials.study.set_user_attr(self._parent_attr(), run_id)
+            record_study(self.storage, trials.study_id, parent=(self._tracking_store(), run_id))
         self._parents[variant.key] = run_id
         return run_id
 

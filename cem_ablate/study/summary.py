@@ -27,6 +27,7 @@ from cem_ablate.analysis.statistics import OBJECTIVE_NAMES, VariantStatistics, V
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.display_columns import display_columns
+from cem_ablate.study.publication import PairingRecord, VariantPublication
 from cem_ablate.study.variants import Variant
 from cem_ablate.study.verdicts import (
     AT_BASELINE, AT_OPTIMA, AT_OWN, Test, design_of, design_record, headline, study_family)
@@ -177,10 +178,10 @@ class StudyPublisher:
         from cem_ablate.study.plots import SweepSeries, plot_variant_fit
 
         variant, session = summary.variant, self.session
-        record = summary.statistics.to_dict() | {
-            "pairing": {name: {"paired": p.paired, "reason": p.reason} for (key, name), p in self.pairings.items()
-                        if key == variant.key},
-            "design": design_record(self.design, self.correction)}
+        record = VariantPublication(
+            summary.statistics,
+            {name: PairingRecord(p.paired, p.reason) for (key, name), p in self.pairings.items() if key == variant.key},
+            design_record(self.design, self.correction)).to_stats()
         series = SweepSeries(
             name=variant.name, is_baseline=variant.role == "baseline",
             finished=[(p.lr, p.value) for p in summary.points

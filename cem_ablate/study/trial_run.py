@@ -2,31 +2,76 @@
 
     claimed Optuna trial -> lr, seed -> typed RunConfig (the variant's, at lr and seed)
       -> child MLflow run (found or created by `RunConfig.trial_key()`), its params
-      -> train_run(config, run_dir, mlflow_run_id=child) (the engine logs the curves
+      -> train_run(config, run_dir, mlflow_run_id=child, lease) (the engine logs the curves
          into the child, nothing else; the worker keeps the trial's heartbeat)
       -> Optuna: COMPLETE(value) / FAIL(status, reason) / PRUNED
       -> MLflow child: the outcome, written once (tracking.outcome); the parent's fit and
          verdicts are the coordinator's (study.summary.StudyPublisher)
 
 The run folder is fixed per trial key, so a retried trial resumes from the killed
-attempt's last checkpoint and logs into the same child run.
+attempt's last verified checkpoint and logs into the same child run.
+
+Fencing (issue 28): the claim is the Optuna trial, live while it is RUNNING. A worker
+that was stopped past the grace period finds, when it wakes up, its trial failed as
+stale and the slot retried elsewhere; so every write of an attempt checks the claim
+first: its run folder, checkpoints, `result.json` and MLflow curves through the
+engine's lease (`training.lease`: the folder names the attempt holding it), system
+metrics and the heartbeat likewise, and its Optuna facts and `tell` are refused by
+Optuna itself once the trial is finished. A fenced attempt stops at once and writes
+nothing more; the worker goes on with the next slot.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from optuna.exceptions import UpdateFinishedTrialError
 
 from cem_ablate.config.loading import flatten_dotted
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR
-from cem_ablate.study.trials import CODE_FINGERPRINT_ATTR, CODE_PARTS_ATTR, SLOT_ATTR
+from cem_ablate.study.ledger import trial_facts
+from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.run_context import system_metrics
+from cem_ablate.training.config import RunConfig
+from cem_ablate.training.lease import Lease, LeaseLost
 
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One claimed trial, set up: what it trains, where it writes, and its claim."""
+
+    variant: Variant
+    trial: object  # optuna.Trial, RUNNING while the claim is live
+    trials: VariantTrials
+    slot: str
+    lr: float
+    seed: int
+    config: RunConfig
+    trial_key: str
+    run_dir: Path
+    child: str  # the MLflow child run
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(_claim_name(self.trials, self.trial), lambda: self.trials.is_live(self.trial))
+
+    def check(self) -> None:
+        _check_claim(self.trials, self.trial)
+
+    def record(self, status: TrialStatus, value: float | None, reason: str, seconds: float = 0.0,
+               reused_from: str = "", trial_key: str | None = None) -> TrialRecord:
+        return TrialRecord(self.lr, self.seed, status, value, reason, variant=self.variant.name, slot=self.slot,
+                           trial_key=trial_key or self.trial_key, study=self.trials.study.study_name,
+                           number=self.trial.number, run_id=self.child, seconds=seconds, reused_from=reused_from)
 
 
 def _outcome(result, pruned: bool, error: str | None) -> tuple[TrialStatus, float | None, str]:
@@ -48,91 +93,125 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
     """Train (or reuse) one claimed trial; its record as this worker saw it end (KILLED
     where the trial was failed as stale meanwhile and nothing was recorded)."""
     from cem_ablate.study.pruning import pruning_callback
-    from cem_ablate.training.engine import train_run
 
-    spec = session.spec
-    trials = session.trials[variant.key]
+    attempt = None
+    try:
+        attempt = begin(session, variant, trial)
+        original = session.finished_elsewhere(attempt.trial_key, attempt.trials.study.study_name)
+        if original is not None:
+            return _reuse(session, attempt, original)
+        use_pruner = session.spec.lr_search.pruner != "none"
+        pruner = pruning_callback(trial) if use_pruner else None
+        start = time.time()
+        result, error = train(session, attempt, pruner)
+        seconds = time.time() - start
+        pruned = pruner is not None and pruner.pruned_step is not None
+        return finish(session, attempt, result, _outcome(result, pruned, error), seconds)
+    except (LeaseLost, UpdateFinishedTrialError) as lost:
+        # Stopped past the grace period and retried elsewhere (Optuna refuses a finished
+        # trial's writes itself): this attempt writes nothing more.
+        print(f"warning: {variant.name} trial {trial.number}: {lost}; "
+              "this worker wrote nothing more for it", file=sys.stderr, flush=True)
+        if attempt is None:
+            return TrialRecord(None, None, TrialStatus.KILLED, None, f"claim lost: {lost}", variant=variant.name,
+                               study=session.trials[variant.key].study.study_name, number=trial.number)
+        return attempt.record(TrialStatus.KILLED, None, f"claim lost: {lost}")
+
+
+def begin(session, variant: Variant, trial) -> Attempt:
+    """The claimed trial's config, child run and facts (each write checks the claim)."""
+    spec, trials = session.spec, session.trials[variant.key]
     low, high = spec.lr_search.lr_range
     lr = trial.suggest_float("lr", low, high, log=True)
     # An int range, not the seed list as categorical choices: Optuna refuses a changed
     # choice list for a stored parameter, so adding a seed to a study file (rerunning
     # it on the same storage to train only the new seed) would fail.
     seed = trial.suggest_int("seed", 0, MAX_SEED)
-    slot = str(trial.user_attrs.get(SLOT_ATTR))
+    slot = trial_facts(trial).slot
     cfg = variant.run_config(lr, seed, name=f"{spec.name}.{variant.key}.{slot}")
     trial_key = cfg.trial_key()
     code = cfg.code_fingerprint()  # in the trial key; recorded to say what changed when it is stale
     run_dir = session.run_dir(variant, slot, trial_key)
     parent = session.parent_run_id(variant)
+    _check_claim(trials, trial)
     child = session.tracker.ensure_trial_run(
         parent, trial_key, f"{variant.name} lr={lr:.3g} seed={seed}",
         tags={"lr": repr(lr), "seed": str(seed), T.SLOT: slot, T.VARIANT_KEY: variant.key, T.VARIANT: variant.name,
               "optuna.study": trials.study.study_name, "optuna.trial": str(trial.number)})
     session.tracker.log_trial_params(child, flatten_dotted(cfg.to_mapping()))
     session.tracker.log_trial_code(child, code.digest, code.parts)
-    trial.set_user_attr(TRIAL_KEY_ATTR, trial_key)
-    trial.set_user_attr(CODE_FINGERPRINT_ATTR, code.digest)
-    trial.set_user_attr(CODE_PARTS_ATTR, dict(code.parts))
-    trial.set_user_attr("mlflow_run_id", child)
-    trial.set_user_attr("run_dir", str(run_dir))
-    original = session.finished_elsewhere(trial_key, trials.study.study_name)
-    if original is not None:
-        return _reuse(session, variant, trial, slot, lr, seed, child, original)
-    pruner = pruning_callback(trial) if spec.lr_search.pruner != "none" else None
+    trials.record(trial, trial_key=trial_key, code_fingerprint=code.digest, code_parts=dict(code.parts),
+                  mlflow_run_id=child, run_dir=str(run_dir))
+    return Attempt(variant, trial, trials, slot, lr, seed, cfg, trial_key, run_dir, child)
 
-    start = time.time()
+
+def _claim_name(trials: VariantTrials, trial) -> str:
+    return f"{trials.study.study_name}#{trial.number}"
+
+
+def _check_claim(trials: VariantTrials, trial) -> None:
+    """Raise `LeaseLost` unless the claim is still live (before a write outside the engine)."""
+    if not trials.is_live(trial):
+        raise LeaseLost(f"the claim {_claim_name(trials, trial)} is no longer live (failed as stale, "
+                        "retried elsewhere)")
+
+
+def train(session, attempt: Attempt, pruner):
+    """(result, error): the engine's result, or the error it raised."""
+    from cem_ablate.training.engine import train_run
+
+    lease = attempt.lease
     result, error = None, None
     # System metrics (CPU, memory, GPU with nvidia-ml-py) into the child, by MLflow's own monitor.
-    with system_metrics(child, session.settings.tracking_uri):
+    with system_metrics(attempt.child, session.settings.tracking_uri, guard=attempt.check):
         try:
-            result = train_run(cfg, run_dir=run_dir, tracking_uri=session.settings.tracking_uri,
-                               experiment=spec.name, mlflow_run_id=child,
+            result = train_run(attempt.config, run_dir=attempt.run_dir, tracking_uri=session.settings.tracking_uri,
+                               experiment=session.spec.name, mlflow_run_id=attempt.child,
                                extra_callbacks=[pruner] if pruner else [], resume=True,
-                               progress=session.settings.progress)
+                               progress=session.settings.progress, lease=lease)
         except (KeyboardInterrupt, SystemExit):
             # Interrupted, not failed: free the slot now instead of after the grace period.
-            trials.finish(trial, TrialStatus.KILLED, None, {"reason": "interrupted"})
-            session.tracker.mark_killed(child)
+            if attempt.trials.finish(attempt.trial, TrialStatus.KILLED, None, {"reason": "interrupted"}):
+                session.tracker.mark_killed(attempt.child)
+            raise
+        except LeaseLost:
             raise
         except Exception as err:  # noqa: BLE001 - a broken trial must not stop the study
             error = f"{type(err).__name__}: {err}"
-    seconds = time.time() - start
+    return result, error
 
-    status, value, reason = _outcome(result, pruner is not None and pruner.pruned_step is not None, error)
-    if status == TrialStatus.FINISHED and spec.eval is not None:  # before `finish`: see study/trial_eval.py
+
+def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialRecord:
+    """Tell Optuna (refused once the claim is dead), then the child's outcome, once."""
+    status, value, reason = outcome
+    if status == TrialStatus.FINISHED and session.spec.eval is not None:  # before the tell: study/trial_eval.py
         from cem_ablate.study.trial_eval import evaluate_trial
 
-        evaluate_trial(spec.eval, run_dir, session.settings.tracking_uri, child)
-    attrs = {"reason": reason, "seconds": round(seconds, 1)}
-    metrics = {"lr": lr}
+        attempt.check()
+        evaluate_trial(session.spec.eval, attempt.run_dir, session.settings.tracking_uri, attempt.child)
+    facts = {"reason": reason, "seconds": round(seconds, 1)}
+    metrics = {"lr": attempt.lr}
     if result is not None:
-        attrs |= {"steps": result.steps, "tokens_seen": result.tokens_seen}
+        facts |= {"steps": result.steps, "tokens_seen": result.tokens_seen, "diverged_step": result.diverged_step}
         metrics |= result.outcome_metrics()
-        if result.diverged_step is not None:
-            attrs["diverged_step"] = result.diverged_step
     metrics["objective"] = value  # None unless finished with a finite objective
-    recorded = trials.finish(trial, status, value, {k: v for k, v in attrs.items() if v is not None})
+    recorded = attempt.trials.finish(attempt.trial, status, value, facts)
     if recorded:
-        session.tracker.log_trial_outcome(child, status, reason, metrics,
+        session.tracker.log_trial_outcome(attempt.child, status, reason, metrics,
                                           step=result.steps if result is not None else 0)
         # The parent's statistics and verdicts: the coordinator's (study.summary), not every trial's.
-    return TrialRecord(lr, seed, status if recorded else TrialStatus.KILLED, value, reason, variant=variant.name,
-                       slot=slot, trial_key=trial_key, study=trials.study.study_name, number=trial.number,
-                       run_id=child, seconds=seconds)
+    return attempt.record(status if recorded else TrialStatus.KILLED, value, reason, seconds)
 
 
-def _reuse(session, variant: Variant, trial, slot: str, lr: float, seed: int, child: str,
-           original: TrialRecord) -> TrialRecord:
+def _reuse(session, attempt: Attempt, original: TrialRecord) -> TrialRecord:
     """Record another study's result of the same trial key instead of training (study.reuse)."""
-    trials = session.trials[variant.key]
     reason = f"reused from {original.reference}"
-    attrs = {k: v for k, v in original.attrs.items() if k in ("steps", "tokens_seen", "seconds", "diverged_step")}
-    attrs |= {REUSED_FROM_ATTR: original.reference, "reason": reason if original.status != TrialStatus.FINISHED
+    facts = {k: v for k, v in original.attrs.items() if k in ("steps", "tokens_seen", "seconds", "diverged_step")}
+    facts |= {"reused_from": original.reference, "reason": reason if original.status != TrialStatus.FINISHED
               else original.attrs.get("reason", "")}
-    recorded = trials.finish(trial, original.status, original.value, attrs)
+    recorded = attempt.trials.finish(attempt.trial, original.status, original.value, facts)
     if recorded:
-        session.tracker.record_reused_trial(child, original.run_id, original.status, reason,
-                                            {"objective": original.value, "lr": lr})
-    return TrialRecord(lr, seed, original.status if recorded else TrialStatus.KILLED, original.value, reason,
-                       variant=variant.name, slot=slot, trial_key=original.trial_key, study=trials.study.study_name,
-                       number=trial.number, run_id=child, reused_from=original.reference)
+        session.tracker.record_reused_trial(attempt.child, original.run_id, original.status, reason,
+                                            {"objective": original.value, "lr": attempt.lr})
+    return attempt.record(original.status if recorded else TrialStatus.KILLED, original.value, reason,
+                          reused_from=original.reference, trial_key=original.trial_key)

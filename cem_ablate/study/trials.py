@@ -8,8 +8,8 @@ number of workers or machines. (GridSampler is not used for grids: it picks poin
 by reading the trial list, documents that concurrent workers may evaluate a point
 twice, and counts FAIL as done. The queue gives the same grid without either.)
 
-Trial states and the `status` user attribute (`config.trial_status.TrialStatus`, its
-stored strings):
+Trial states and the `status` fact (`config.trial_status.TrialStatus`, its stored
+strings; every Optuna user attribute is read and written through `study.ledger`):
 
     COMPLETE              finished: value = test perplexity
     FAIL  status=diverged finished with NaN/inf loss: recorded, excluded from the
@@ -48,16 +48,9 @@ from typing import Any
 
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
+from cem_ablate.study.ledger import enqueue, record_study, record_trial, study_facts, trial_facts
 from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds
 from cem_ablate.study.storage import claim_lock
-
-SLOT_ATTR = "slot"
-STATUS_ATTR = "status"
-WORKER_ATTR = "worker"
-SEEDS_ATTR = "seeds_active"  # sequential seeds: how many seeds (0..n-1) the variant trains now
-TRIAL_KEY_ATTR = "trial_key"  # the trial's RunConfig.trial_key(), set when it is claimed
-CODE_FINGERPRINT_ATTR = "code_fingerprint"  # RunConfig.code_fingerprint().digest of that key
-CODE_PARTS_ATTR = "code_parts"  # its per-file digests, to name what changed (config/fingerprint.py)
 
 # A FAIL's `status` attribute as the study writes it; any other FAIL was killed.
 RECORDED_FAILS = (TrialStatus.DIVERGED, TrialStatus.FAILED, TrialStatus.DUPLICATE)
@@ -128,7 +121,7 @@ def trial_status(trial) -> TrialStatus:
     where the stored string becomes a `TrialStatus`)."""
     from optuna.trial import TrialState
 
-    status = trial.user_attrs.get(STATUS_ATTR)
+    status = trial_facts(trial).status
     if trial.state == TrialState.COMPLETE:
         return TrialStatus.FINISHED
     if trial.state == TrialState.PRUNED:
@@ -149,10 +142,12 @@ def slot_state(statuses: list[TrialStatus]) -> TrialStatus:
 
 
 class HeartbeatThread:
-    """Records the trial's heartbeat every interval while the trial trains."""
+    """Records the trial's heartbeat every interval while the trial trains, and stops
+    beating for good once the claim is not live (a stopped worker that woke up after its
+    trial was failed as stale touches nothing in Optuna)."""
 
-    def __init__(self, storage, trial_id: int):
-        self._storage, self._trial_id = storage, trial_id
+    def __init__(self, storage, trial_id: int, is_live: Callable[[], bool] = lambda: True):
+        self._storage, self._trial_id, self._is_live = storage, trial_id, is_live
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="optuna-heartbeat", daemon=True)
 
@@ -160,6 +155,8 @@ class HeartbeatThread:
         interval = self._storage.get_heartbeat_interval()
         while not self._stop.wait(interval):
             try:
+                if not self._is_live():
+                    return
                 self._storage.record_heartbeat(self._trial_id)
             except Exception:  # a busy database must not kill the training run
                 pass
@@ -199,15 +196,15 @@ class VariantTrials:
     def active_seeds(self) -> int:
         """Sequential seeds: seeds 0..n-1 are planned (stored in the Optuna study, so every
         worker and a rerun see the same number)."""
-        attrs = self.storage.get_study_user_attrs(self.study_id)
-        return int(attrs.get(SEEDS_ATTR, self.sequential.min))
+        seeds = study_facts(self.storage, self.study_id).seeds_active
+        return seeds if seeds is not None else self.sequential.min
 
     def plan_seeds(self, n: int) -> bool:
         """Plan seeds 0..n-1 (never fewer than now, never more than max); True if it grew."""
         target = min(n, self.sequential.max)
         if target <= self.active_seeds():
             return False
-        self.study.set_user_attr(SEEDS_ATTR, target)
+        record_study(self.storage, self.study_id, seeds_active=target)
         return True
 
     @classmethod
@@ -246,7 +243,7 @@ class VariantTrials:
 
     def is_stale(self, trial) -> bool:
         """A final trial recorded under another trial key than its lr and seed have now."""
-        recorded = trial.user_attrs.get(TRIAL_KEY_ATTR)
+        recorded = trial_facts(trial).trial_key
         lr, seed = trial.params.get("lr"), trial.params.get("seed")
         if self._trial_key is None or not recorded or lr is None or seed is None:
             return False
@@ -258,7 +255,7 @@ class VariantTrials:
         states = self.slot_states()
         out: dict[str, list] = defaultdict(list)
         for t in self.all_trials():
-            slot = str(t.user_attrs.get(SLOT_ATTR, ""))
+            slot = trial_facts(t).slot
             if slot in states and states[slot] not in FINAL_STATES and self.is_stale(t):
                 out[slot].append(t)
         return dict(out)
@@ -269,14 +266,12 @@ class VariantTrials:
         for t in self.current_trials():
             lr = t.params.get("lr", t.system_attrs.get("fixed_params", {}).get("lr"))
             seed = t.params.get("seed", t.system_attrs.get("fixed_params", {}).get("seed"))
-            status = trial_status(t)
+            status, facts = trial_status(t), trial_facts(t)
             value = t.value if status == TrialStatus.FINISHED else None
             ended_otherwise = status not in (TrialStatus.FINISHED, TrialStatus.RUNNING, TrialStatus.WAITING)
-            reason = str(t.user_attrs.get("reason", "")) if ended_otherwise else ""
-            out.append(TrialRecord(lr, seed, status, value, reason, slot=str(t.user_attrs.get(SLOT_ATTR, "")),
-                                   trial_key=str(t.user_attrs.get(TRIAL_KEY_ATTR, "")),
-                                   study=self.study.study_name, number=t.number,
-                                   run_id=t.user_attrs.get("mlflow_run_id")))
+            reason = facts.reason if ended_otherwise else ""
+            out.append(TrialRecord(lr, seed, status, value, reason, slot=facts.slot, trial_key=facts.trial_key,
+                                   study=self.study.study_name, number=t.number, run_id=facts.mlflow_run_id))
         return out
 
     def slot_states(self) -> dict[str, TrialStatus]:
@@ -299,7 +294,7 @@ class VariantTrials:
         """Queue every slot with nothing in progress and nothing final. Idempotent."""
         trials_by_slot: dict[str, list] = defaultdict(list)
         for t in self.current_trials():
-            trials_by_slot[str(t.user_attrs.get(SLOT_ATTR, ""))].append(t)
+            trials_by_slot[trial_facts(t).slot].append(t)
         queued = []
         for slot in self.slots:
             trials = trials_by_slot.get(slot.key, [])
@@ -312,7 +307,7 @@ class VariantTrials:
                     drawn = [t.params["lr"] for t in trials if "lr" in t.params]
                     if drawn:
                         params["lr"] = drawn[-1]
-                self.study.enqueue_trial(params, user_attrs={SLOT_ATTR: slot.key, "attempt": len(trials) + 1})
+                enqueue(self.study, params, slot.key, len(trials) + 1)
                 queued.append(slot.key)
         return queued
 
@@ -323,9 +318,9 @@ class VariantTrials:
 
         optuna.storages.fail_stale_trials(self.study)
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
-            if is_dead_here(t.user_attrs.get(WORKER_ATTR)):
+            if is_dead_here(trial_facts(t).worker):
                 try:
-                    self.storage.set_trial_user_attr(t._trial_id, STATUS_ATTR, TrialStatus.KILLED.value)
+                    record_trial(self.storage, t._trial_id, status=TrialStatus.KILLED.value)
                     self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass
@@ -347,9 +342,9 @@ class VariantTrials:
                         continue
                 except optuna.exceptions.UpdateFinishedTrialError:
                     continue
-                self.storage.set_trial_user_attr(t._trial_id, WORKER_ATTR, identity)
+                record_trial(self.storage, t._trial_id, worker=identity)
                 if self._is_duplicate(t):
-                    self.storage.set_trial_user_attr(t._trial_id, STATUS_ATTR, TrialStatus.DUPLICATE.value)
+                    record_trial(self.storage, t._trial_id, status=TrialStatus.DUPLICATE.value)
                     self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
                     continue
                 return optuna.trial.Trial(self.study, t._trial_id)
@@ -363,9 +358,9 @@ class VariantTrials:
         yields; if both claim before either checks, both yield and the slot is queued
         again. Two workers never train one slot.
         """
-        slot = claimed.user_attrs.get(SLOT_ATTR)
+        slot = trial_facts(claimed).slot
         for t in self.current_trials():
-            if t.number != claimed.number and t.user_attrs.get(SLOT_ATTR) == slot:
+            if t.number != claimed.number and trial_facts(t).slot == slot:
                 if trial_status(t) in TAKEN:
                     return True
         return False
@@ -377,15 +372,24 @@ class VariantTrials:
 
     # -- finishing -------------------------------------------------------------------
 
-    def finish(self, trial, status: TrialStatus, value: float | None, attrs: dict[str, Any]) -> bool:
+    def is_live(self, trial) -> bool:
+        """Whether this claim still holds: the trial is RUNNING (a claim failed as stale
+        is FAIL for good; its slot was queued as a new trial)."""
+        from optuna.trial import TrialState
+
+        return self.storage.get_trial(trial._trial_id).state == TrialState.RUNNING
+
+    def record(self, trial, **facts: Any) -> None:
+        """Record facts of a claimed trial (study.ledger; refused by Optuna once it is finished)."""
+        record_trial(self.storage, trial._trial_id, **facts)
+
+    def finish(self, trial, status: TrialStatus, value: float | None, facts: dict[str, Any]) -> bool:
         """Record the outcome; False if the trial was already failed as stale meanwhile."""
         import optuna
         from optuna.trial import TrialState
 
         try:
-            for key, v in attrs.items():
-                trial.set_user_attr(key, v)
-            trial.set_user_attr(STATUS_ATTR, TrialStatus(status).value)  # the stored string
+            record_trial(self.storage, trial._trial_id, **facts, status=TrialStatus(status).value)
             if status == TrialStatus.FINISHED:
                 self.study.tell(trial, value)
             elif status == TrialStatus.PRUNED:

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from cem_ablate.tracking import tags as T
@@ -60,19 +61,39 @@ def git_dirty(folder: str) -> bool | None:
 
 
 @contextlib.contextmanager
-def system_metrics(run_id: str, tracking_uri: str, resume: bool = True):
-    """Log system metrics (`system/...`) into `run_id` while the block runs."""
+def system_metrics(run_id: str, tracking_uri: str, resume: bool = True,
+                   guard: Callable[[], None] | None = None):
+    """Log system metrics (`system/...`) into `run_id` while the block runs. `guard` is
+    called before every write and raises when this process lost its claim on the run
+    (`training.lease`): then the samples are dropped, not logged."""
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
     monitor = SystemMetricsMonitor(run_id, sampling_interval=SAMPLING_S, resume_logging=resume,
                                    tracking_uri=tracking_uri)
+    if guard is not None:  # every write of the monitor is a flush of its batch logger
+        monitor.mlflow_logger = _guarded_batch_logger(run_id, tracking_uri, guard)
     monitor.start()
     try:
         yield monitor
     finally:
         monitor.finish()
         _publish_last_window(monitor)
+
+
+def _guarded_batch_logger(run_id: str, tracking_uri: str, guard: Callable[[], None]):
+    from mlflow.utils.autologging_utils import BatchMetricsLogger
+
+    class GuardedBatchMetricsLogger(BatchMetricsLogger):
+        def flush(self):
+            try:
+                guard()
+            except Exception:  # noqa: BLE001 - fenced: the run's points are the live attempt's
+                self.data = []
+                return
+            super().flush()
+
+    return GuardedBatchMetricsLogger(run_id, tracking_uri=tracking_uri)
 
 
 def _publish_last_window(monitor) -> None:

@@ -11,9 +11,10 @@ the outcome as tags `cem_ablate.status` / `cem_ablate.reason` plus summary metri
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +24,27 @@ from cem_ablate.tracking.run_context import source_tags
 from cem_ablate.tracking.store import quiet_mlflow
 
 
-def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str | None):
-    """An MLFlowLogger on an existing run (`run_id`) or a new one in `experiment`."""
+def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str | None,
+                guard: Callable[[], None] | None = None):
+    """An MLFlowLogger on an existing run (`run_id`) or a new one in `experiment`.
+
+    `guard` is called before every write (it raises when this process lost its claim on
+    the run, `training.lease`): a fenced worker adds no point to the curves, and Lightning's
+    `finalize` after that error writes nothing either. On an existing run a metric is
+    logged only past the last step it already has: a resumed attempt replays the steps
+    between its checkpoint and the kill with the same values (exact resume), and the
+    curve keeps one point per step."""
     quiet_mlflow()
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    from lightning.pytorch.loggers import MLFlowLogger
-
+    guard = guard or (lambda: None)
+    guard()
     artifact_location = None
     if tracking_uri.startswith("sqlite:///"):
         db = Path(tracking_uri[len("sqlite:///"):])
         db.parent.mkdir(parents=True, exist_ok=True)
         artifact_location = (db.parent / "artifacts" / experiment).as_uri()
-    logger = MLFlowLogger(
+    logger = _guarded_logger_class()(
         experiment_name=experiment,
         run_name=run_name,
         tracking_uri=tracking_uri,
@@ -43,11 +52,52 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
         artifact_location=artifact_location,
         tags=None if run_id else {T.KIND: "train"} | source_tags(),  # git commit: see tracking.run_context
     )
+    logger.guard = guard
     if run_id:  # a resumed or handed-in run may have been marked finished/killed
+        logger.logged_through = _last_steps(logger.experiment, run_id)
         logger.experiment.update_run(run_id, status="RUNNING")
     else:  # a standalone run's experiment opens in the UI's training view (tags.EXPERIMENT_KIND)
         logger.experiment.set_experiment_tag(logger.experiment_id, T.EXPERIMENT_KIND, T.TRAINING_KIND)
     return logger
+
+
+@functools.cache
+def _guarded_logger_class():
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    class GuardedMLFlowLogger(MLFlowLogger):
+        logged_through: Mapping[str, int] = {}
+
+        def log_metrics(self, metrics, step=None):
+            self.guard()
+            if step is not None and self.logged_through:
+                metrics = {k: v for k, v in metrics.items() if step > self.logged_through.get(k, -1)}
+                if not metrics:
+                    return
+            super().log_metrics(metrics, step)
+
+        def log_hyperparams(self, params):
+            self.guard()
+            super().log_hyperparams(params)
+
+        def finalize(self, status: str = "success") -> None:
+            try:
+                self.guard()
+            except Exception:  # noqa: BLE001 - fenced: the run's status is the live claim's to write
+                return
+            super().finalize(status)
+
+    return GuardedMLFlowLogger
+
+
+def _last_steps(client, run_id: str) -> dict[str, int]:
+    """metric -> the last step the run holds of it."""
+    out = {}
+    for key in client.get_run(run_id).data.metrics:
+        history = client.get_metric_history(run_id, key)
+        if history:
+            out[key] = max(m.step for m in history)
+    return out
 
 
 def log_params(logger, params: Mapping[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Callbacks of the engine: throughput and MFU, atomic checkpoints, plain progress lines.
+"""Callbacks of the engine: throughput and MFU, periodic checkpoints, plain progress lines.
 
 None of them waits for the device on an ordinary step (issue 20): they act on the
 logging and checkpoint steps, where a sync happens anyway."""
@@ -6,10 +6,8 @@ logging and checkpoint steps, where a sync happens anyway."""
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -117,23 +115,12 @@ class ThroughputMonitor(L.Callback):
         return self.warmup_tokens / self.warmup_seconds if self.warmup_seconds > 0 else math.nan
 
 
-def save_checkpoint_atomically(trainer: L.Trainer, path: Path) -> None:
-    """Write to a temporary name and rename, so a kill never leaves a torn last.ckpt.
-
-    `trainer.save_checkpoint` is collective (every rank calls it, rank 0 writes).
-    """
-    tmp = path.with_name(path.name + ".tmp")
-    trainer.save_checkpoint(tmp, weights_only=False)
-    if trainer.is_global_zero:
-        os.replace(tmp, path)
-    trainer.strategy.barrier("checkpoint-rename")
-
-
 class PeriodicCheckpoint(L.Callback):
-    """`last.ckpt` every N optimizer steps, always at a step boundary (exact resume)."""
+    """A checkpoint every N optimizer steps, always at a step boundary (exact resume),
+    with its digest (`training.checkpoints`)."""
 
-    def __init__(self, path: Path, every_n_steps: int):
-        self.path = Path(path)
+    def __init__(self, files, every_n_steps: int):
+        self.files = files  # training.checkpoints.CheckpointFiles
         self.every_n_steps = every_n_steps
         self._saved_step = -1
 
@@ -142,7 +129,7 @@ class PeriodicCheckpoint(L.Callback):
         if step == self._saved_step or step % self.every_n_steps or getattr(pl_module, "diverged", False):
             return
         self._saved_step = step
-        save_checkpoint_atomically(trainer, self.path)
+        self.files.save(trainer)
 
 
 class PrintProgress(L.Callback):

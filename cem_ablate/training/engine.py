@@ -4,8 +4,9 @@
 
 The path of a run: validate the config -> claim the run folder -> prepare the data
 (tokenizer and token cache, built once) -> build the model around the data's
-vocabulary -> Lightning fit (resuming `last.ckpt` if present) -> final validation and
-test -> `TrainResult`, written to `<run_dir>/result.json` and to MLflow.
+vocabulary -> Lightning fit (resuming the newest checkpoint whose recorded digest
+matches, `training.checkpoints`) -> final validation and test -> `TrainResult`, written
+to `<run_dir>/result.json` and to MLflow.
 
 - Divergence (non-finite loss) is a result, `TrialStatus.DIVERGED`, never an exception.
 - Any other error during training is `TrialStatus.FAILED` with the error text; bad
@@ -19,6 +20,10 @@ test -> `TrainResult`, written to `<run_dir>/result.json` and to MLflow.
   runner, notebooks) gets the run launched as a subprocess,
   `python -m cem_ablate.training.launch <run_dir>`, and its result read back from
   `result.json`. `extra_callbacks` cannot cross that process boundary.
+- A study trial trains under a `lease` (`training.lease`): every write of the run (the
+  folder, checkpoints, `result.json`, MLflow) checks it first, and a run whose lease
+  was lost raises `LeaseLost` having written nothing more. (A DDP run launched as a
+  subprocess checks only before and after it.)
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget, resolve_budget
 from cem_ablate.training.child_process import die_with_parent
 from cem_ablate.training.config import RunConfig, parse_run_config
+from cem_ablate.training.lease import Lease, LeaseLost
 from cem_ablate.training.result import TrainResult
 from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
 
@@ -77,9 +83,10 @@ def train_run(
     resume: bool = True,
     progress: bool = True,
     ddp_in_process: bool = False,
+    lease: Lease | None = None,
 ) -> TrainResult:
     cfg = parse_run_config(cfg)
-    folder = RunDirectory(run_dir)
+    folder = RunDirectory(run_dir, lease)
     if resume and (ended := folder.finished_result(cfg)) is not None:
         return ended
     if cfg.train.world_size > 1 and not ddp_in_process:
@@ -114,11 +121,14 @@ class _Session:
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
         try:
             result = self._train()
+        except LeaseLost:
+            raise
         except Exception as err:  # noqa: BLE001 - a failed run is a result, with its reason
             from cem_ablate.config import ConfigError
 
             if isinstance(err, ConfigError):
                 raise
+            self.folder.may_write()  # an error of a fenced run (e.g. Optuna refusing it) is not its result
             if self.rank_zero:
                 traceback.print_exc(file=sys.stderr)
             result = self._result(TrialStatus.FAILED, error=f"{type(err).__name__}: {err}".strip())
@@ -157,7 +167,7 @@ class _Session:
             peak_flops=total_peak_flops(device, precision, train.devices, train.num_nodes),
             log_every_n_steps=train.log_every_n_steps, ckpt_every_n_steps=train.ckpt_every_n_steps,
         )
-        callbacks = [self.throughput, PeriodicCheckpoint(self.folder.last_checkpoint, train.ckpt_every_n_steps)]
+        callbacks = [self.throughput, PeriodicCheckpoint(self.folder.checkpoints, train.ckpt_every_n_steps)]
         bar = self.progress and is_terminal()
         if self.progress and not bar:
             callbacks.append(PrintProgress(budget.steps, train.log_every_n_steps))
@@ -165,7 +175,7 @@ class _Session:
             train, budget, default_root_dir=str(self.folder.path), logger=self.logger,
             callbacks=callbacks + self.extra_callbacks, progress_bar=bar,
         )
-        ckpt = self.folder.resume_checkpoint() if self.resume else None
+        ckpt = self.folder.resume_checkpoint(warn=self.rank_zero) if self.resume else None
         with warnings.catch_warnings():
             # Mid-epoch resume is exact here: the data order is a function of the step (data.sampler).
             warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch.*")
@@ -175,9 +185,7 @@ class _Session:
                                 error=f"non-finite training loss after {task.module.diverged_step} steps")
         if trainer.interrupted:
             raise KeyboardInterrupt
-        from cem_ablate.training.callbacks import save_checkpoint_atomically
-
-        save_checkpoint_atomically(trainer, self.folder.last_checkpoint)
+        self.folder.checkpoints.save(trainer)
         metrics = _floats(trainer.callback_metrics)
         if getattr(task.module, "last_val_step", None) != trainer.global_step:
             metrics |= _floats(trainer.validate(task.module, datamodule=task.datamodule, verbose=False)[0])
@@ -190,7 +198,8 @@ class _Session:
         from cem_ablate.tracking.training_run import log_config_text, log_params, open_logger
 
         run_id = self.mlflow_run_id or (self.folder.tracked_run(self.tracking_uri) if self.resume else None)
-        self.logger = open_logger(self.tracking_uri, self.experiment, self.cfg.name, run_id)
+        self.logger = open_logger(self.tracking_uri, self.experiment, self.cfg.name, run_id,
+                                  guard=self.folder.may_write)
         self.folder.remember_run(self.tracking_uri, self.logger.run_id)
         if self.owns_run:
             log_params(self.logger, run_params(self.cfg, self.budget, self.task.report, self.task.data_facts))

@@ -2,7 +2,8 @@
 
     <run_dir>/config.yaml          the resolved run config (what `train` re-reads)
     <run_dir>/trial_key            `RunConfig.trial_key()` of the run it holds
-    <run_dir>/checkpoints/last.ckpt  latest step-boundary checkpoint (atomic)
+    <run_dir>/checkpoints/         last.ckpt, previous.ckpt and their digests (training.checkpoints)
+    <run_dir>/lease                the claim that holds the folder now, for a study trial (training.lease)
     <run_dir>/mlflow.json          tracking URI + run id, so a resumed run continues it
     <run_dir>/result.json          TrainResult, written when the run ends
 
@@ -24,10 +25,10 @@ import yaml
 
 from cem_ablate.config import ConfigError
 from cem_ablate.config.trial_status import SETTLED
+from cem_ablate.training.checkpoints import CheckpointFiles
 from cem_ablate.training.config import RunConfig
+from cem_ablate.training.lease import Lease, LeaseLost
 from cem_ablate.training.result import TrainResult
-
-LAST_CHECKPOINT = "last.ckpt"
 
 
 def default_run_dir(cfg: RunConfig, root: str | Path = "runs") -> Path:
@@ -43,14 +44,21 @@ def is_rank_zero_process() -> bool:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # private: two attempts never share it
     tmp.write_text(text)
     os.replace(tmp, path)
 
 
 class RunDirectory:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, lease: Lease | None = None):
         self.path = Path(path)
+        self.lease = lease  # None: this process may always write here (`cem-ablate train`)
+
+    def may_write(self) -> None:
+        """Raise `LeaseLost` when another attempt holds the folder or our claim is dead;
+        called before every write of the run (files and MLflow)."""
+        if self.lease is not None:
+            self.lease.check(self.lease_file)
 
     @property
     def config_file(self) -> Path:
@@ -61,8 +69,12 @@ class RunDirectory:
         return self.path / "checkpoints"
 
     @property
-    def last_checkpoint(self) -> Path:
-        return self.checkpoint_dir / LAST_CHECKPOINT
+    def checkpoints(self) -> CheckpointFiles:
+        return CheckpointFiles(self.checkpoint_dir, self.may_write)
+
+    @property
+    def lease_file(self) -> Path:
+        return self.path / "lease"
 
     @property
     def result_file(self) -> Path:
@@ -83,7 +95,13 @@ class RunDirectory:
         return self.trial_key_file.read_text().strip() == cfg.trial_key()
 
     def claim(self, cfg: RunConfig, resume: bool) -> None:
-        """Make the folder hold `cfg`: refuse another config's run, clear it when not resuming."""
+        """Make the folder hold `cfg`: refuse another config's run, clear it when not resuming.
+        With a lease, take the folder over for it (only while its claim is live)."""
+        if self.lease is not None:
+            if not self.lease.is_live():
+                raise LeaseLost(f"the claim {self.lease.token} is no longer live")
+            self.path.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.lease_file, self.lease.token + "\n")
         if resume and self.holds(cfg) is False:
             raise ConfigError("", f"{self.path} holds a run of a different config; "
                                   "pass another run directory or start fresh.")
@@ -97,8 +115,9 @@ class RunDirectory:
         write_atomically(self.config_file, yaml.safe_dump(cfg.to_mapping(), sort_keys=False))
         write_atomically(self.trial_key_file, cfg.trial_key() + "\n")
 
-    def resume_checkpoint(self) -> Path | None:
-        return self.last_checkpoint if self.last_checkpoint.exists() else None
+    def resume_checkpoint(self, warn: bool = True) -> Path | None:
+        """The newest checkpoint whose recorded digest matches (None: start fresh)."""
+        return self.checkpoints.verified(warn)
 
     def finished_result(self, cfg: RunConfig) -> TrainResult | None:
         """The result of this config's ended run (finished or diverged: rerunning it
@@ -107,6 +126,7 @@ class RunDirectory:
         return result if result is not None and result.status in SETTLED else None
 
     def write_result(self, result: TrainResult) -> None:
+        self.may_write()
         write_atomically(self.result_file, json.dumps(result.to_dict(), indent=2))
 
     def read_result(self) -> TrainResult | None:
@@ -122,4 +142,5 @@ class RunDirectory:
         return data.get("run_id") if data.get("tracking_uri") == tracking_uri else None
 
     def remember_run(self, tracking_uri: str, run_id: str) -> None:
+        self.may_write()
         write_atomically(self.tracking_file, json.dumps({"tracking_uri": tracking_uri, "run_id": run_id}))

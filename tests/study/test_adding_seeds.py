@@ -8,13 +8,12 @@ from collections import Counter
 import optuna
 
 from cem_ablate.cli.main import main
-from cem_ablate.study.trials import SLOT_ATTR
 from tests.study.tiny_study import write_study
 
 
 def _complete_slots(root) -> Counter:
     storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'mlruns' / 'optuna.db'}")
-    return Counter(t.user_attrs[SLOT_ATTR] for name in optuna.get_all_study_names(storage)
+    return Counter(t.user_attrs["slot"] for name in optuna.get_all_study_names(storage)
                    for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
                    if t.state == optuna.trial.TrialState.COMPLETE)
 

@@ -17,10 +17,9 @@ import optuna
 import pytest
 
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR
 from cem_ablate.study.spec import LrSearchConfig
 from cem_ablate.study.storage import StorageSettings, open_storage
-from cem_ablate.study.trials import CODE_FINGERPRINT_ATTR, VariantTrials, worker_identity
+from cem_ablate.study.trials import VariantTrials, worker_identity
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.readback import read_study
 from cem_ablate.tracking.run_context import git_dirty
@@ -87,8 +86,8 @@ def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corp
     new_gelu = [t for t in gelu if t.number not in old_gelu]
     assert len(gelu) == 4 and len(new_gelu) == 2  # the old ones are kept, as history
     assert {t.params["lr"] for t in new_gelu} == set(GRID)
-    assert {t.user_attrs[CODE_FINGERPRINT_ATTR] for t in new_gelu}.isdisjoint(
-        t.user_attrs[CODE_FINGERPRINT_ATTR] for t in old_gelu.values())
+    assert {t.user_attrs["code_fingerprint"] for t in new_gelu}.isdisjoint(
+        t.user_attrs["code_fingerprint"] for t in old_gelu.values())
     for t in new_gelu:  # tanh-GELU trains another function: other numbers
         old = next(o for o in old_gelu.values() if o.params["lr"] == t.params["lr"])
         assert t.value != old.value
@@ -104,7 +103,7 @@ def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corp
     stale = [c for c in children if T.STALE in c.data.tags]
     assert {c.info.run_id for c in stale} == {t.user_attrs["mlflow_run_id"] for t in old_gelu.values()}
     current = [c for c in children if c.data.tags.get(T.VARIANT) == "gelu" and T.STALE not in c.data.tags]
-    assert {c.data.tags[T.CODE_FINGERPRINT] for c in current} == {t.user_attrs[CODE_FINGERPRINT_ATTR]
+    assert {c.data.tags[T.CODE_FINGERPRINT] for c in current} == {t.user_attrs["code_fingerprint"]
                                                                    for t in new_gelu}
 
     # A second study of the same config reuses the new code's trials, none from before the edit.
@@ -113,8 +112,8 @@ def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corp
     _study(tmp_path, str(b), "--no-report")
     b_gelu = _trials(tmp_path, "b", "gelu")
     assert len(b_gelu) == 2
-    assert {t.user_attrs[REUSED_FROM_ATTR].rpartition("#")[2] for t in b_gelu} == {str(t.number) for t in new_gelu}
-    assert {t.user_attrs[TRIAL_KEY_ATTR] for t in b_gelu} == {t.user_attrs[TRIAL_KEY_ATTR] for t in new_gelu}
+    assert {t.user_attrs["reused_from"].rpartition("#")[2] for t in b_gelu} == {str(t.number) for t in new_gelu}
+    assert {t.user_attrs["trial_key"] for t in b_gelu} == {t.user_attrs["trial_key"] for t in new_gelu}
     assert sorted(t.value for t in b_gelu) == sorted(t.value for t in new_gelu)
 
 
@@ -135,7 +134,7 @@ def _train_all(vt: VariantTrials) -> list[int]:
     while (trial := vt.claim(worker_identity())) is not None:
         lr = trial.suggest_float("lr", *vt.lr_search.lr_range, log=True)
         seed = trial.suggest_int("seed", 0, 10)
-        trial.set_user_attr(TRIAL_KEY_ATTR, vt.current_key(lr, seed))
+        trial.set_user_attr("trial_key", vt.current_key(lr, seed))
         assert vt.finish(trial, TrialStatus.FINISHED, 10.0 + trial.number, {})
         numbers.append(trial.number)
     return numbers

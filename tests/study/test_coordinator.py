@@ -12,7 +12,6 @@ import pytest
 from optuna.trial import TrialState
 
 from cem_ablate.cli.main import main
-from cem_ablate.study.trials import SLOT_ATTR
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from tests.study.tiny_study import write_study
@@ -37,7 +36,7 @@ def assert_each_point_finished_once(root, study, n_variants, grid):
     trials = optuna_trials(root)
     assert len(trials) == n_variants
     for name, ts in trials.items():
-        done = Counter(t.user_attrs[SLOT_ATTR] for t in ts if t.state == TrialState.COMPLETE)
+        done = Counter(t.user_attrs["slot"] for t in ts if t.state == TrialState.COMPLETE)
         assert sorted(done) == sorted(f"lr={lr!r},seed=0" for lr in grid), name
         assert set(done.values()) == {1}, name  # no grid point trained twice
     parents, children = mlflow_runs(root, study)
@@ -134,7 +133,7 @@ def test_kill_minus_9_mid_trial_then_rerun_finishes_every_point_once(tmp_path, c
     again = next(t for t in same_variant if t._trial_id == killed[0]._trial_id)
     assert again.state == TrialState.FAIL and again.user_attrs["status"] == "killed"
     retried = [t for t in same_variant
-               if t.user_attrs[SLOT_ATTR] == again.user_attrs[SLOT_ATTR] and t.state == TrialState.COMPLETE]
+               if t.user_attrs["slot"] == again.user_attrs["slot"] and t.state == TrialState.COMPLETE]
     assert len(retried) == 1 and retried[0].user_attrs["attempt"] == 2
     assert all(c.info.status == "FINISHED" for c in children)  # the killed attempt's child was reused
 

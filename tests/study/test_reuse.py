@@ -6,7 +6,6 @@ from __future__ import annotations
 import optuna
 
 from cem_ablate.cli.main import main
-from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR
 from cem_ablate.tracking import tags as T
 from tests.study.test_coordinator import mlflow_runs
 from tests.study.tiny_study import write_study
@@ -51,15 +50,15 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
     assert "for all 4 trials" in " ".join(capsys.readouterr().out.split())  # reuse off: A's are retrained
 
     assert main(["study", str(b), "--report-dir", str(tmp_path / "reports")]) == 0
-    a_trials = {t.user_attrs[TRIAL_KEY_ATTR]: (name, t) for name, t in _trials(tmp_path, "a")}
+    a_trials = {t.user_attrs["trial_key"]: (name, t) for name, t in _trials(tmp_path, "a")}
     b_trials = [t for _, t in _trials(tmp_path, "b")]
-    reused = [t for t in b_trials if REUSED_FROM_ATTR in t.user_attrs]
-    trained = [t for t in b_trials if REUSED_FROM_ATTR not in t.user_attrs]
+    reused = [t for t in b_trials if "reused_from" in t.user_attrs]
+    trained = [t for t in b_trials if "reused_from" not in t.user_attrs]
     assert len(reused) == 2 and len(trained) == 2  # only the CEM MLP trials trained
     for t in reused:
-        name, original = a_trials[t.user_attrs[TRIAL_KEY_ATTR]]
+        name, original = a_trials[t.user_attrs["trial_key"]]
         assert t.value == original.value
-        assert t.user_attrs[REUSED_FROM_ATTR] == f"{name}#{original.number}"
+        assert t.user_attrs["reused_from"] == f"{name}#{original.number}"
     # MLflow: B's Llama children link to A's children and carry their final metrics.
     _, a_children = mlflow_runs(tmp_path, "a")
     _, b_children = mlflow_runs(tmp_path, "b")
@@ -85,4 +84,4 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
     c = write_study(tmp_path, name="c", grid=GRID, corpus=corpus, variants=[{"name": "llama"}], baselines={})
     assert main(["study", str(c), "--no-reuse", "--no-report"]) == 0
     c_trials = [t for _, t in _trials(tmp_path, "c")]
-    assert len(c_trials) == 2 and not any(REUSED_FROM_ATTR in t.user_attrs for t in c_trials)
+    assert len(c_trials) == 2 and not any("reused_from" in t.user_attrs for t in c_trials)

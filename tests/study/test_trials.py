@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from cem_ablate.study.spec import LrSearchConfig
 from cem_ablate.study.storage import StorageSettings, open_storage
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.trials import STATUS_ATTR, VariantTrials, plan_slots, worker_identity
+from cem_ablate.study.trials import VariantTrials, plan_slots, worker_identity
 
 GRID = LrSearchConfig(grid=[1e-3, 2e-3, 4e-3])
 
@@ -64,7 +64,7 @@ def test_every_slot_is_claimed_once_and_final_states_stick(url):
     assert sorted(seen) == sorted((lr, s) for lr in GRID.grid for s in (0, 1))
     assert vt.is_done()
     # the stored attribute is the plain string (old stores), read back as the enum
-    assert sorted({t.user_attrs[STATUS_ATTR] for t in vt.all_trials()}) == ["diverged", "failed", "finished"]
+    assert sorted({t.user_attrs["status"] for t in vt.all_trials()}) == ["diverged", "failed", "finished"]
     assert {p.status for p in vt.points()} == {TrialStatus.FINISHED, TrialStatus.DIVERGED, TrialStatus.FAILED}
     assert sorted(vt.fit_points()) == [(1e-3, 30.0), (1e-3, 30.0)]
     # diverged is final, failed is retried only when asked (a new `cem-ablate study` run)
@@ -98,7 +98,7 @@ def test_a_trial_of_a_dead_local_process_is_requeued_with_its_params(url, tmp_pa
     assert vt.claim(worker_identity()) is None
     assert sorted(lr for _, lr, _ in claimed) == [1e-3, 2e-3, 4e-3]
     dead = vt.storage.get_trial(running[0]._trial_id)
-    assert dead.state == TrialState.FAIL and dead.user_attrs[STATUS_ATTR] == TrialStatus.KILLED
+    assert dead.state == TrialState.FAIL and dead.user_attrs["status"] == TrialStatus.KILLED
     assert killed_lr in [lr for _, lr, _ in claimed]
 
 
@@ -177,4 +177,4 @@ def test_a_slot_queued_twice_is_trained_once(url):
     third = claim_and_suggest(vt, me)  # the copy of 0.002 is skipped while 0.002 runs
     assert third[1] == 4e-3 and vt.claim(me) is None
     copies = [t for t in vt.all_trials() if t.user_attrs["slot"] == "lr=0.002,seed=0"]
-    assert sorted(t.user_attrs.get(STATUS_ATTR, "") for t in copies) == ["", "duplicate"]
+    assert sorted(t.user_attrs.get("status", "") for t in copies) == ["", "duplicate"]
