@@ -24,6 +24,7 @@ from cem_ablate.study.reuse import REUSED_FROM_ATTR, TRIAL_KEY_ATTR
 from cem_ablate.study.trials import CODE_FINGERPRINT_ATTR, CODE_PARTS_ATTR, SLOT_ATTR
 from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.disk_space import out_of_space
 from cem_ablate.tracking.run_context import system_metrics
 
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
@@ -95,6 +96,9 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
             session.tracker.mark_killed(child)
             raise
         except Exception as err:  # noqa: BLE001 - a broken trial must not stop the study
+            if out_of_space(err, [run_dir]):  # the machine's failure, not the trial's: stop (tracking.disk_space)
+                _free_slot(session, trials, trial, child, "disk full")
+                raise
             error = f"{type(err).__name__}: {err}"
     seconds = time.time() - start
 
@@ -115,6 +119,17 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
     return TrialRecord(lr, seed, status if recorded else TrialStatus.KILLED, value, reason, variant=variant.name,
                        slot=slot, trial_key=trial_key, study=trials.study.study_name, number=trial.number,
                        run_id=child, seconds=seconds)
+
+
+def _free_slot(session, trials, trial, child: str, reason: str) -> None:
+    """Queue the trial again now (KILLED, like an interrupt), if the full disk lets the
+    stores take the write; otherwise it goes stale after the grace period."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        trials.finish(trial, TrialStatus.KILLED, None, {"reason": reason})
+    with contextlib.suppress(Exception):
+        session.tracker.mark_killed(child)
 
 
 def _reuse(session, variant: Variant, trial, slot: str, lr: float, seed: int, child: str,

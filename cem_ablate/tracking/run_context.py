@@ -64,9 +64,11 @@ def system_metrics(run_id: str, tracking_uri: str, resume: bool = True):
     """Log system metrics (`system/...`) into `run_id` while the block runs."""
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
+    from cem_ablate.tracking.credentials import with_password
+
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
     monitor = SystemMetricsMonitor(run_id, sampling_interval=SAMPLING_S, resume_logging=resume,
-                                   tracking_uri=tracking_uri)
+                                   tracking_uri=with_password(tracking_uri))
     monitor.start()
     try:
         yield monitor

@@ -116,9 +116,10 @@ class _Session:
             result = self._train()
         except Exception as err:  # noqa: BLE001 - a failed run is a result, with its reason
             from cem_ablate.config import ConfigError
+            from cem_ablate.tracking.disk_space import out_of_space
 
-            if isinstance(err, ConfigError):
-                raise
+            if isinstance(err, ConfigError) or out_of_space(err, [self.folder.path]):
+                raise  # a full disk fails the machine, not the run: no FAILED result (tracking.disk_space)
             if self.rank_zero:
                 traceback.print_exc(file=sys.stderr)
             result = self._result(TrialStatus.FAILED, error=f"{type(err).__name__}: {err}".strip())
