@@ -60,7 +60,7 @@ def without_password(url: str | None) -> str | None:
         return url  # not a database URL: nothing of ours to hide; its opener names the problem
     if parsed.password is None:
         return url
-    bare = parsed.set(password=None).render_as_string(hide_password=False)
+    bare = parsed._replace(password=None).render_as_string(hide_password=False)  # URL.set keeps a None field
     os.environ[_password_env(bare)] = str(parsed.password)
     return bare
 
