@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m cem_ablate.study.worker",
                                      description="One study worker over a plan written by `cem-ablate study`.")
-    parser.add_argument("plan", help="the plan file (<workdir>/<study>/plan-<hash>.pkl)")
+    parser.add_argument("plan", help="the plan file (<workdir>/<study>/plan-<hash>-<host>-<pid>.pkl)")
     parser.add_argument("--index", type=int, default=0, help="worker index (spreads the variants' order)")
     args = parser.parse_args(argv)
     # Load the zoo and the plugins through their entry points BEFORE unpickling: the plan's
