@@ -17,8 +17,8 @@ times over ~10 s first so a server still starting is waited for; the dry run rea
 through the same checks (`open_for_reading`). The URL this module is given carries no
 password: it is put back only to connect (tracking.credentials). A SQLite file is
 created 0600, its tables under a lock (two studies started together on an empty
-folder), and a damaged one is refused before it is touched (tracking.local_store). Pooled connections
-are pinged before use, so a database server that restarted between two queries of a
+folder), and a damaged one is refused before it is touched (tracking.local_store).
+Pooled connections are pinged before use, so a database server that restarted between two queries of a
 long trial costs nothing. A server that goes away mid-study is waited for: every
 storage call retries for up to OUTAGE_S, saying so once on stderr; past that the
 worker stops with one `error: --storage:` line. Nothing is lost either way: a trial
@@ -142,7 +142,6 @@ def open_storage(settings: StorageSettings):
     import optuna
 
     quiet_optuna()
-    engine_kwargs = {}
     db = sqlite_path(settings.url)
     if db is not None:
         check_readable(db, "--storage", "Optuna")
