@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 # name -> one-line help; the module is cem_ablate.cli.<name>_command
 SUBCOMMANDS = {
@@ -60,6 +61,35 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        from cem_ablate.tracking.disk_space import out_of_space, out_of_space_message
+
+        places = _written_places(args)
+        if not out_of_space(err, places):
+            raise
+        print(f"error: {out_of_space_message(err, places)}", file=sys.stderr)
+        return 2
+
+
+def _written_places(args: argparse.Namespace) -> list[Path]:
+    """Where a command writes: its local stores, run folders and reports (for the disk
+    that filled up, when the error itself names no file)."""
+    from cem_ablate.study.storage import sqlite_path
+    from cem_ablate.tracking.store import sqlite_store_path
+
+    places = [Path.cwd() / "mlruns"]
+    for url, to_path in ((getattr(args, "storage", None), sqlite_path),
+                         (getattr(args, "tracking_uri", None), sqlite_store_path)):
+        try:
+            path = to_path(url) if url else None
+        except Exception:  # noqa: BLE001 - an unusable URL was refused before anything ran
+            path = None
+        if path is not None:
+            places.append(path)
+    for name in ("workdir", "run_dir", "runs_root", "report_dir"):
+        if getattr(args, name, None):
+            places.append(Path(getattr(args, name)).resolve())
+    return places
 
 
 if __name__ == "__main__":

@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.reporting.report import make_report
     from cem_ablate.tracking.store import check_tracking_server, default_tracking_uri, sqlite_store_path
 
-    uri = args.tracking_uri or default_tracking_uri()
+    from cem_ablate.tracking.credentials import without_password
+
+    uri = without_password(args.tracking_uri) or default_tracking_uri()  # password: environment only
     check_tracking_server(uri)  # http(s) only: a dead server is one line, not a 4-minute retry
     db = sqlite_store_path(uri)
     if db is not None and not db.exists():  # don't create an empty store just to say it is empty

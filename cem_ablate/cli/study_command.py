@@ -121,7 +121,12 @@ def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: in
 
 
 def run(args: argparse.Namespace) -> int:
+    from cem_ablate.tracking.credentials import without_password
+
     _check_options(args)
+    # From here on the URLs carry no password: it waits in the environment, which the
+    # workers inherit, and never reaches a file (tracking.credentials).
+    args.storage, args.tracking_uri = without_password(args.storage), without_password(args.tracking_uri)
     expanded = load_expanded(args.file, args.scale, args.set)
 
     from rich.console import Console
@@ -180,13 +185,16 @@ def run(args: argparse.Namespace) -> int:
         progress=workers == 1 and console.is_terminal,
         reuse=not args.no_reuse,
     )
+    from cem_ablate.tracking.local_store import private_files
+
     echo = lambda line: print(line, flush=True)  # noqa: E731
-    if is_transfer(expanded):
-        code = _run_transfer(expanded, settings, workers, echo)
-        if code is None:
-            return 1
-    else:
-        code = run_study(expanded, settings, workers, echo=echo)
+    with private_files():  # stores, run folders, logs, plan: the user's only (0600/0700)
+        if is_transfer(expanded):
+            code = _run_transfer(expanded, settings, workers, echo)
+        else:
+            code = run_study(expanded, settings, workers, echo=echo)
+    if code is None:  # a transfer whose proxy has no lr*
+        return 1
     if not args.no_report:
         from cem_ablate.reporting.report import make_report
 

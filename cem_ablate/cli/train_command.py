@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.training.engine import plan_run
     from cem_ablate.training.run_directory import default_run_dir, is_rank_zero_process
 
+    from cem_ablate.tracking.credentials import without_password
+
+    args.tracking_uri = without_password(args.tracking_uri)  # the password waits in the environment
     mapping = load_yaml(args.config)
     mapping.setdefault("name", Path(args.config).stem)
     mapping = apply_overrides(mapping, args.overrides)
@@ -68,10 +71,13 @@ def run(args: argparse.Namespace) -> int:
 
     if talk and not args.fresh and RunDirectory(run_dir).finished_result(cfg):
         print("this run already ended; its result follows (--fresh trains it again)")
-    result = train_run(
-        cfg, run_dir=run_dir, tracking_uri=args.tracking_uri, experiment=args.experiment,
-        resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
-    )
+    from cem_ablate.tracking.local_store import private_files
+
+    with private_files():  # the MLflow store and the run folder: the user's only (0600/0700)
+        result = train_run(
+            cfg, run_dir=run_dir, tracking_uri=args.tracking_uri, experiment=args.experiment,
+            resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
+        )
     if talk:
         print_summary(result)
     return 0 if result.status == TrialStatus.FINISHED else 1

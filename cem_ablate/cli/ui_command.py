@@ -37,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.tracking.server import UI_APP, TrackingServer, experiment_id
     from cem_ablate.tracking.store import default_artifact_root, default_tracking_uri, sqlite_store_path
 
-    uri = args.tracking_uri or default_tracking_uri()
+    from cem_ablate.tracking.credentials import without_password
+
+    uri = without_password(args.tracking_uri) or default_tracking_uri()  # password: environment only
     db = sqlite_store_path(uri)
     if db is not None and not db.exists():
         raise ConfigError("--tracking-uri", f"no MLflow store at {db}; run a study first.")

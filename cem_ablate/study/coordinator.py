@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -132,8 +133,9 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     log_dir.mkdir(parents=True, exist_ok=True)
     settings = session.settings
     threads = settings.threads or threads_per_worker(workers)
-    plan = write_plan(study_dir / f"plan-{session.expanded.study_hash}.pkl", session.expanded,
-                      dataclasses.replace(settings, threads=threads, progress=False))
+    # One plan per coordinator (machines may share --workdir), removed when its workers end.
+    plan = write_plan(study_dir / f"plan-{session.expanded.study_hash}-{socket.gethostname()}-{os.getpid()}.pkl",
+                      session.expanded, dataclasses.replace(settings, threads=threads, progress=False))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     procs = []
 
@@ -168,6 +170,7 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     finally:
         for _, log, _ in procs:
             log.close()
+        plan.unlink(missing_ok=True)
     for p, _, i in procs:
         stalled_and_killed = p.pid in reported and p.returncode == -signal.SIGKILL  # said so already
         if p.returncode != 0 and not stalled_and_killed:

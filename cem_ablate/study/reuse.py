@@ -57,16 +57,13 @@ def grid_trials(expanded, storage_url: str) -> GridTrials:
     key). For the dry run, which reads the storage once through this: read only (a
     missing SQLite file is not created), empty without a storage or a grid (sampled lrs
     can't be known); every seed the study may train."""
-    import optuna
-
-    from cem_ablate.study.storage import quiet_optuna, sqlite_path
+    from cem_ablate.study.storage import open_for_reading
 
     spec = expanded.spec
-    path = sqlite_path(storage_url)
-    if spec.lr_search.method != "grid" or (path is not None and not path.exists()):
+    storage = open_for_reading(storage_url) if spec.lr_search.method == "grid" else None
+    if storage is None:
         return {}
-    quiet_optuna()
-    finished = finished_trials(optuna.storages.RDBStorage(storage_url))
+    finished = finished_trials(storage)
     out: GridTrials = {}
     for v in expanded.variants:
         for lr in v.lr_search(spec.lr_search).grid:
@@ -96,16 +93,12 @@ def planned_retrain(expanded, storage_url: str) -> dict[str, int]:
     """Variant key -> how many grid trials this study finished under another trial key
     than they have now (the code, data or platform version changed: a run retrains
     them, study/trials.py). For the dry run; reads the storage only if it exists."""
-    import optuna
-
-    from cem_ablate.study.storage import quiet_optuna, sqlite_path
+    from cem_ablate.study.storage import open_for_reading
     from cem_ablate.study.variants import optuna_study_name
 
-    path = sqlite_path(storage_url)
-    if expanded.spec.lr_search.method != "grid" or (path is not None and not path.exists()):
+    storage = open_for_reading(storage_url) if expanded.spec.lr_search.method == "grid" else None
+    if storage is None:
         return {}
-    quiet_optuna()
-    storage = optuna.storages.RDBStorage(storage_url)
     out: dict[str, int] = {}
     for v in expanded.variants:
         try:

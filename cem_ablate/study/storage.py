@@ -13,8 +13,12 @@ trial whose heartbeat is older than the grace period belonged to a dead worker.
 
 A server storage is checked when opened: a missing driver names the extra to install,
 an unreachable server or refused login is one line (password hidden), tried a few
-times over ~10 s first so a server still starting is waited for. Pooled connections
-are pinged before use, so a database server that restarted between two queries of a
+times over ~10 s first so a server still starting is waited for; the dry run reads
+through the same checks (`open_for_reading`). The URL this module is given carries no
+password: it is put back only to connect (tracking.credentials). A SQLite file is
+created 0600, its tables under a lock (two studies started together on an empty
+folder), and a damaged one is refused before it is touched (tracking.local_store).
+Pooled connections are pinged before use, so a database server that restarted between two queries of a
 long trial costs nothing. A server that goes away mid-study is waited for: every
 storage call retries for up to OUTAGE_S, saying so once on stderr; past that the
 worker stops with one `error: --storage:` line. Nothing is lost either way: a trial
@@ -38,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cem_ablate.config import ConfigError
+from cem_ablate.tracking.credentials import with_password
+from cem_ablate.tracking.local_store import check_readable, creation_lock, make_private
 from cem_ablate.tracking.store import shown_url
 
 SQLITE_TIMEOUT_S = 120
@@ -110,7 +116,7 @@ def check_server(url: str, attempts: int = CONNECT_ATTEMPTS, wait_s: float = 2.0
     """Connect once (a few tries) to a server database: one line when it cannot."""
     import sqlalchemy
 
-    engine = sqlalchemy.create_engine(url, **_engine_kwargs(url))
+    engine = sqlalchemy.create_engine(with_password(url), **_engine_kwargs(url))
     try:
         for attempt in range(attempts):
             try:
@@ -119,7 +125,8 @@ def check_server(url: str, attempts: int = CONNECT_ATTEMPTS, wait_s: float = 2.0
             except sqlalchemy.exc.OperationalError as err:
                 if attempt + 1 == attempts or "authentication failed" in str(err.orig):
                     raise ConfigError("--storage", f"cannot connect to {shown_url(url)}: "
-                                                   f"{_first_line(err.orig)}") from None
+                                                   f"{_first_line(err.orig)} (start the database server, or "
+                                                   "check the host, port, user and password of --storage)") from None
                 time.sleep(wait_s)
     finally:
         engine.dispose()
@@ -135,24 +142,28 @@ def open_storage(settings: StorageSettings):
     import optuna
 
     quiet_optuna()
-    engine_kwargs = {}
     db = sqlite_path(settings.url)
     if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.closing(sqlite3.connect(db, timeout=SQLITE_TIMEOUT_S)) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")  # persistent: readers never block the writer
-        engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
-    else:
-        check_driver(settings.url)
-        check_server(settings.url)
-        engine_kwargs = _engine_kwargs(settings.url)
+        check_readable(db, "--storage", "Optuna")
+        with creation_lock(db):  # Optuna creates its tables check-then-create: one process at a time
+            os.close(os.open(db, os.O_RDWR | os.O_CREAT, 0o600))
+            make_private(db)
+            with contextlib.closing(sqlite3.connect(db, timeout=SQLITE_TIMEOUT_S)) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")  # persistent: readers never block the writer
+            return _open_schema(optuna.storages.RDBStorage, settings,
+                                {"connect_args": {"timeout": SQLITE_TIMEOUT_S}})
+    check_driver(settings.url)
+    check_server(settings.url)
+    return _open_schema(outage_tolerant_storage(), settings, _engine_kwargs(settings.url))
+
+
+def _open_schema(storage_class, settings: StorageSettings, engine_kwargs: dict):
     import sqlalchemy
 
-    storage_class = optuna.storages.RDBStorage if db is not None else outage_tolerant_storage()
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
             return storage_class(
-                settings.url,
+                with_password(settings.url),
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=settings.heartbeat_interval,
                 grace_period=settings.grace_period,
@@ -166,6 +177,23 @@ def open_storage(settings: StorageSettings):
                 raise
             time.sleep(1.0 + attempt)
     raise AssertionError("unreachable")
+
+
+def open_for_reading(url: str):
+    """The storage for a look that writes nothing (the dry run), through the same checks
+    as `open_storage`: None when its SQLite file does not exist yet (nothing to read)."""
+    import optuna
+
+    db = sqlite_path(url)
+    if db is not None:
+        if not db.exists():
+            return None
+        check_readable(db, "--storage", "Optuna")
+    else:
+        check_driver(url)
+        check_server(url, attempts=1)
+    quiet_optuna()
+    return optuna.storages.RDBStorage(with_password(url))
 
 
 def _waits_out_outages(method, name: str):

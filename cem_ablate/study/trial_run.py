@@ -38,6 +38,7 @@ from cem_ablate.study.ledger import trial_facts
 from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
+from cem_ablate.tracking.disk_space import out_of_space
 from cem_ablate.tracking.run_context import system_metrics
 from cem_ablate.training.config import RunConfig
 from cem_ablate.training.lease import Lease, LeaseLost
@@ -177,6 +178,9 @@ def train(session, attempt: Attempt, pruner):
         except LeaseLost:
             raise
         except Exception as err:  # noqa: BLE001 - a broken trial must not stop the study
+            if out_of_space(err, [attempt.run_dir]):  # the machine's failure, not the trial's (tracking.disk_space)
+                _free_slot(session, attempt.trials, attempt.trial, attempt.child, "disk full")
+                raise
             error = f"{type(err).__name__}: {err}"
     return result, error
 
@@ -201,6 +205,17 @@ def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialR
                                           step=result.steps if result is not None else 0)
         # The parent's statistics and verdicts: the coordinator's (study.summary), not every trial's.
     return attempt.record(status if recorded else TrialStatus.KILLED, value, reason, seconds)
+
+
+def _free_slot(session, trials, trial, child: str, reason: str) -> None:
+    """Queue the trial again now (KILLED, like an interrupt), if the full disk lets the
+    stores take the write; otherwise it goes stale after the grace period."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        trials.finish(trial, TrialStatus.KILLED, None, {"reason": reason})
+    with contextlib.suppress(Exception):
+        session.tracker.mark_killed(child)
 
 
 def _reuse(session, attempt: Attempt, original: TrialRecord) -> TrialRecord:

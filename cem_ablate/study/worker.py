@@ -14,6 +14,7 @@ is queued again, and this worker may be the one to retry it.
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 import sys
 import time
@@ -85,10 +86,13 @@ def quiet_lightning() -> None:
 
 
 def write_plan(path: Path, expanded, settings) -> Path:
-    """What a worker process needs, written once by the coordinator (atomically)."""
+    """What a worker process needs, written once by the coordinator (atomically, 0600).
+    The settings' URLs carry no password (tracking.credentials): the workers find it in
+    the environment they inherit."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(pickle.dumps((expanded, settings)))
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        out.write(pickle.dumps((expanded, settings)))
     tmp.replace(path)
     return path
 
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m cem_ablate.study.worker",
                                      description="One study worker over a plan written by `cem-ablate study`.")
-    parser.add_argument("plan", help="the plan file (<workdir>/<study>/plan-<hash>.pkl)")
+    parser.add_argument("plan", help="the plan file (<workdir>/<study>/plan-<hash>-<host>-<pid>.pkl)")
     parser.add_argument("--index", type=int, default=0, help="worker index (spreads the variants' order)")
     args = parser.parse_args(argv)
     # Load the zoo and the plugins through their entry points BEFORE unpickling: the plan's
@@ -110,10 +114,22 @@ def main(argv: list[str] | None = None) -> int:
     expanded, settings = pickle.loads(Path(args.plan).read_bytes())  # our own file, written by write_plan
     set_torch_threads(settings.threads)
     quiet_lightning()
-    session = StudySession(expanded, settings, worker_index=args.index)
-    for outcome in work(session, args.index):
-        print(f"{outcome.variant} {outcome.slot}: {outcome.status} {outcome.value or ''} "
-              f"{outcome.reason} ({outcome.seconds:.0f} s)", flush=True)
+    try:
+        session = StudySession(expanded, settings, worker_index=args.index)
+        for outcome in work(session, args.index):
+            print(f"{outcome.variant} {outcome.slot}: {outcome.status} {outcome.value or ''} "
+                  f"{outcome.reason} ({outcome.seconds:.0f} s)", flush=True)
+    except Exception as err:
+        from cem_ablate.config import ConfigError
+        from cem_ablate.tracking.disk_space import out_of_space, out_of_space_message
+
+        if isinstance(err, ConfigError):  # a damaged store, a lost server: its one line
+            print(f"error: {err}", flush=True)
+            return 2
+        if not out_of_space(err, [settings.workdir]):
+            raise
+        print(f"error: {out_of_space_message(err, [settings.workdir])}", flush=True)
+        return 2
     return 0
 
 

@@ -68,9 +68,11 @@ def system_metrics(run_id: str, tracking_uri: str, resume: bool = True,
     (`training.lease`): then the samples are dropped, not logged."""
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
+    from cem_ablate.tracking.credentials import with_password
+
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
     monitor = SystemMetricsMonitor(run_id, sampling_interval=SAMPLING_S, resume_logging=resume,
-                                   tracking_uri=tracking_uri)
+                                   tracking_uri=with_password(tracking_uri))
     if guard is not None:  # every write of the monitor is a flush of its batch logger
         monitor.mlflow_logger = _guarded_batch_logger(run_id, tracking_uri, guard)
     monitor.start()

@@ -32,7 +32,9 @@ class TrackingServer:
 
     def start(self) -> None:
         env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true")
-        command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend_uri,
+        from cem_ablate.tracking.credentials import with_password
+
+        command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", with_password(self.backend_uri),
                    "--default-artifact-root", self.artifacts, "--host", self.host, "--port", str(self.port),
                    "--workers", "1"] + (["--app-name", self.app_name] if self.app_name else [])
         self.proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=self.stdout)

@@ -4,16 +4,25 @@ Default store: `sqlite:///<cwd>/mlruns/mlflow.db`, artifacts under `mlruns/`
 (MLflow 3 refuses the plain `./mlruns` file store). Any tracking URI works,
 e.g. `http://host:5000` for a tracking server. Every caller passes a URI explicitly:
 Lightning's MLFlowLogger would otherwise fall back to `file:./mlruns`.
+
+A URI handed around here carries no password (tracking.credentials): a tracking server
+with authentication (`mlflow server --app-name basic-auth`) gets MLflow's own
+`MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD`. The local SQLite store is
+created 0600, its schema under a lock, and refused with one line when its file is
+damaged (tracking.local_store).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import warnings
 from pathlib import Path
 
 from cem_ablate.config import ConfigError
+from cem_ablate.tracking.credentials import basic_auth_header, is_http, with_password
+from cem_ablate.tracking.local_store import check_readable, creation_lock, damaged_message, make_private
 
 SERVER_TIMEOUT_S = 5  # per attempt
 SERVER_ATTEMPTS = 3  # a server still starting gets ~10 s
@@ -41,21 +50,44 @@ def quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the report reads stats.json per variant
     warnings.filterwarnings("ignore", message=".*noload.*")
     warnings.filterwarnings("ignore", category=FutureWarning, module="mlflow")
+    # MLflow logs every database error with its traceback before raising it: the raised
+    # error is what the study reports (a full disk: one line, tracking.disk_space).
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def make_client(uri: str):
-    """An MlflowClient on `uri`; creates the local store's folder (call after validation)."""
+    """An MlflowClient on `uri`; a local store is created here (call after validation):
+    its file 0600, its schema by one process at a time, a damaged file refused."""
     quiet_mlflow()
-    db = sqlite_store_path(uri)
-    if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)
-    import logging
-
     from mlflow import MlflowClient  # configures mlflow's loggers on first import: quiet them after
 
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    return MlflowClient(tracking_uri=uri)
+    db = sqlite_store_path(uri)
+    if db is None:
+        return MlflowClient(tracking_uri=with_password(uri))
+    check_readable(db, "--tracking-uri", "MLflow")
+    with creation_lock(db):
+        os.close(os.open(db, os.O_RDWR | os.O_CREAT, 0o600))
+        make_private(db)
+        client = MlflowClient(tracking_uri=uri)
+        _open_store(client, db)
+    return client
+
+
+def _open_store(client, db: Path) -> None:
+    """Open the store now, under the caller's lock: MLflow creates or migrates its schema
+    when a client first touches it (check-then-create, so two first launches collide)."""
+    import sqlalchemy
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.search_experiments(max_results=1)
+    except (MlflowException, sqlalchemy.exc.DatabaseError) as err:
+        text = str(err)
+        if "file is not a database" in text or "malformed" in text:
+            raise ConfigError("--tracking-uri", damaged_message(db, "MLflow", text.splitlines()[0][:200])) from None
+        raise
 
 
 def shown_url(url: str) -> str:
@@ -78,13 +110,17 @@ def check_tracking_server(uri: str, attempts: int = SERVER_ATTEMPTS, wait_s: flo
     import urllib.error
     import urllib.request
 
-    if not uri.startswith(("http://", "https://")):
+    if not is_http(uri):
         return
+    from cem_ablate.tracking.credentials import without_password
+
+    uri = without_password(uri)  # a user:password@ in the URL: MLflow's own variables from here on
     shown = shown_url(uri)
     for attempt in range(attempts):
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=SERVER_TIMEOUT_S) as response:
                 if response.status == 200:
+                    _check_login(uri)
                     return
                 problem = f"HTTP {response.status} on /health"
         except urllib.error.HTTPError as err:
@@ -95,3 +131,25 @@ def check_tracking_server(uri: str, attempts: int = SERVER_ATTEMPTS, wait_s: flo
         if attempt + 1 < attempts:
             time.sleep(wait_s)
     raise ConfigError("--tracking-uri", f"cannot reach the MLflow server {shown}: {problem}")
+
+
+def _check_login(uri: str) -> None:
+    """The server accepts this process's credentials (none, or MLflow's basic-auth
+    variables): a refused login is one line now, not MLflow's first failed call."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1",
+                                     headers=basic_auth_header())
+    try:
+        with urllib.request.urlopen(request, timeout=SERVER_TIMEOUT_S):
+            return
+    except urllib.error.HTTPError as err:
+        if err.code not in (401, 403):
+            return  # not a login problem: MLflow's client reports it with its own message
+        who = "the credentials of MLFLOW_TRACKING_USERNAME" if basic_auth_header() else "a request without credentials"
+        raise ConfigError("--tracking-uri", f"the MLflow server {shown_url(uri)} refused {who} (HTTP {err.code}): "
+                                            "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or give "
+                                            "http://user:password@host:port") from None
+    except OSError:
+        return  # answered /health a moment ago: let MLflow's client retry

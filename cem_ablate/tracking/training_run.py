@@ -21,7 +21,8 @@ from typing import Any
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.run_context import source_tags
-from cem_ablate.tracking.store import quiet_mlflow
+from cem_ablate.tracking.credentials import with_password
+from cem_ablate.tracking.store import make_client, quiet_mlflow
 
 
 def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str | None,
@@ -42,12 +43,12 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
     artifact_location = None
     if tracking_uri.startswith("sqlite:///"):
         db = Path(tracking_uri[len("sqlite:///"):])
-        db.parent.mkdir(parents=True, exist_ok=True)
+        make_client(tracking_uri)  # the store's file and schema, made once under its lock (tracking.store)
         artifact_location = (db.parent / "artifacts" / experiment).as_uri()
     logger = _guarded_logger_class()(
         experiment_name=experiment,
         run_name=run_name,
-        tracking_uri=tracking_uri,
+        tracking_uri=with_password(tracking_uri),  # in memory only; the run folder records `tracking_uri`
         run_id=run_id,
         artifact_location=artifact_location,
         tags=None if run_id else {T.KIND: "train"} | source_tags(),  # git commit: see tracking.run_context

@@ -125,9 +125,10 @@ class _Session:
             raise
         except Exception as err:  # noqa: BLE001 - a failed run is a result, with its reason
             from cem_ablate.config import ConfigError
+            from cem_ablate.tracking.disk_space import out_of_space
 
-            if isinstance(err, ConfigError):
-                raise
+            if isinstance(err, ConfigError) or out_of_space(err, [self.folder.path]):
+                raise  # a full disk fails the machine, not the run: no FAILED result (tracking.disk_space)
             self.folder.may_write()  # an error of a fenced run (e.g. Optuna refusing it) is not its result
             if self.rank_zero:
                 traceback.print_exc(file=sys.stderr)
