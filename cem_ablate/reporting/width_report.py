@@ -233,9 +233,9 @@ def plot_section(section: WidthSection, path: Path, title: str) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    from cem_ablate.study.plots import save
+
+    return save(fig, path)  # PNG and SVG beside it
 
 
 def width_section(records, expanded, tracking_uri: str, out_dir: Path, metric: str, console=None) -> list[str]:
