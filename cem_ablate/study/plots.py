@@ -104,6 +104,19 @@ def variant_colors(series: list[SweepSeries]) -> dict[str, str]:
     return out
 
 
+def study_colors(variants) -> dict[str, str]:
+    """`variant_colors` of a study's `Variant`s (study file order), as the report computes
+    it from what MLflow holds: the per-variant figure logged during the study wears the
+    colour the report's figures give that variant."""
+    names = {v.key: v.name for v in variants}
+    as_baseline = {key for v in variants for key in v.baselines.values()}
+    return variant_colors([
+        SweepSeries(v.name, v.key in as_baseline or v.role == "baseline", [],
+                    group=str(v.axis_values.get("model.size", "")),
+                    baseline_name=next((names[k] for k in v.baselines.values() if k in names), None),
+                    family=str(v.axis_values.get("variant", v.name))) for v in variants])
+
+
 def _colors(series: list[SweepSeries], palette: dict[str, str] | None = None) -> dict[str, str]:
     """Series name -> colour (its family's)."""
     palette = palette or variant_colors(series)

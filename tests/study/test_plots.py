@@ -184,3 +184,17 @@ def test_the_verdict_and_the_tokens_are_written_on_the_figure_and_the_bars_fit_t
         assert low <= iv.low and iv.high <= high
     one_seed = figure_ppl_vs_params(study_series(seeds=1))
     assert any("No interval on test RMSE*" in t.get_text() for t in one_seed.texts)
+
+
+def test_the_study_logs_each_variants_figure_in_its_report_colour():
+    from pathlib import Path
+
+    from cem_ablate.study.plots import VARIANT_COLORS, study_colors
+    from cem_ablate.study.spec import load_study_mapping, parse_study
+    from cem_ablate.study.variants import expand
+
+    mapping = load_study_mapping(Path(__file__).resolve().parents[2] / "studies" / "quickstart.yaml")
+    colors = study_colors(expand(parse_study(mapping), mapping).variants)
+    # what the report's figures give them (study_series has the quickstart's shape)
+    assert colors == variant_colors(study_series())
+    assert colors == {"llama": BASELINE_COLOR, "cem_attention": VARIANT_COLORS[0], "full_cem_T2": VARIANT_COLORS[1]}
