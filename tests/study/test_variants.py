@@ -142,6 +142,11 @@ def test_scale_and_overrides(tmp_path):
     assert smoke["lr_search"]["grid"] == [1e-3] and smoke["seeds"] == [1, 2]
     with pytest.raises(ConfigError, match="unknown scale 'smok'.*Did you mean 'smoke'"):
         load_study_mapping(path, "smok")
+    bare = path.with_name("bare.yaml")
+    bare.write_text(yaml.safe_dump(study()))
+    with pytest.raises(ConfigError) as err:  # not "Allowed: ."
+        load_study_mapping(bare, "smoke")
+    assert str(err.value) == "--scale: bare.yaml defines no scales (a `scale:` mapping), so there is no 'smoke'."
 
 
 def test_the_quickstart_study_is_valid():
