@@ -242,6 +242,12 @@ def _tokens_text(tokens: float | None) -> str:
     return f"{tokens:.0f}"
 
 
+def _edge_note(series: list[SweepSeries]) -> list[str]:
+    """Stars on an end of their grid: lr* and objective* there are only bounds."""
+    names = [s.name for s in series if s.fit is not None and s.fit.at_edge and s.fit.n_points > 1]
+    return [f"lr* at the grid's edge (only a bound; widen the grid): {', '.join(names)}"] if names else []
+
+
 def _caption(fig, lines: list[str]) -> None:
     """Text under the axes (kept by `save`'s tight bounding box)."""
     if lines:
@@ -348,6 +354,7 @@ def figure_ppl_vs_lr(series: list[SweepSeries], title: str = "", palette: dict[s
     metric = series[0].metric if series else "test perplexity"
     _finish_lr_axes(ax, title or f"{metric} vs learning rate",
                     [lr for s in series for lr, _ in s.finished] + [lr for s in series for lr in s.diverged], metric)
+    _caption(fig, _edge_note(series))
     _legends(ax, handles, _ordered(marks))
     return fig
 
@@ -425,7 +432,7 @@ def figure_ppl_vs_params(series: list[SweepSeries], title: str = "", notes: list
     if not any(s.stats is not None and s.stats.optimum is not None and s.stats.optimum.objective_interval
                for s in plotted):
         caption.append(f"No interval on {metric}* (fewer than 3 seeds): a gap between points may be noise.")
-    caption += list(notes)
+    caption += _edge_note(plotted) + list(notes)
     _caption(fig, caption)
     _legends(ax, handles, _ordered(marks))
     return fig

@@ -198,3 +198,11 @@ def test_the_study_logs_each_variants_figure_in_its_report_colour():
     # what the report's figures give them (study_series has the quickstart's shape)
     assert colors == variant_colors(study_series())
     assert colors == {"llama": BASELINE_COLOR, "cem_attention": VARIANT_COLORS[0], "full_cem_T2": VARIANT_COLORS[1]}
+
+
+def test_a_star_on_the_grids_edge_is_called_a_bound_on_the_figure():
+    edge = [series("llama", 0.0, True, grid=GRID[2:]), replace(series("cem", -0.1, grid=GRID[2:]), baseline_name="llama")]
+    assert all(x.fit.at_edge for x in edge)  # the minimum of a rising curve: its first grid point
+    for fig in (figure_ppl_vs_lr(edge), figure_ppl_vs_params(edge)):
+        assert any("lr* at the grid's edge (only a bound; widen the grid): llama, cem" in t.get_text() for t in fig.texts)
+    assert not [t for t in figure_ppl_vs_lr(study_series()).texts if "edge" in t.get_text()]
