@@ -220,7 +220,7 @@ def load_study_mapping(
     if scale is not None:
         scales = raw.get("scale") or {}
         if not scales:  # not "Allowed: ." (issue 30)
-            raise ConfigError("--scale", f"{Path(path).name} defines no scales (a `scale:` mapping), "
+            raise ConfigError("--scale", f"the study file defines no scales (no `scale:` mapping), "
                                          f"so there is no {scale!r}.")
         if not isinstance(scales, dict) or scale not in scales:
             raise unknown("--scale", scale, scales if isinstance(scales, dict) else (), what="scale")

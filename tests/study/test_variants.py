@@ -146,7 +146,7 @@ def test_scale_and_overrides(tmp_path):
     bare.write_text(yaml.safe_dump(study()))
     with pytest.raises(ConfigError) as err:  # not "Allowed: ."
         load_study_mapping(bare, "smoke")
-    assert str(err.value) == "--scale: bare.yaml defines no scales (a `scale:` mapping), so there is no 'smoke'."
+    assert str(err.value) == "--scale: the study file defines no scales (no `scale:` mapping), so there is no 'smoke'."
 
 
 def test_the_quickstart_study_is_valid():
