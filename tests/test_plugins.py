@@ -24,14 +24,24 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _readme_plugin() -> tuple[str, dict[str, str]]:
-    """The README's plugin module and its entry points (section "Components and plugins")."""
+def _readme_files() -> dict[str, str]:
+    """The files of the README's section "Components and plugins", verbatim: every code
+    block whose first line names its path (`# my-mlp/pyproject.toml`, `# squared_relu.yaml: ...`)."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Components and plugins", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
-    module = next(code for lang, code in blocks if lang == "python" and code.startswith("# my_mlp.py"))
-    toml = next(code for lang, code in blocks if lang == "toml" and "cem_ablate.components" in code)
-    return module, tomllib.loads(toml)["project"]["entry-points"]["cem_ablate.components"]
+    files = {}
+    for code in re.findall(r"```\w+\n(.*?)```", section, re.S):
+        named = re.match(r"# ([\w./-]+\.(?:py|toml|yaml))\b", code)
+        if named:
+            files[named.group(1)] = code
+    return files
+
+
+def _readme_plugin() -> tuple[str, dict[str, str]]:
+    """The README's plugin module and its entry points (section "Components and plugins")."""
+    files = _readme_files()
+    toml = tomllib.loads(files["my-mlp/pyproject.toml"])
+    return files["my-mlp/my_mlp.py"], toml["project"]["entry-points"]["cem_ablate.components"]
 
 
 def _install(site: Path, distribution: str, modules: dict[str, str], entry_points: dict[str, str]) -> None:
@@ -192,3 +202,46 @@ def test_plugins_that_break_the_contract_cost_only_their_components(tmp_path):
         "model.attention.name: attention component 'no_flops' is unavailable: plugin 'noflops' (entry point "
         "no_flops_plugin) failed to load: ContractError: attention component 'no_flops': NoFlops defines no "
         "flops_per_token.")
+
+
+def test_readme_plugin_package_installs_with_pip_and_trains_the_readme_study(tmp_path):
+    """The README's package (pyproject and module) and study file, copied verbatim, in a
+    fresh virtual environment on this interpreter's packages (cem-ablate, torch: nothing
+    downloaded): `pip install -e`, listed, and the study trained at its smoke scale."""
+    files = _readme_files()
+    assert {"my-mlp/pyproject.toml", "my-mlp/my_mlp.py", "squared_relu.yaml"} <= set(files)
+    assert all("..." not in code for code in files.values())  # complete, not abbreviated
+    for path, code in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(code)
+    venv = tmp_path / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    python = str(venv / "bin" / "python")
+    # this checkout's cem_ablate and components, whatever the interpreter has installed
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PIP_NO_INDEX": "1"}
+    env.pop("PYTHONHOME", None)
+
+    def run(*args, cwd=tmp_path):
+        return subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+    install = run("-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", "./my-mlp")
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+    assert not (ROOT / "my_mlp.py").exists()
+    listing = run("-m", "cem_ablate.cli.main", "components", "--kind", "mlp")
+    assert listing.returncode == 0, listing.stderr
+    assert "[plugin my_components (my_mlp)]" in listing.stdout and _plugin_warnings(listing.stderr) == []
+    where = run("-c", "import my_mlp, importlib.metadata as m; print(my_mlp.__file__, m.version('my-mlp'))")
+    assert where.stdout.split() == [str(tmp_path / "my-mlp" / "my_mlp.py"), "0.1.0"]  # editable, from its folder
+
+    study = run("-m", "cem_ablate.cli.main", "study", "squared_relu.yaml", "--scale", "smoke", "--threads", "1",
+                "--workers", "1")
+    assert study.returncode == 0, study.stdout[-3000:] + study.stderr[-3000:]
+    from cem_ablate.tracking.readback import read_study
+
+    records = {r.name: r for r in read_study(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", "squared_relu_smoke")}
+    assert set(records) == {"llama", "squared_relu"}
+    assert [t.status for r in records.values() for t in r.trials] == ["finished", "finished"]
+    assert records["squared_relu"].params_total != records["llama"].params_total  # its own MLP was built
+    assert "squared_relu" in (tmp_path / "reports" / "squared_relu_smoke" / "report.md").read_text()

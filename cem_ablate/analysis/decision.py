@@ -102,7 +102,8 @@ class Design:
             at = ", 2 grid points per look (at: both)" if self.tests_per_look == 2 else ""
             return (f"sequential seeds {self.looks[0]}..{self.looks[-1]} (a look after every seed{at}); "
                     f"each look tested at p <= {self.look_alpha():.4g} (α = {self.alpha:g} over {self.n_tests} tests)")
-        return f"{self.looks[0]} seeds, one look, tested at p <= {self.look_alpha():.4g} (α = {self.alpha:g})"
+        n = self.looks[0]
+        return f"{n} seed{'s' if n != 1 else ''}, one look, tested at p <= {self.look_alpha():.4g} (α = {self.alpha:g})"
 
 
 builtin_max = max  # `Design.sequential` has parameters named min/max (the study file's keys)

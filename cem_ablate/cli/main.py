@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cem-ablate",
         description="Ablation studies of Transformer layer parameterizations (CEM paper).",
     )
+    from cem_ablate import __version__  # the one owner (pyproject reads it; the trial key holds it)
+
+    parser.add_argument("--version", action="version", version=f"cem-ablate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text, add_help=False)

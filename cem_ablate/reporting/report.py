@@ -11,9 +11,10 @@ error). The scaling summary of a study with a size axis is computed here too, fr
 the logged optima (`analysis.scaling`).
 
     reports/<study>/report.md
-    reports/<study>/ppl_vs_params.png   (Fig. 2 style: objective* vs parameters)
+    reports/<study>/ppl_vs_params.png   (Fig. 2 style: objective* vs parameters, the verdicts under it)
     reports/<study>/ppl_vs_lr.png       (Fig. 3a style: objective vs learning rate)
     reports/<study>/scaling.png         (a size axis: power laws per family)
+    (each figure also as .svg beside the .png; one colour per variant: `study.plots.variant_colors`)
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from pathlib import Path
 from cem_ablate.analysis.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
 from cem_ablate.analysis.decision import Design
 from cem_ablate.analysis.statistics import VariantStatistics
-from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling
+from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, variant_colors
 from cem_ablate.reporting.seed_report import (
-    COMPARISON_COLUMNS, COMPARISONS_DEFINITION, DEFINITIONS, comparison_cells, correction_text, equivalence_rows,
-    fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines)
+    COMPARISON_COLUMNS, COMPARISONS_DEFINITION, DEFINITIONS, at_text, comparison_cells, correction_text,
+    decision_delta_text, equivalence_rows, fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines)
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.publication import VariantPublication, publications
-from cem_ablate.study.verdicts import Test, decide_family, design_from_record, design_of
+from cem_ablate.study.verdicts import AT_BASELINE, AT_OPTIMA, Test, decide_family, design_from_record, design_of
 from cem_ablate.tracking.readback import VariantRecord
 
 Publications = dict[str, VariantPublication | None]  # variant key -> what its parent published (stats.json)
@@ -156,6 +157,25 @@ def build_comparisons(records: list[VariantRecord], spec=None, pairings=None,
     return Comparisons(rows, design, correction, notes)
 
 
+def figure_notes(comparisons: Comparisons, metric: str) -> list[str]:
+    """The verdict written under the objective*-vs-parameters figure, one line per variant
+    and baseline: the comparison of the two tuned variants (at the optima where they
+    differ, else at the baseline's lr*), as in the report's table, so an unresolved
+    difference is not read off the y range."""
+    chosen: dict[tuple[str, str], ComparisonRow] = {}
+    for c in comparisons.rows:
+        if c.test.at == AT_OPTIMA or (c.test.at == AT_BASELINE and (c.variant, c.baseline) not in chosen):
+            chosen[(c.variant, c.baseline)] = c
+    if not chosen:
+        return []
+    lines = [f"Δ = variant − baseline ({metric}, seed means at grid points; the table's test and verdict):"]
+    for c in chosen.values():
+        d = c.test.decision
+        holm = f", Holm p {fmt(d.p_holm, '.3g')}" if d.p_holm is not None else ""
+        lines.append(f"  {c.variant} − {c.baseline} at {at_text(c.test)}: {decision_delta_text(d)}{holm}: {d.verdict}")
+    return lines
+
+
 def metric_of(rows: list[ReportRow]) -> str:
     """The study's objective, named (every variant of a study has the same task)."""
     return next((r.statistics.objective for r in rows if r.statistics is not None), "test perplexity")
@@ -222,6 +242,7 @@ def series_for(records: list[VariantRecord], published: Publications | None = No
             fit=statistics.stats.optimum.fit if statistics is not None and statistics.stats.optimum else None,
             params=r.params_total,
             tokens=r.metrics.get("tokens_per_trial"), group=r.labels.get("model.size", ""),
+            family=r.labels.get("variant", r.name),
             baseline_name=base[1].name if base else None,
             stats=statistics.stats if statistics is not None else None,
             metric=statistics.objective if statistics is not None else "test perplexity"))
@@ -257,8 +278,11 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     comparisons = comparisons if comparisons is not None else build_comparisons(records, published=published)
     metric = metric_of(rows)
     series = series_for(records, published)
-    fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: {metric} vs parameters")
-    fig3 = plot_ppl_vs_lr(series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: {metric} vs learning rate")
+    palette = variant_colors(series)  # one colour per variant family in every figure
+    fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: {metric}* vs parameters",
+                              notes=figure_notes(comparisons, metric), palette=palette)
+    fig3 = plot_ppl_vs_lr(series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: {metric} vs learning rate",
+                          palette=palette)
     cols = columns(metric)
     lines = [f"# Study `{study_name}`", ""] + ([f"**{lead}**", ""] if lead else [])
     lines += [DEFINITIONS.format(m=metric), "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -274,11 +298,13 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     for row in rows:
         if row.statistics is not None:
             lines += per_lr_lines(row.name, row.statistics)
-    figures = [f"![{metric} vs parameters]({fig2.name})", "", f"![{metric} vs learning rate]({fig3.name})", ""]
+    figures = [f"![{metric} vs parameters]({fig2.name}) ([SVG]({fig2.with_suffix('.svg').name}))", "",
+               f"![{metric} vs learning rate]({fig3.name}) ([SVG]({fig3.with_suffix('.svg').name}))", ""]
     if scaling is not None:
         lines += [""] + scaling_lines(scaling, metric)
-        fig4 = plot_scaling(scaling, out_dir / "scaling.png", metric, title=f"{study_name}: scaling per family")
-        figures += [f"![scaling]({fig4.name})", ""]
+        fig4 = plot_scaling(scaling, out_dir / "scaling.png", metric, title=f"{study_name}: scaling per family",
+                            palette=palette)
+        figures += [f"![scaling]({fig4.name}) ([SVG]({fig4.with_suffix('.svg').name}))", ""]
     lines += ["", "## Trials", "", f"| variant | lr | seed | status | {metric} | reason |", "|---|---|---|---|---|---|"]
     for r in records:
         for t in r.trials:

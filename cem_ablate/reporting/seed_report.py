@@ -79,15 +79,23 @@ def at_text(test: Test) -> str:
     return f"{test.at} (lr {test.lr_variant:g})"
 
 
+def decimals(*values: float) -> int:
+    """Decimals that write the largest of `values` at 4 significant digits; Δ and its
+    interval share them ("+2.176 [+1.998, +2.354]", not "+2.176 [+2, +2.35]")."""
+    largest = max((abs(v) for v in values if v is not None and math.isfinite(v) and v != 0), default=0.0)
+    return max(0, 3 - math.floor(math.log10(largest))) if largest else 4
+
+
 def decision_delta_text(d: Decision) -> str:
-    """"-0.412 [-0.61, -0.21]"; the level where it is not 95%; "n too small" without a test."""
+    """"-0.4120 [-0.6100, -0.2100]"; the level where it is not 95%; "n too small" without a test."""
     if d.delta is None:
         return "no seeds to compare"
-    text = f"{d.delta:+.4g}"
+    places = decimals(d.delta, d.low, d.high)
+    text = f"{d.delta:+.{places}f}"
     if d.low is None:
         return text + " (n too small)"
     level = f" {d.level:.1%}" if d.level is not None and abs(d.level - 0.95) > 1e-9 else ""
-    return text + f" [{d.low:+.3g}, {d.high:+.3g}]{level}"
+    return text + f" [{d.low:+.{places}f}, {d.high:+.{places}f}]{level}"
 
 
 def decision_n_text(d: Decision) -> str:

@@ -220,12 +220,12 @@ def plot_section(section: WidthSection, path: Path, title: str) -> Path:
                   for d in t.deltas if d.decision.delta is not None]
             hi = [d.decision.high - d.decision.delta if d.decision.high is not None else 0.0
                   for d in t.deltas if d.decision.delta is not None]
-            bar = ax.errorbar(ws, ys, yerr=[lo, hi], fmt="o", capsize=3, label=t.budget)
+            bar = ax.errorbar(ws, ys, yerr=[lo, hi], fmt="o", capsize=3, label=f"{t.budget}: Δ, 95% interval")
             if t.trend is not None:
                 grid = np.geomspace(min(t.trend.widths), max(t.trend.widths), 50)
                 ax.plot(grid, t.trend.a + t.trend.b * np.log2(grid / 64), color=bar[0].get_color(),
                         label=f"fit: b = {t.trend.b:+.3f} [{t.trend.b_low:+.3f}, {t.trend.b_high:+.3f}]")
-        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.axhline(0.0, color="grey", lw=0.8, label="Δ = 0: no difference")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("d_model")
         ax.set_ylabel("Δ = ln(objective ratio)")
@@ -233,9 +233,9 @@ def plot_section(section: WidthSection, path: Path, title: str) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    from cem_ablate.study.plots import save
+
+    return save(fig, path)  # PNG and SVG beside it
 
 
 def width_section(records, expanded, tracking_uri: str, out_dir: Path, metric: str, console=None,

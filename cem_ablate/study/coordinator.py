@@ -55,6 +55,12 @@ def threads_per_worker(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
+def worker_env(threads: int) -> dict[str, str]:
+    """A worker's environment: its threads, and unbuffered stdout/stderr so its log
+    (a file, which Python would block-buffer) holds every line even after kill -9."""
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+
+
 def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> int:
     """Run every unfinished trial; 0 when every trial finished or diverged (a result),
     1 when some are unfinished or failed (an error worth a look; a rerun retries them)."""
@@ -136,7 +142,7 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     # One plan per coordinator (machines may share --workdir), removed when its workers end.
     plan = write_plan(study_dir / f"plan-{session.expanded.study_hash}-{socket.gethostname()}-{os.getpid()}.pkl",
                       session.expanded, dataclasses.replace(settings, threads=threads, progress=False))
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = worker_env(threads)
     procs = []
 
     def start(i: int) -> None:

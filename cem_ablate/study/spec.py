@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cem_ablate.config import apply_overrides, load_yaml, parse, require
-from cem_ablate.config.errors import unknown
+from cem_ablate.config.errors import ConfigError, unknown
 from cem_ablate.config.loading import set_dotted
 from cem_ablate.config.schema import join
 
@@ -261,6 +261,9 @@ def load_study_mapping(
     raw = load_yaml(path)
     if scale is not None:
         scales = raw.get("scale") or {}
+        if not scales:  # not "Allowed: ." (issue 30)
+            raise ConfigError("--scale", f"the study file defines no scales (no `scale:` mapping), "
+                                         f"so there is no {scale!r}.")
         if not isinstance(scales, dict) or scale not in scales:
             raise unknown("--scale", scale, scales if isinstance(scales, dict) else (), what="scale")
         for key, value in (scales[scale] or {}).items():

@@ -175,7 +175,7 @@ class StudyPublisher:
         return metrics | display_metrics, tags | display_tags
 
     def _log(self, summary: VariantSummary, metrics: dict, tags: dict, draw: bool) -> None:
-        from cem_ablate.study.plots import SweepSeries, plot_variant_fit
+        from cem_ablate.study.plots import SweepSeries, plot_variant_fit, study_colors
 
         variant, session = summary.variant, self.session
         record = VariantPublication(
@@ -192,7 +192,8 @@ class StudyPublisher:
         with tempfile.TemporaryDirectory() as tmp:
             plot = None
             if draw and (series.finished or series.diverged):
-                plot = plot_variant_fit(series, Path(tmp) / "akima.png")
+                color = study_colors(session.expanded.variants).get(str(variant.axis_values.get("variant", variant.name)))
+                plot = plot_variant_fit(series, Path(tmp) / "akima.png", color)
             session.tracker.log_variant_summary(
                 session.parent_run_id(variant), metrics, tags, str(plot) if plot else None,
                 done=summary.done, step=summary.counts[TrialStatus.FINISHED], stats=record if draw else None)

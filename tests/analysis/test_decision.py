@@ -15,6 +15,11 @@ def values(seeds, mean, rng):
     return {s: float(mean + rng.normal()) for s in seeds}
 
 
+def test_a_design_counts_its_seeds_in_words():
+    assert Design.fixed(1).describe().startswith("1 seed, one look")
+    assert Design.fixed(3).describe().startswith("3 seeds, one look")
+
+
 def test_designs_count_their_looks_and_tests():
     assert Design.fixed(5).looks == (5,) and Design.fixed(5).look_alpha() == 0.05
     seq = Design.sequential(2, 5)

@@ -61,6 +61,9 @@ def test_report_names_the_metric_and_shows_verdicts_and_scaling(tmp_path):
     assert "## Scaling" in text and "matches llama at 0.85× the parameters" in text
     assert "| better |" in text and "4 comparisons, one family" in text and "Holm-adjusted" in text
     assert (tmp_path / "scaling.png").stat().st_size > 10_000
+    for name in ("ppl_vs_params", "ppl_vs_lr", "scaling"):  # an SVG beside every PNG, linked from report.md
+        assert (tmp_path / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+        assert f"[SVG]({name}.svg)" in text
 
 
 def test_a_variant_with_two_baselines_gets_a_paired_row_against_each(tmp_path):

@@ -61,6 +61,8 @@ def test_width_section_recomputes_with_scipy(synthetic, tmp_path):
     text = "\n".join(lines)
     assert "b = " in text and "zero crossing d0" in text and "1/2 (50%)" in text
     assert plot_section(section, tmp_path / "width.png", "t").stat().st_size > 0
+    svg = (tmp_path / "width.svg").read_text()  # beside the PNG; every mark in a legend
+    assert "Δ = 0: no difference" in svg and "95% interval" in svg
 
 
 def test_flat_width_trend_says_none(synthetic):

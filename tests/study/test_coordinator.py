@@ -175,3 +175,18 @@ def test_median_pruning_stops_a_hopeless_learning_rate(tmp_path, corpus, monkeyp
     pruned = next(t for t in trials if t.params["lr"] == 1e-7)
     assert list(pruned.intermediate_values) == [2]  # reported at step 2, stopped there
     assert "1 pruned" in capsys.readouterr().out
+
+
+def test_a_workers_log_keeps_its_lines_after_kill_9(tmp_path):
+    # A worker's stdout is its log file: block-buffered by default, so a worker killed
+    # -9 left an empty log. The coordinator's worker environment makes it unbuffered.
+    from cem_ablate.study.coordinator import worker_env
+
+    script = "import os, signal; print('claimed trial 3', flush=False); os.kill(os.getpid(), signal.SIGKILL)"
+    env_plain = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    for name, env in (("plain", env_plain), ("worker", worker_env(1))):
+        with open(tmp_path / f"{name}.log", "w") as log:
+            done = subprocess.run([sys.executable, "-c", script], stdout=log, stderr=subprocess.STDOUT, env=env)
+        assert done.returncode == -signal.SIGKILL
+    assert (tmp_path / "plain.log").read_text() == ""  # what the logs were before
+    assert (tmp_path / "worker.log").read_text() == "claimed trial 3\n"

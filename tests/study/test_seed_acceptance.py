@@ -12,6 +12,7 @@ from scipy.interpolate import Akima1DInterpolator
 
 from cem_ablate.cli.main import main
 from cem_ablate.reporting.report import build_comparisons, build_rows
+from cem_ablate.reporting.seed_report import decimals
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.comparison_columns import interval_text
 from cem_ablate.tracking.readback import read_study
@@ -95,7 +96,8 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
         assert d.n_variant == d.n_baseline == 3
         raw.append(result.pvalue)
         line = next(l for l in report.splitlines() if l.startswith(f"| {c.variant} | {c.baseline} | {c.test.at}"))
-        assert f"| {d.delta:+.4g} [{ci.low:+.3g}, {ci.high:+.3g}] | Welch t | 3 vs 3 |" in line, line
+        places = decimals(d.delta, ci.low, ci.high)  # one rounding for Δ and its interval
+        assert f"| {d.delta:+.{places}f} [{ci.low:+.{places}f}, {ci.high:+.{places}f}] | Welch t | 3 vs 3 |" in line, line
     m, order = len(raw), np.argsort(raw)
     holm = np.minimum(1.0, np.maximum.accumulate([(m - i) * raw[j] for i, j in enumerate(order)]))
     for i, j in enumerate(order):

@@ -142,12 +142,32 @@ def test_scale_and_overrides(tmp_path):
     assert smoke["lr_search"]["grid"] == [1e-3] and smoke["seeds"] == [1, 2]
     with pytest.raises(ConfigError, match="unknown scale 'smok'.*Did you mean 'smoke'"):
         load_study_mapping(path, "smok")
+    bare = path.with_name("bare.yaml")
+    bare.write_text(yaml.safe_dump(study()))
+    with pytest.raises(ConfigError) as err:  # not "Allowed: ."
+        load_study_mapping(bare, "smoke")
+    assert str(err.value) == "--scale: the study file defines no scales (no `scale:` mapping), so there is no 'smoke'."
 
 
 def test_the_quickstart_study_is_valid():
     mapping = load_study_mapping("studies/quickstart.yaml")
     out = expanded(mapping)
     assert [v.name for v in out.variants] == ["llama", "cem_attention", "full_cem_T2"]
-    assert out.spec.lr_search.grid == [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+    assert out.spec.lr_search.grid == [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2]  # brackets every lr* (issue 30)
     full = out.variants[2].run_config(1e-3, 0).model
     assert (full.attention.name, full.attention.steps, full.mlp.name, full.mlp.steps) == ("cem", 2, "cem", 2)
+
+
+def test_the_readmes_study_file_is_complete_and_valid(tmp_path):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("\n## Studies", 1)[1]
+    code = next(c for c in re.findall(r"```yaml\n(.*?)```", section, re.S) if c.startswith("# a complete study file"))
+    assert "..." not in code
+    path = tmp_path / "study.yaml"
+    path.write_text(code)
+    out = expanded(load_study_mapping(path))
+    assert [v.name for v in out.variants] == ["llama", "cem_attention"] and list(out.spec.seeds) == [0, 1, 2]
+    assert load_study_mapping(path, "smoke")["base"]["train"]["max_steps"] == 10

@@ -122,7 +122,7 @@ def test_ddp_called_as_a_library_runs_in_a_subprocess(tmp_path, tracking_uri):
     assert [r.info.run_id for r in runs] == [result.mlflow_run_id]
 
 
-def test_mfu_counts_the_backward_pass_that_truncated_backprop_runs(tmp_path):
+def test_mfu_counts_the_backward_pass_that_truncated_backprop_runs(tmp_path, tracking_uri):
     # CEM attention T = 4 differentiating only its last step (SPEC §2): its training
     # FLOPs are well below 3 x forward, and MFU must use the model report's count.
     from cem_ablate.training.hardware import device_peak_flops
@@ -131,7 +131,7 @@ def test_mfu_counts_the_backward_pass_that_truncated_backprop_runs(tmp_path):
     cfg["model"]["attention"] = {"name": "cem", "steps": 4, "backprop_steps": 1}
     report = plan_run(cfg).report
     assert report.train_flops_per_token < 0.9 * 3 * report.flops_per_token
-    result = train_run(cfg, run_dir=tmp_path / "run", progress=False)
+    result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished"
     expected = report.train_flops_per_token * result.tokens_per_sec / device_peak_flops("cpu", "32-true")
     assert result.mfu == pytest.approx(expected, rel=1e-9)
