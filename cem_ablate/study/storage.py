@@ -256,10 +256,5 @@ def claim_lock(url: str) -> Iterator[None]:
     if db is None:
         yield
         return
-    fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with creation_lock(db):  # the same <db>.lock as store creation: one lock file, one owner
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
