@@ -25,7 +25,8 @@ from cem_ablate.data.sources import open_text_source, source_fingerprint
 from cem_ablate.data.tokenizer import TextTokenizer, load_tokenizer
 from cem_ablate.model import build_model
 from cem_ablate.training.config import RunConfig, parse_run_config
-from cem_ablate.training.run_directory import LAST_CHECKPOINT, RunDirectory
+from cem_ablate.training.checkpoints import LAST as LAST_CHECKPOINT
+from cem_ablate.training.run_directory import RunDirectory
 
 MODEL_PREFIX = "model."  # the LightningModule holds the network as `model`
 

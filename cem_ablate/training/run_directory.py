@@ -115,6 +115,12 @@ class RunDirectory:
         write_atomically(self.config_file, yaml.safe_dump(cfg.to_mapping(), sort_keys=False))
         write_atomically(self.trial_key_file, cfg.trial_key() + "\n")
 
+    @property
+    def last_checkpoint(self) -> Path:
+        """`checkpoints/last.ckpt`, the newest file a reader (generate, export) loads; resume
+        goes through `resume_checkpoint`, which verifies digests."""
+        return self.checkpoints.last
+
     def resume_checkpoint(self, warn: bool = True) -> Path | None:
         """The newest checkpoint whose recorded digest matches (None: start fresh)."""
         return self.checkpoints.verified(warn)
