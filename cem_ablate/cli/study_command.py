@@ -188,19 +188,21 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.tracking.local_store import private_files
 
     echo = lambda line: print(line, flush=True)  # noqa: E731
-    with private_files():  # stores, run folders, logs, plan: the user's only (0600/0700)
+    # stores, run folders, logs, plan and the report's artifacts on the parents: the user's only (0600/0700)
+    with private_files():
         if is_transfer(expanded):
             code = _run_transfer(expanded, settings, workers, echo)
         else:
             code = run_study(expanded, settings, workers, echo=echo)
-    if code is None:  # a transfer whose proxy has no lr*
-        return 1
-    if not args.no_report:
-        from cem_ablate.reporting.report import make_report
+        if code is None:  # a transfer whose proxy has no lr*
+            return 1
+        if not args.no_report:
+            from cem_ablate.reporting.report import make_report
 
-        path = make_report(settings.tracking_uri, expanded.spec.name, Path(args.report_dir) / expanded.spec.name,
-                           [v.key for v in expanded.variants], console, expanded=expanded)
-        print(f"report: {path}")
+            path = make_report(settings.tracking_uri, expanded.spec.name,
+                               Path(args.report_dir) / expanded.spec.name, [v.key for v in expanded.variants],
+                               console, expanded=expanded)
+            print(f"report: {path}")
     return code
 
 
