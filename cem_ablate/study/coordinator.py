@@ -12,7 +12,9 @@ run the same command against one `--storage` / `--tracking-uri` to share the wor
 The coordinator never waits on a worker that stopped making progress (`study.stalls`:
 stopped past `--grace`, its trial failed as stale and retried by another worker): it
 says so in one line, starts a replacement when no live worker is left to do the
-remaining trials, and once every trial is done it kills the stalled ones and ends.
+remaining trials, and once every trial is done it kills the stalled ones and ends. A
+worker stopped while it holds a local store's lock (which every other process then
+waits on) is killed at once (`study.store_locks`).
 Ctrl-C ends the study at once: workers get SIGINT (their trials are freed for the
 rerun), those that do not exit within `STOP_WAIT_S` (a stopped one) are killed, and
 the report of what finished is printed.
@@ -39,11 +41,13 @@ from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
 from cem_ablate.study.stalls import fail_lapsed_claims, stalled
+from cem_ablate.study.storage import sqlite_path
+from cem_ablate.study.store_locks import LockWatchdog
 from cem_ablate.study.summary import StudyPublisher
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import ExpandedStudy
 from cem_ablate.study.worker import quiet_lightning, set_torch_threads, write_plan
-from cem_ablate.tracking.store import shown_url
+from cem_ablate.tracking.store import shown_url, sqlite_store_path
 from cem_ablate.training.child_process import die_with_parent
 
 POLL_S = 2.0
@@ -145,41 +149,58 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     env = worker_env(threads)
     procs = []
 
-    def start(i: int) -> None:
+    def start(i: int | None = None) -> int:
+        i = len(procs) if i is None else i  # a replacement takes the next unused index
         cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(plan), "--index", str(i)]
         log = open(log_dir / f"worker-{i}.log", "a")
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        preexec_fn=die_with_parent), log, i))
+        return i
 
     for i in range(workers):
         start(i)
     echo(f"{workers} workers, {threads} threads each; logs in {log_dir}")
+
+    def killed_holding_lock(pid: int, db: Path) -> None:
+        i = next(i for p, _, i in procs if p.pid == pid)
+        echo(f"worker {i} (pid {pid}) stopped making progress while holding the lock of {db.name}, which every "
+             "other worker waits on: killed it; its trial is retried after the grace period")
+
+    databases = [sqlite_path(settings.storage.url), sqlite_store_path(settings.tracking_uri)]
+    watchdog = LockWatchdog(databases, lambda: [p.pid for p, _, _ in list(procs) if p.returncode is None],
+                            killed_holding_lock)
     snap = snapshot(session)
     reported: set[int] = set()  # pids of stalled workers already said so
     try:
-        while any(p.poll() is None for p, _, _ in procs):
-            time.sleep(POLL_S)
-            new = snapshot(session)
-            lines = changes(snap, new)
-            for line in lines:
-                echo(line)
-            if lines:
-                echo(new.line())
-                if _ended(snap, new):
-                    publisher.publish()  # some variant's results changed
-            snap = new
-            if _watch_stalls(session, procs, reported, new.complete, start, echo):
-                break
+        with watchdog:
+            # The killed are reaped only at the end: an operator's SIGCONT still finds their pid.
+            while any(p.poll() is None for p, _, _ in procs if p.pid not in watchdog.killed):
+                time.sleep(POLL_S)
+                new = snapshot(session)
+                lines = changes(snap, new)
+                for line in lines:
+                    echo(line)
+                if lines:
+                    echo(new.line())
+                    if _ended(snap, new):
+                        publisher.publish()  # some variant's results changed
+                snap = new
+                live = [entry for entry in procs if entry[0].pid not in watchdog.killed]
+                if _watch_stalls(session, live, reported, new.complete, start, echo):
+                    break
     except KeyboardInterrupt:
         _stop(procs)
         raise
     finally:
+        for p, _, _ in procs:
+            if p.pid in watchdog.killed:
+                p.wait()
         for _, log, _ in procs:
             log.close()
         plan.unlink(missing_ok=True)
     for p, _, i in procs:
-        stalled_and_killed = p.pid in reported and p.returncode == -signal.SIGKILL  # said so already
-        if p.returncode != 0 and not stalled_and_killed:
+        said_so = (p.pid in reported or p.pid in watchdog.killed) and p.returncode == -signal.SIGKILL
+        if p.returncode != 0 and not said_so:
             tail = _tail(log_dir / f"worker-{i}.log")
             echo(f"worker {i} exited with code {p.returncode}: {tail}")
 
@@ -200,9 +221,7 @@ def _watch_stalls(session, procs, reported: set[int], complete: bool, start, ech
     if not stalls or len(stalls) < len(alive):
         return False
     if not complete:  # every live worker is stalled: one fresh worker does the rest
-        index = max(i for _, _, i in procs) + 1
-        echo(f"no worker left making progress: starting worker {index}")
-        start(index)
+        echo(f"no worker left making progress: started worker {start()}")
         return False
     for pid in stalls:
         alive[pid][0].kill()  # SIGKILL: a stopped process never handles anything else

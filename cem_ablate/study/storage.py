@@ -48,6 +48,9 @@ from cem_ablate.tracking.store import shown_url
 
 SQLITE_TIMEOUT_S = 120
 CONNECT_TIMEOUT_S = 5  # per attempt, for server databases
+# A client stopped mid-transaction (SIGSTOP, a frozen machine) would hold its row locks
+# forever; the server ends such a session after this long (study.store_locks is SQLite's).
+IDLE_IN_TRANSACTION_MS = 60_000
 CONNECT_ATTEMPTS = 3  # a server that is still starting gets ~10 s
 SCHEMA_ATTEMPTS = 4  # opening a fresh database from several machines at once
 OUTAGE_S = 120  # how long a worker waits for a database server that went away mid-study
@@ -109,6 +112,8 @@ def _engine_kwargs(url: str) -> dict:
     kwargs: dict = {"pool_pre_ping": True}  # a connection the server dropped is replaced, not an error
     if url.startswith(("postgresql", "mysql")):
         kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+    if url.startswith("postgresql"):
+        kwargs["connect_args"]["options"] = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
     return kwargs
 
 
