@@ -36,6 +36,7 @@ PLATFORM_PACKAGE = "cem_ablate"
 REGISTRY_MODULE = "cem_ablate.registry"
 PROTOCOL_MODULE = "cem_ablate.model.protocol"
 ASSEMBLY_MODULE = "cem_ablate.model.assembly"
+DECODING_MODULE = "cem_ablate.model.decoding"  # the components' cached decoding (generate with use_cache)
 BUNDLE_INDEX = "cem_ablate_bundle"  # the generated file the modeling code imports
 
 
@@ -121,7 +122,7 @@ def build_bundle(component_modules: Iterable[str]) -> Bundle:
     """The copied, rewritten source of the model assembly and `component_modules`."""
     component_modules = tuple(dict.fromkeys(component_modules))
     packages = {PLATFORM_PACKAGE} | {m.split(".")[0] for m in component_modules}
-    roots = [REGISTRY_MODULE, PROTOCOL_MODULE, *component_modules, ASSEMBLY_MODULE]
+    roots = [REGISTRY_MODULE, PROTOCOL_MODULE, *component_modules, ASSEMBLY_MODULE, DECODING_MODULE]
     seen: dict[str, tuple[Path, str, ast.AST]] = {}
     order: list[str] = []
     todo = list(roots)
@@ -151,5 +152,6 @@ def bundle_index(modules: list[str], component_modules: tuple[str, ...]) -> str:
     # The protocol declares the sublayer kinds before the components register (as in the platform).
     for module in [PROTOCOL_MODULE, *component_modules, *sorted(set(modules) - {PROTOCOL_MODULE, *component_modules})]:
         lines.append(f"from .{flat_name(module)} import __name__ as _{flat_name(module)}  # noqa: F401")
-    lines += ["", f"from .{flat_name(ASSEMBLY_MODULE)} import build_model  # noqa: E402,F401", ""]
+    lines += ["", f"from .{flat_name(ASSEMBLY_MODULE)} import build_model  # noqa: E402,F401",
+              f"from .{flat_name(DECODING_MODULE)} import decode, new_cache  # noqa: E402,F401", ""]
     return "\n".join(lines)

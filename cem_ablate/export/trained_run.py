@@ -23,7 +23,7 @@ import torch
 from cem_ablate.config import ConfigError, load_yaml
 from cem_ablate.model.transformer import CEMTransformer
 from cem_ablate.training.config import RunConfig, parse_run_config
-from cem_ablate.training.run_directory import RunDirectory
+from cem_ablate.training.run_directory import RunDirectory, locate_trained
 
 MODULE_PREFIX = "model."  # LanguageModelModule.model
 
@@ -42,29 +42,11 @@ class TrainedRun:
         return self.model.dims.vocab_size
 
 
-def locate(path: str | Path) -> tuple[RunDirectory, Path]:
-    """(run folder, checkpoint) of RUN_DIR or CHECKPOINT, or a ConfigError naming what is missing."""
-    path = Path(path)
-    if path.is_dir():
-        folder = RunDirectory(path)
-        checkpoint = folder.last_checkpoint
-        if not checkpoint.is_file():
-            raise ConfigError("RUN_DIR", f"{path} has no checkpoint ({checkpoint.relative_to(path)}): "
-                              "is it a run folder of a finished `cem-ablate train` or study trial?")
-    elif path.is_file():
-        checkpoint = path
-        folder = RunDirectory(path.parent.parent if path.parent.name == "checkpoints" else path.parent)
-    else:
-        raise ConfigError("RUN_DIR", f"{path} does not exist.")
-    if not folder.config_file.is_file():
-        raise ConfigError("RUN_DIR", f"{folder.path} has no config.yaml beside its checkpoints; "
-                          "a checkpoint is read inside its run folder (<run_dir>/checkpoints/*.ckpt).")
-    return folder, checkpoint
-
-
 def load_trained_run(path: str | Path, *, warn=None) -> TrainedRun:
-    folder, checkpoint = locate(path)
+    folder, checkpoint, unverified = locate_trained(path)
     warn = warn or (lambda line: print(line, file=sys.stderr))
+    if unverified:
+        warn(f"warning: {unverified}")
     try:
         cfg = parse_run_config(load_yaml(folder.config_file))
     except ConfigError as err:

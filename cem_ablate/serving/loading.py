@@ -25,8 +25,7 @@ from cem_ablate.data.sources import open_text_source, source_fingerprint
 from cem_ablate.data.tokenizer import TextTokenizer, load_tokenizer
 from cem_ablate.model import build_model
 from cem_ablate.training.config import RunConfig, parse_run_config
-from cem_ablate.training.checkpoints import LAST as LAST_CHECKPOINT
-from cem_ablate.training.run_directory import RunDirectory
+from cem_ablate.training.run_directory import locate_trained
 
 MODEL_PREFIX = "model."  # the LightningModule holds the network as `model`
 
@@ -38,25 +37,6 @@ class TrainedModel:
     config: RunConfig
     checkpoint: Path
     warnings: list[str] = field(default_factory=list)  # one line each, for the CLI to print
-
-
-def locate(target: str | Path) -> tuple[RunDirectory, Path]:
-    """(the run folder, the checkpoint) of RUN_DIR or a checkpoint file inside one."""
-    path = Path(target)
-    if path.is_file():
-        folder = RunDirectory(path.parent.parent if path.parent.name == "checkpoints" else path.parent)
-        checkpoint = path
-    elif path.is_dir():
-        folder, checkpoint = RunDirectory(path), RunDirectory(path).last_checkpoint
-    else:
-        raise ConfigError(str(target), "no such run folder or checkpoint file.")
-    if not folder.config_file.is_file():
-        raise ConfigError(str(target), f"no run config at {folder.config_file} (a run folder written by "
-                          "`cem-ablate train` or a study holds config.yaml and checkpoints/).")
-    if not checkpoint.is_file():
-        raise ConfigError(str(target), f"no checkpoint at {checkpoint} (the run saves {LAST_CHECKPOINT} "
-                          "every ckpt_every_n_steps and at its end).")
-    return folder, checkpoint
 
 
 def run_tokenizer(cfg: RunConfig) -> TextTokenizer:
@@ -72,7 +52,7 @@ def run_tokenizer(cfg: RunConfig) -> TextTokenizer:
 
 
 def load_trained(target: str | Path) -> TrainedModel:
-    folder, checkpoint = locate(target)
+    folder, checkpoint, unverified = locate_trained(target)
     cfg = parse_run_config(yaml.safe_load(folder.config_file.read_text()))
     other_code = ""
     if folder.holds(cfg) is False:
@@ -89,7 +69,9 @@ def load_trained(target: str | Path) -> TrainedModel:
         raise ConfigError(str(checkpoint), f"its weights do not fit this code's model{cause}: missing "
                           f"{missing or 'none'}, unexpected {unexpected or 'none'}.")
     model.load_state_dict(weights)
-    warnings = [f"{other_code}; its weights fit this code's model and are loaded into it"] if other_code else []
+    warnings = [unverified] if unverified else []
+    if other_code:
+        warnings.append(f"{other_code}; its weights fit this code's model and are loaded into it")
     return TrainedModel(model.eval(), tokenizer, cfg, checkpoint, warnings)
 
 

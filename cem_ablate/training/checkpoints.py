@@ -18,6 +18,10 @@ new digest with the current newest one (an atomic rename of digests.json) ->
 `last.ckpt` becomes `previous.ckpt` -> the new file becomes `last.ckpt`. A kill
 between any two steps leaves each checkpoint either recorded with its own digest or
 refused, never a wrong file accepted; at most the newest step is lost.
+
+Readers (generate, export, eval, serving) go through `for_reading`: the same digests,
+but an altered file is an error (or, for a run folder, the verified one before it with
+a warning line), never weights silently read from a torn file.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from cem_ablate.config.errors import ConfigError
 
 LAST, PREVIOUS, DIGESTS = "last.ckpt", "previous.ckpt", "digests.json"
 _CHUNK = 1 << 20
@@ -74,12 +80,13 @@ class CheckpointFiles:
         trainer.save_checkpoint(tmp, weights_only=False)
         if trainer.is_global_zero:
             try:
-                self._install(tmp)
+                self.install(tmp)
             finally:
                 tmp.unlink(missing_ok=True)
         trainer.strategy.barrier("checkpoint-rename")
 
-    def _install(self, tmp: Path) -> None:
+    def install(self, tmp: Path) -> None:
+        """Make the file `tmp` (written by this process) the newest checkpoint, its digest recorded."""
         digest = file_digest(tmp)
         self.may_write()
         known = self.recorded()
@@ -114,3 +121,35 @@ class CheckpointFiles:
             then = f"resuming from {chosen}" if chosen else "starting the run fresh"
             print(f"warning: checkpoint {files}: unreadable or altered ({why}); {then}", file=sys.stderr, flush=True)
         return chosen
+
+    def for_reading(self, requested: Path | None = None) -> tuple[Path, str | None]:
+        """The checkpoint a reader loads (`requested`, else the newest verified one) and
+        a warning (without its `warning: ` prefix) or None. A run folder written before checkpoints had digests
+        (no digests.json) is read unverified, with a warning."""
+        known = self.recorded()
+        run = self.folder.parent
+        if requested is not None:
+            if not known:
+                return requested, (f"{requested} is read unverified: its run folder records no "
+                                   f"checkpoint digests ({self.digests_file} is missing)")
+            if file_digest(requested) in known:
+                return requested, None
+            raise ConfigError("CHECKPOINT", f"{requested} does not match the digests recorded in "
+                                            f"{self.digests_file}: it was altered or truncated after it was written; "
+                                            f"read {run} (its newest verified checkpoint) instead")
+        if not self.last.is_file() and not self.previous.is_file():
+            raise ConfigError("RUN_DIR", f"{run} has no checkpoint ({self.last}): is it the run folder of a "
+                                         "finished `cem-ablate train` or study trial?")
+        if not known:
+            newest = self.last if self.last.is_file() else self.previous
+            return newest, (f"{newest} is read unverified: its run folder records no checkpoint "
+                            f"digests ({self.digests_file} is missing)")
+        chosen = self.verified(warn=False)
+        if chosen is None:
+            raise ConfigError("RUN_DIR", f"no checkpoint in {self.folder} matches its recorded digest (altered or "
+                                         "truncated after it was written): rerun the trial (or `cem-ablate "
+                                         "train`) to write it again")
+        if chosen != self.last:
+            return chosen, (f"checkpoint {self.last} does not match its recorded digest (altered or "
+                            f"truncated); reading {chosen}, the one written before it")
+        return chosen, None

@@ -115,12 +115,6 @@ class RunDirectory:
         write_atomically(self.config_file, yaml.safe_dump(cfg.to_mapping(), sort_keys=False))
         write_atomically(self.trial_key_file, cfg.trial_key() + "\n")
 
-    @property
-    def last_checkpoint(self) -> Path:
-        """`checkpoints/last.ckpt`, the newest file a reader (generate, export) loads; resume
-        goes through `resume_checkpoint`, which verifies digests."""
-        return self.checkpoints.last
-
     def resume_checkpoint(self, warn: bool = True) -> Path | None:
         """The newest checkpoint whose recorded digest matches (None: start fresh)."""
         return self.checkpoints.verified(warn)
@@ -150,3 +144,22 @@ class RunDirectory:
     def remember_run(self, tracking_uri: str, run_id: str) -> None:
         self.may_write()
         write_atomically(self.tracking_file, json.dumps({"tracking_uri": tracking_uri, "run_id": run_id}))
+
+
+def locate_trained(target: str | Path) -> tuple[RunDirectory, Path, str | None]:
+    """(run folder, the checkpoint to read, a warning or None) of RUN_DIR or of a
+    checkpoint file inside one (`<run_dir>/checkpoints/*.ckpt`); the checkpoint is
+    verified against the digests training recorded (`CheckpointFiles.for_reading`).
+    What readers of a trained run (generate, export, eval) share; ConfigError otherwise."""
+    path = Path(target)
+    if path.is_dir():
+        folder, requested = RunDirectory(path), None
+    elif path.is_file():
+        folder, requested = RunDirectory(path.parent.parent if path.parent.name == "checkpoints" else path.parent), path
+    else:
+        raise ConfigError("RUN_DIR", f"{path}: no such run folder or checkpoint file.")
+    if not folder.config_file.is_file():
+        raise ConfigError("RUN_DIR", f"{folder.path} has no config.yaml beside its checkpoints; a checkpoint is "
+                                     "read inside its run folder (<run_dir>/checkpoints/*.ckpt).")
+    checkpoint, warning = folder.checkpoints.for_reading(requested)
+    return folder, checkpoint, warning

@@ -56,9 +56,15 @@ def write_run(folder, model: dict, seed: int = 0):
                             "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 64}})
     RunDirectory(folder).claim(cfg, resume=False)
     net = random_model({**MODEL, **model, "vocab_size": ByteTokenizer.vocab_size}, seed).float()
-    torch.save({"state_dict": {f"model.{k}": v for k, v in net.state_dict().items()}},
-               RunDirectory(folder).last_checkpoint)
+    save_checkpoint(RunDirectory(folder), {"state_dict": {f"model.{k}": v for k, v in net.state_dict().items()}})
     return net
+
+
+def save_checkpoint(folder: RunDirectory, state: dict) -> None:
+    """`state` as the run's newest checkpoint, recorded as training records it."""
+    tmp = folder.checkpoint_dir / "new.ckpt.tmp"
+    torch.save(state, tmp)
+    folder.checkpoints.install(tmp)
 
 
 def greedy_text(net, prompt: str, n: int) -> str:
@@ -113,9 +119,9 @@ def test_a_checkpoint_from_other_code(tmp_path, capsys):
     code, out, err = generate(capsys, tmp_path / "run", "--prompt", "ab", "--max-new-tokens", 4)
     assert code == 0 and len(out) > 1 and err.count("\n") == 1
     assert err.startswith("warning: ") and "trained under other code" in err
-    state = torch.load(folder.last_checkpoint)
+    state = torch.load(folder.checkpoints.last)
     del state["state_dict"]["model.blocks.1.attention.k_proj.weight"]  # a layer this code no longer has
-    torch.save(state, folder.last_checkpoint)
+    save_checkpoint(folder, state)
     code, out, err = generate(capsys, tmp_path / "run", "--prompt", "ab")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith("error: ") and "blocks.1.attention.k_proj.weight" in err
@@ -133,3 +139,31 @@ def test_bad_flags_are_one_error_line(tmp_path, capsys, args, key):
 def test_a_missing_run_is_one_error_line(tmp_path, capsys):
     code, _, err = generate(capsys, tmp_path / "nothing", "--prompt", "ab")
     assert code == 2 and err.startswith("error: ") and "no such run folder" in err
+
+
+def test_readers_refuse_an_altered_checkpoint(tmp_path, capsys):
+    """generate (like export and eval, `training.run_directory.locate_trained`) reads only
+    a checkpoint whose digest training recorded: an altered newest one falls back to the
+    one before it with a warning; a named altered file, or none left, is one error."""
+    net = write_run(tmp_path / "run", {}, seed=1)
+    folder = RunDirectory(tmp_path / "run")
+    newer = random_model({**MODEL, "vocab_size": ByteTokenizer.vocab_size}, 2).float()
+    save_checkpoint(folder, {"state_dict": {f"model.{k}": v for k, v in newer.state_dict().items()}})
+    expected = greedy_text(net, "ab", 4)  # seed 1's weights, now previous.ckpt
+    assert expected != greedy_text(newer, "ab", 4)
+    folder.checkpoints.last.write_bytes(folder.checkpoints.last.read_bytes()[:-100])  # torn
+    code, out, err = generate(capsys, tmp_path / "run", "--prompt", "ab", "--max-new-tokens", 4)
+    assert code == 0 and out == expected + "\n" and err.count("\n") == 1, (out, err)
+    assert err.startswith("warning: checkpoint ") and "previous.ckpt" in err and "last.ckpt" in err
+    code, out, err = generate(capsys, folder.checkpoints.last, "--prompt", "ab")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "does not match the digests" in err
+    folder.checkpoints.previous.write_bytes(b"\0" * 64)
+    code, out, err = generate(capsys, tmp_path / "run", "--prompt", "ab")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "no checkpoint in" in err
+
+
+def test_a_run_from_before_digests_is_read_with_a_warning(tmp_path, capsys):
+    write_run(tmp_path / "run", {})
+    RunDirectory(tmp_path / "run").checkpoints.digests_file.unlink()
+    code, out, err = generate(capsys, tmp_path / "run", "--prompt", "ab", "--max-new-tokens", 4)
+    assert code == 0 and len(out) > 1 and err.count("\n") == 1 and "read unverified" in err

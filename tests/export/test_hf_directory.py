@@ -103,11 +103,13 @@ def test_every_variant_loads_without_the_platform(tmp_path):
         assert theirs.shape == logits.shape
         assert (theirs - logits).abs().max().item() <= 1e-5, name
         assert result["greedy"]["True"] == result["greedy"]["False"] == greedy, name
+        assert result["greedy"]["beams_True"] == result["greedy"]["beams_False"], name  # reordered states stay exact
         config = json.loads((Path(result["dir"]) / "config.json").read_text())
         if name == "llama":  # the baseline stays a plain LlamaForCausalLM: no remote code
             assert result["class"] == "LlamaForCausalLM" and "auto_map" not in config
         else:
             assert result["class"] == "CEMAblateForCausalLM"
+            assert result["incremental"], name  # generate(use_cache=True) runs the components' decoding hooks
             assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_cem_ablate.CEMAblateForCausalLM"
 
 

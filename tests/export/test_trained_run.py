@@ -76,8 +76,8 @@ def test_another_code_version(trained_run, tmp_path, capsys):
 
 
 def test_missing_pieces_are_one_error(tmp_path):
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="no such run folder"):
         load_trained_run(tmp_path / "nothing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="no checkpoint"):
+    with pytest.raises(ConfigError, match="no config.yaml"):
         load_trained_run(tmp_path / "empty")

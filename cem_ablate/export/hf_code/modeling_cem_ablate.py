@@ -5,11 +5,16 @@ beside this file (`cem_ablate_bundle`, see cem_ablate/export/source_bundle.py), 
 logits are the platform's; weights are the platform's state dict under `model.`.
 Depends only on torch, transformers and the copied files.
 
-Decoding: the model keeps Hugging Face's `Cache` API, but the cache holds the prefix's
-token ids (layer 0 of a `DynamicCache`, as a (B, 1, S, 1) integer tensor), and each
-step recomputes the prefix: the exported components have no incremental decoding hook
-yet, and recomputing gives exactly the full forward's logits, so `generate(use_cache=
-True)` equals `use_cache=False`.
+Decoding: the model keeps Hugging Face's `Cache` API. The `DynamicCache` holds the
+prefix's token ids (layer 0, as a (B, 1, S, 1) integer tensor), so everything Hugging
+Face does to a cache (beam reordering, cropping, expanding) stays exact; beside it, as
+an attribute, rides the platform's own decoding state (`cem_ablate.model.decoding`:
+Llama attention its keys and values, CEM attention one tensor per application), so a
+generation step costs the new token only. Before each step the state is checked
+against the token ids: rows reordered by beam search are matched row by row (equal
+prefixes have equal states), anything else (a cropped or foreign cache) is rebuilt by
+one prefill. With gradients enabled (training through this class) the whole sequence
+is recomputed instead. Either way the logits are the full forward's.
 
 Padding: the platform model has no padding mask (RoPE/ALiBi positions count from the
 first token), so only right padding is exact (causal: later pads never reach earlier
@@ -34,7 +39,7 @@ if _PACKAGE:
                   and n.rpartition(".")[2] not in ("modeling_cem_ablate", "configuration_cem_ablate")]:
         del sys.modules[_name]
 
-from .cem_ablate_bundle import build_model  # noqa: E402
+from .cem_ablate_bundle import build_model, decode, new_cache  # noqa: E402
 from .configuration_cem_ablate import CEMAblateConfig
 
 
@@ -49,6 +54,25 @@ def _check_right_padded(attention_mask):
     if bool((mask[:, 1:] > mask[:, :-1]).any()):
         raise ValueError("cem-ablate models support right padding only (no padding mask: positions start at "
                          "the first token); decode left-padded batches one sequence at a time.")
+
+
+def _decoding_state(model, cache, prefix):
+    """The platform decoding state for a cache whose token ids are `prefix` (B, S) or None."""
+    held = getattr(cache, "_cem_decoding", None)
+    if prefix is None:
+        return new_cache(model)
+    if held is not None:
+        state, seen = held
+        if seen.shape == prefix.shape and torch.equal(seen, prefix.to(seen.device)):
+            return state
+        if seen.shape[1] == prefix.shape[1]:  # beam search reordered (or repeated) the rows
+            match = (prefix.to(seen.device)[:, None, :] == seen[None, :, :]).all(-1)  # (new rows, old rows)
+            if bool(match.any(1).all()):
+                state.select(match.to(torch.int64).argmax(1))
+                return state
+    state = new_cache(model)
+    decode(model, prefix, state)
+    return state
 
 
 class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
@@ -99,18 +123,23 @@ class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         _check_right_padded(attention_mask)
         batch, new = input_ids.shape
-        ids = input_ids
+        ids, prefix = input_ids, None
         if use_cache:
             if cache is None:
                 cache = DynamicCache()
             if not isinstance(cache, Cache):
                 raise TypeError(f"expected a transformers Cache, got {type(cache).__name__}")
             if cache.get_seq_length() > 0:
-                prefix = cache.layers[0].keys.reshape(batch, -1)
-                ids = torch.cat([prefix.to(input_ids.device), input_ids], dim=1)
+                prefix = cache.layers[0].keys.reshape(batch, -1).to(input_ids.device)
+                ids = torch.cat([prefix, input_ids], dim=1)
             tokens = input_ids.reshape(batch, 1, new, 1)
             cache.update(tokens, tokens, 0)
-        logits = self.model(ids)[:, -new:]
+        if use_cache and not torch.is_grad_enabled():
+            state = _decoding_state(self.model, cache, prefix)
+            logits = decode(self.model, input_ids, state)
+            cache._cem_decoding = (state, ids)
+        else:
+            logits = self.model(ids)[:, -new:]
         if logits_to_keep:
             logits = logits[:, -logits_to_keep:]
         loss = None
