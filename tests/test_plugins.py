@@ -19,6 +19,7 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,6 +205,7 @@ def test_plugins_that_break_the_contract_cost_only_their_components(tmp_path):
         "flops_per_token.")
 
 
+@pytest.mark.soak
 def test_readme_plugin_package_installs_with_pip_and_trains_the_readme_study(tmp_path):
     """The README's package (pyproject and module) and study file, copied verbatim, in a
     fresh virtual environment on this interpreter's packages (cem-ablate, torch: nothing

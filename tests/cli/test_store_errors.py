@@ -104,7 +104,7 @@ def finished_study(tmp_path_factory, corpus):
 @pytest.mark.slow
 @pytest.mark.parametrize("store, option, kind, damage", [
     ("optuna.db", "--storage", "Optuna", "truncate"),
-    ("mlflow.db", "--tracking-uri", "MLflow", "truncate"),
+    pytest.param("mlflow.db", "--tracking-uri", "MLflow", "truncate", marks=pytest.mark.soak),
     ("mlflow.db", "--tracking-uri", "MLflow", "overwrite"),
 ])
 def test_a_damaged_store_is_one_line_and_left_as_it_is(finished_study, store, option, kind, damage):
@@ -176,7 +176,7 @@ def fill(folder: Path, leave_kib: int) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("leave_kib", [
-    200,  # full while the stores are created (SQLite: "database or disk is full")
+    pytest.param(200, marks=pytest.mark.soak),  # full while the stores are created (SQLite: "database or disk is full")
     2600,  # full mid-study: a checkpoint (OSError ENOSPC) or an MLflow write
 ])
 def test_a_full_disk_is_one_line_and_the_rerun_finishes(tmp_path, corpus, leave_kib):

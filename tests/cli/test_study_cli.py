@@ -151,6 +151,7 @@ def test_help_is_fast_and_does_not_import_heavy_modules():
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_ui_serves_the_store_on_localhost_and_stops_cleanly(tmp_path):
     import json
     import os

@@ -53,6 +53,7 @@ def test_two_process_ddp_on_cpu_logs_one_run(tmp_path, isolated_cache):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_kill_9_and_rerun_ends_like_the_uninterrupted_run(tmp_path, isolated_cache):
     config = write_config(tmp_path / "run.yaml", max_steps=40, ckpt_every_n_steps=10, val_every_n_steps=20)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

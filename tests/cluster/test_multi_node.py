@@ -43,6 +43,7 @@ def losses(tracking_uri: str, experiment: str) -> dict[int, float]:
     return {m.step: m.value for m in client.get_metric_history(runs[0].info.run_id, "train_loss")}
 
 
+@pytest.mark.soak
 def test_one_trial_on_two_hosts_matches_two_processes_on_one(network, mlflow_server, host_env, rig_corpus, tmp_path):
     config = write_run_config(tmp_path, rig_corpus, "rig-ddp")
     port = rig.free_port()

@@ -98,6 +98,7 @@ def test_machines_opening_a_fresh_database_at_once(postgres):
         pool.map(_open, [postgres.url("fresh", host="127.0.0.1")] * 4)  # raises if any opener failed
 
 
+@pytest.mark.soak
 def test_a_storage_outage_mid_study_is_waited_out(postgres, mlflow_server, rig_corpus, tmp_path):
     """The Optuna database refuses connections for a while mid-trial (its server is
     up, so MLflow's database on it is not touched): the worker says so, waits, and the

@@ -64,6 +64,7 @@ class HostLoss:
         return self.folder / f"{self.name}.yaml"
 
 
+@pytest.mark.soak
 def test_losing_a_host_mid_trial_retries_it_once(network, postgres, mlflow_server, host_env, rig_corpus, tmp_path):
     """A host is killed (every process) after its trial's first checkpoint; the other
     host takes the trial over after the grace period: from that checkpoint when both

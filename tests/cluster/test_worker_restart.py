@@ -37,6 +37,7 @@ def signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+@pytest.mark.soak
 def test_a_killed_and_restarted_worker_loses_no_trial(postgres, mlflow_server, rig_corpus, tmp_path):
     name = "rig-restart"
     grid = (1.9e-3, 3.8e-3)

@@ -43,6 +43,7 @@ def test_fig2a_smoke_runs_and_reports(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_gp_smoke_runs_and_the_report_reads_rmse(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     uri = run_smoke("table3_gp", tmp_path)

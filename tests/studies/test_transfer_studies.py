@@ -41,13 +41,17 @@ def test_transfer_costs_less_than_the_calibrated_full_grid():
         assert sum(r["grid_gpu_hours"] for r in costs) == pytest.approx(grid)
 
 
-@pytest.mark.parametrize("scale", ["cpu", "steps", "smoke"])
+@pytest.mark.parametrize("scale", ["cpu", "pilot", "steps", "smoke"])
 def test_mup_width_scales_validate(scale):
     expanded = load_expanded(str(STUDIES / "mup_width.yaml"), scale, [])
     assert all(v.config.model.parametrization == "mup" for v in expanded.variants)
     if scale == "cpu":
         widths = {v.config.model.dims.d_model for v in expanded.variants}
         assert widths == {32, 64, 128, 256} and len(expanded.spec.lr_search.grid) == 7
+    if scale == "pilot":  # the cpu scale's own trials (reused by it), d 32-128, one seed
+        cpu = {v.name: v.trial_key(1e-3, 0) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "cpu", []).variants}
+        assert {v.config.model.dims.d_model for v in expanded.variants} == {32, 64, 128}
+        assert all(cpu[v.name] == v.trial_key(1e-3, 0) for v in expanded.variants) and expanded.spec.seeds == [0]
 
 
 @pytest.mark.slow

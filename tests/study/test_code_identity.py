@@ -60,6 +60,7 @@ def _trials(root, study: str, variant: str) -> list[optuna.trial.FrozenTrial]:
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corpus):
     source_copy(tmp_path / "src")
     activation = install_plugin(tmp_path / "site")

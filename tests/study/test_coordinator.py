@@ -139,6 +139,7 @@ def test_kill_minus_9_mid_trial_then_rerun_finishes_every_point_once(tmp_path, c
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_two_workers_share_one_storage_without_training_a_point_twice(tmp_path, corpus, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     grid = [1e-3, 2e-3, 4e-3]

@@ -45,6 +45,7 @@ def akima_lr_star(by_lr):
     return 2.0 ** xs[int(np.argmin(ys))]
 
 
+@pytest.mark.soak
 def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")

@@ -153,6 +153,7 @@ def test_the_study_ends_without_the_worker_that_stays_stopped(tmp_path, corpus):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_ctrl_c_ends_a_study_with_a_stopped_worker_at_once(tmp_path, corpus):
     proc = _study(tmp_path, corpus, "interrupted", [1e-3, 2e-3])
     try:
@@ -166,4 +167,51 @@ def test_ctrl_c_ends_a_study_with_a_stopped_worker_at_once(tmp_path, corpus):
     assert time.monotonic() - sent < 30
     assert proc.returncode == 130, out
     assert "interrupted:" in out and "rerun the same command to resume them" in out
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _stop_a_worker_inside_a_store_write(root, proc, timeout=300):
+    """SIGSTOP workers at random moments until one is stopped holding a store's lock
+    (SIGCONT it otherwise); its pid."""
+    from cem_ablate.study.store_locks import STOPPED, stopped_lock_holders
+
+    stores = [root / "mlruns" / "optuna.db", root / "mlruns" / "mlflow.db"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        for child in psutil.Process(proc.pid).children():
+            if not _trials(root):
+                continue
+            try:
+                os.kill(child.pid, signal.SIGSTOP)
+                until = time.monotonic() + 2
+                while child.status() not in STOPPED | {psutil.STATUS_ZOMBIE} and time.monotonic() < until:
+                    time.sleep(0.005)
+                if child.status() == psutil.STATUS_ZOMBIE or stopped_lock_holders(stores, {child.pid}):
+                    return child.pid  # (a zombie: the coordinator already killed it for its lock)
+                os.kill(child.pid, signal.SIGCONT)
+            except (ProcessLookupError, psutil.NoSuchProcess):
+                continue
+            time.sleep(0.05)
+    raise AssertionError("no worker caught inside a store write")
+
+
+@pytest.mark.slow
+@pytest.mark.soak
+def test_a_worker_stopped_inside_a_store_write_is_killed_and_the_study_ends(tmp_path, corpus):
+    """Stopped holding SQLite's lock, a worker would block every other process (CI saw the
+    replacements fail one after another with "database is locked"): it is killed at once."""
+    grid = [1e-3, 2e-3]
+    proc = _study(tmp_path, corpus, "locked", grid)
+    try:
+        pid = _stop_a_worker_inside_a_store_write(tmp_path, proc)
+        out, _ = proc.communicate(timeout=GRACE + 60 + 240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out
+    _finished_once(tmp_path, grid)
+    killed = [line for line in out.splitlines() if "while holding the lock of" in line]
+    assert len(killed) == 1 and f"pid {pid}" in killed[0], out
+    assert "database is locked" not in out and "failed (" not in out, out
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

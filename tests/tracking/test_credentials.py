@@ -119,6 +119,7 @@ def test_a_server_with_authentication_refuses_missing_or_wrong_credentials_in_on
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_a_study_logs_to_a_server_with_authentication_and_writes_no_password(auth_server, tmp_path):
     """user:password in --tracking-uri, two workers: the study runs, its runs are on the
     server, and the password is in no file under the study's folder (stores, run folders,

@@ -60,6 +60,7 @@ def add_parent(tracker: StudyTracker, name: str, metrics: dict, tags: dict) -> s
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install -y chromium)")
+@pytest.mark.soak
 def test_the_ui_lists_parent_runs_with_their_aggregates(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = StudyTracker(uri, "ui_check")
@@ -159,6 +160,7 @@ def test_cem_ablate_ui_opens_on_the_answer_readable_at_1600_px(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install -y chromium)")
+@pytest.mark.soak
 def test_a_plain_mlflow_server_opens_the_studys_shared_view(tmp_path):
     """MLflow's own shared view (experiment tag `mlflow.sharedViewState.<key>`): the same
     answer columns from a plain `mlflow server` (a cluster's tracking server), any browser."""

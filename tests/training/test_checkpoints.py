@@ -112,6 +112,7 @@ def test_digests_record_the_two_newest_checkpoints(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_kill_9_then_a_rewritten_checkpoint_is_refused_by_the_rerun(tmp_path, isolated_cache):
     """`cem-ablate train` killed with SIGKILL after its second checkpoint; last.ckpt is then
     rewritten by torch with perturbed weights (it loads fine). The rerun (the same command)

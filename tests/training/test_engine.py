@@ -112,6 +112,7 @@ def test_compile_path_trains_on_cpu(tmp_path, tracking_uri):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_ddp_called_as_a_library_runs_in_a_subprocess(tmp_path, tracking_uri):
     """The study runner's path: devices > 1 from a script that must not be re-executed."""
     cfg = tiny_run(name="ddp-library", max_steps=6, val_every_n_steps=6, devices=2)
