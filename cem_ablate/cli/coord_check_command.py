@@ -42,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cem_ablate.bench.coord_check import CoordCheckSettings, plot_coord_check, run_coord_check, widths_argument
+    from cem_ablate.bench.coord_check import (CoordCheckSettings, model_at_width, plot_coord_check, run_coord_check,
+                                              widths_argument)
     from cem_ablate.config import ConfigError, apply_overrides, load_yaml
     from cem_ablate.model.config import parse_model_config
 
@@ -68,9 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if args.base_d_model is not None:
         model["base_d_model"] = args.base_d_model
     parse_model_config({**model, "vocab_size": 256})  # one error: line naming the key, before any work
-    for width in widths:
-        parse_model_config({**model, "size": None, "d_model": width, "n_layers": 1, "n_heads": 1, "d_mlp": width,
-                            "vocab_size": 256}, path=f"--widths {width}")
+    for width in widths:  # the very mapping each width runs (the config's heads: d_model must divide)
+        parse_model_config(model_at_width(model, width), path=f"--widths {width}")
 
     settings = CoordCheckSettings(widths=widths, steps=args.steps, lr=args.lr, seeds=args.seeds,
                                   threshold=args.threshold)

@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from cem_ablate.config import ConfigError
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
@@ -198,11 +199,18 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
         for _, log, _ in procs:
             log.close()
         plan.unlink(missing_ok=True)
+    errors = []  # the one `error:` line of each worker that ended on one (a full disk, a damaged store)
     for p, _, i in procs:
         said_so = (p.pid in reported or p.pid in watchdog.killed) and p.returncode == -signal.SIGKILL
-        if p.returncode != 0 and not said_so:
+        error = _error_line(log_dir / f"worker-{i}.log") if p.returncode == 2 else None
+        if error:
+            errors.append(error)
+        elif p.returncode != 0 and not said_so:
             tail = _tail(log_dir / f"worker-{i}.log")
             echo(f"worker {i} exited with code {p.returncode}: {tail}")
+    if errors and not snapshot(session).complete:
+        # The study cannot go on: the workers' error, once (they all met the same disk or store).
+        raise ConfigError("", errors[0].removeprefix("error: "))
 
 
 def _watch_stalls(session, procs, reported: set[int], complete: bool, start, echo) -> bool:
@@ -249,6 +257,15 @@ def _ended(before, after) -> bool:
     return any(point.status in FINAL_STATES
                and (key not in before.trials or before.trials[key][1].status != point.status)
                for key, (_, point) in after.trials.items())
+
+
+def _error_line(path: Path) -> str | None:
+    """The last `error: ` line of a worker's log (a worker ends on one line, `study.worker`)."""
+    try:
+        found = [line for line in path.read_text().splitlines() if line.startswith("error: ")]
+    except OSError:
+        return None
+    return found[-1] if found else None
 
 
 def _tail(path: Path, lines: int = 3) -> str:

@@ -74,5 +74,7 @@ def test_cli_bad_input_is_one_error_line(tmp_path, capsys):
     config.write_text(yaml.safe_dump({"model": SMALL}))
     assert main(["coord-check", str(config), "--widths", "32"]) == 2
     assert main(["coord-check", str(config), "model.parametrization=mu"]) == 2
+    assert main(["coord-check", str(config), "model.n_heads=4", "--widths", "64,98"]) == 2  # 98 % 4 heads
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and err[0].startswith("error: --widths") and "model.parametrization" in err[1]
+    assert len(err) == 3 and err[0].startswith("error: --widths") and "model.parametrization" in err[1]
+    assert err[2].startswith("error: --widths 98"), err[2]

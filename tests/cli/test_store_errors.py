@@ -175,17 +175,19 @@ def fill(folder: Path, leave_kib: int) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("leave_kib", [
-    pytest.param(200, marks=pytest.mark.soak),  # full while the stores are created (SQLite: "database or disk is full")
-    2600,  # full mid-study: a checkpoint (OSError ENOSPC) or an MLflow write
+@pytest.mark.parametrize("leave_kib, workers", [
+    pytest.param(200, 1, marks=pytest.mark.soak),  # full while the stores are created (SQLite: "database or disk is full")
+    pytest.param(2600, 1, marks=pytest.mark.soak),  # full mid-study: a checkpoint (OSError ENOSPC) or an MLflow write
+    (2600, 2),  # the same in worker processes: the coordinator says their error once
 ])
-def test_a_full_disk_is_one_line_and_the_rerun_finishes(tmp_path, corpus, leave_kib):
+def test_a_full_disk_is_one_line_and_the_rerun_finishes(tmp_path, corpus, leave_kib, workers):
     with small_disk(tmp_path / "disk", 24) as disk:
         write_study(disk, name="full", grid=GRID, corpus=corpus)
         env = {**study_env(disk), "CEM_ABLATE_CACHE": str(tmp_path / "cache")}  # the token cache elsewhere
         filler = fill(disk, leave_kib)
-        line = assert_one_error_line(cli(disk, "study", "full.yaml", "--no-report", env=env),
-                                     f"error: disk full writing {disk}/", "(0 B free on its disk)",
+        line = assert_one_error_line(cli(disk, "study", "full.yaml", "--no-report", "--workers", str(workers),
+                                         env=env),
+                                     f"error: disk full writing {disk}/", " free on its disk)",
                                      "free space there and rerun the same command")
         filler.unlink()
         proc = cli(disk, "study", "full.yaml", "--no-report", env=env)
