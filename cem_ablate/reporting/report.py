@@ -355,6 +355,7 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     # Issue 21: the sections of a width study and of a GP study with several draws (each
     # [] for other studies; they need the study file's configs, `expanded`).
     from cem_ablate.reporting.gp_draws_report import gp_draws_section
+    from cem_ablate.reporting.lr_drift_report import lr_drift_section
     from cem_ablate.reporting.transfer_report import transfer_section
     from cem_ablate.reporting.width_report import width_section
 
@@ -362,6 +363,7 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
 
     extra = (transfer_section(records, expanded, tracking_uri, metric, console)
              + width_section(records, expanded, tracking_uri, out_dir, metric, console, published)
+             + lr_drift_section(records, expanded, metric, console, published)  # issue 27
              + gp_draws_section(records, expanded, metric, console, published)
              + eval_section(records, comparisons, tracking_uri, console))  # issue 29: a study's eval:
     if extra:
