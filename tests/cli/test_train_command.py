@@ -52,21 +52,27 @@ def test_two_process_ddp_on_cpu_logs_one_run(tmp_path, isolated_cache):
     assert result["status"] == "finished" and result["tokens_seen"] == 20 * 16 * 64  # 2 ranks x 8
 
 
+def kill_9_once_written(config, uri: str, tmp_path, cache, checkpoint: str, timeout: float = 600):
+    """Start `cem-ablate train config`, kill -9 it once checkpoints/<checkpoint> exists; its run folder."""
+    process = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=cache, wait=False)
+    deadline = time.time() + timeout
+    while not list(tmp_path.glob(f"runs/cli-*/checkpoints/{checkpoint}")):
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        assert time.time() < deadline, f"no {checkpoint} within {timeout:.0f} s"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    run_dir = next(tmp_path.glob("runs/cli-*"))
+    assert not (run_dir / "result.json").exists()  # killed mid-run
+    return run_dir
+
+
 @pytest.mark.slow
 @pytest.mark.soak
 def test_kill_9_and_rerun_ends_like_the_uninterrupted_run(tmp_path, isolated_cache):
     config = write_config(tmp_path / "run.yaml", max_steps=40, ckpt_every_n_steps=10, val_every_n_steps=20)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    process = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache, wait=False)
-    deadline = time.time() + 300
-    while not list(tmp_path.glob("runs/cli-*/checkpoints/last.ckpt")):
-        assert process.poll() is None, process.stderr.read().decode()[-3000:]
-        assert time.time() < deadline, "no checkpoint within 5 minutes"
-        time.sleep(0.2)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    run_dir = next(tmp_path.glob("runs/cli-*"))
-    assert not (run_dir / "result.json").exists()  # killed mid-run
+    run_dir = kill_9_once_written(config, uri, tmp_path, isolated_cache, "last.ckpt")
 
     rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache)
     assert rerun.returncode == 0, rerun.stderr[-3000:]

@@ -117,23 +117,11 @@ def test_kill_9_then_a_rewritten_checkpoint_is_refused_by_the_rerun(tmp_path, is
     """`cem-ablate train` killed with SIGKILL after its second checkpoint; last.ckpt is then
     rewritten by torch with perturbed weights (it loads fine). The rerun (the same command)
     names it in one warning line and ends exactly where the uninterrupted run does."""
-    import signal
-    import time
-
-    from tests.cli.test_train_command import cli, write_config
+    from tests.cli.test_train_command import cli, kill_9_once_written, write_config
 
     config = write_config(tmp_path / "run.yaml", max_steps=30, ckpt_every_n_steps=5, val_every_n_steps=15)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    process = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache, wait=False)
-    deadline = time.time() + 600
-    while not list(tmp_path.glob("runs/cli-*/checkpoints/previous.ckpt")):
-        assert process.poll() is None, process.stderr.read().decode()[-3000:]
-        assert time.time() < deadline, "no second checkpoint within 10 minutes"
-        time.sleep(0.1)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    run_dir = next(tmp_path.glob("runs/cli-*"))
-    assert not (run_dir / "result.json").exists()  # killed mid-run
+    run_dir = kill_9_once_written(config, uri, tmp_path, isolated_cache, "previous.ckpt")
     last = run_dir / "checkpoints" / "last.ckpt"
     _perturbed_weights(last)
 
