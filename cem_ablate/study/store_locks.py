@@ -26,6 +26,7 @@ concerned: there a stopped client's open transaction is ended by the server
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,8 +111,8 @@ class LockWatchdog:
     processes are not reaped here: the coordinator reaps them when the study ends, so an
     operator's later SIGCONT still finds the pid."""
 
-    def __init__(self, databases: list[Path], pids, on_kill) -> None:
-        self.databases = [db for db in databases if db is not None]
+    def __init__(self, databases: list[Path | None], pids, on_kill) -> None:
+        self.databases = [db for db in databases if db is not None]  # None: a server store
         self.pids = pids  # a callable: the pids of the live workers now
         self.on_kill = on_kill
         self.killed: dict[int, Path] = {}
@@ -133,7 +134,7 @@ class LockWatchdog:
             pids = set(self.pids()) - set(self.killed)
             for pid, db in stopped_lock_holders(self.databases, pids).items():
                 try:
-                    os.kill(pid, 9)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     continue
                 self.killed[pid] = db
