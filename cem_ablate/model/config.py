@@ -87,6 +87,9 @@ class ModelOptions:
     parametrization: Literal["standard", "mup"] = "standard"
     base_d_model: int = 256  # the width at which mup coincides with standard (ignored under standard)
     step_scaling: Literal["none", "inverse_steps"] = "none"  # inverse_steps: eta / T in every recursion
+    # The readout's init under mup (parametrization.py): zero, or the standard init x m^-1 (muP's
+    # 1/fan_in^2 variance), which is the standard model at the base width (docs/results.md §18).
+    mup_readout: Literal["zero", "scaled"] = "zero"
 
     @property
     def has_velocity(self) -> bool:
@@ -103,6 +106,7 @@ MODEL_OPTIONS: dict[str, str] = {
     "parametrization": "standard (the paper's) | mup (learning rates transfer across width; README 'Transfer')",
     "base_d_model": "under mup: the proxy width at which mup coincides with standard",
     "step_scaling": "none | inverse_steps: every recursive sublayer steps with eta / T instead of eta",
+    "mup_readout": "under mup: the LM head's init, zero | scaled (standard init x base_d_model / d_model)",
 }
 
 
@@ -150,6 +154,7 @@ class ModelConfig(ModelOptions):
             init_std=self.init_std,
             parametrization=self.parametrization,
             base_d_model=self.base_d_model,
+            mup_readout=self.mup_readout,
         )
 
     def to_mapping(self) -> dict[str, Any]:
@@ -164,6 +169,7 @@ class ModelConfig(ModelOptions):
         }
         if self.parametrization == "standard":
             out.pop("base_d_model", None)  # no effect under standard: the same model, the same keys
+            out.pop("mup_readout", None)
         out["attention"] = self.attention.to_mapping()
         out["mlp"] = self.mlp.to_mapping()
         return out

@@ -5,15 +5,22 @@ model has a class; under `parametrization: mup` the class fixes its init and its
 learning-rate multiplier as a power of the width multiplier m = d_model / base_d_model, so
 that the optimal learning rate found at a proxy width holds at the target width. At the base
 width (m = 1) every multiplier is 1 and the model is the standard one, except the readout's
-zero init (below). Under `standard` nothing here touches the model: outputs and trial keys
+zero init (below; `model.mup_readout: scaled` removes that exception).
+
+Measured (docs/results.md §18): the zero readout costs this platform's CPU recipe (600 Adam
+steps, d 64) 5.53 -> 7.11 test perplexity at the base width, where it is the only difference
+from the standard model, and multiplies the seed-to-seed spread several times over; hence the
+`scaled` option, whose logits start at m^-1/2 of the base width's (muP's own rule; its
+coordinate check is still to be run). Under `standard` nothing here touches the model: outputs and trial keys
 are the paper's.
 
     class              init (standard init x)   Adam lr x   why
     embedding          1                        1           input weights: a one-hot fan-in, Θ(1) coordinates
     hidden             m^-1/2                   m^-1        both dims grow with width (var ∝ 1/fan_in, lr ∝ 1/fan_in)
-    readout            0 (zero init)            m^-1        logits = W x sums D correlated terms: lr ∝ 1/D;
-                                                            zero init makes the initial logits width-independent
-                                                            (muP's 1/fan_in^2 variance, at its limit)
+    readout            0 (zero init), or m^-1   m^-1        logits = W x sums D correlated terms: lr ∝ 1/D;
+                       (model.mup_readout:                  zero init makes the initial logits width-independent
+                        zero | scaled)                      (muP's 1/fan_in^2 variance, at its limit); scaled is
+                                                            that variance itself and the standard init at m = 1
     vector             1                        1           at most one dim grows: gains, KQ diagonals, self biases,
                                                             step sizes, momentum and stream logits
     low_rank_factor    m^-1/2                   m^-1/2      the D x r factors U, V of P = diag + UV^T + VU^T (r fixed)
@@ -146,6 +153,8 @@ def apply_mup_init(model: nn.Module, dims: ModelDims) -> None:
     params = dict(model.named_parameters())
     for name, (cls, _) in classify(model, dims.d_model).items():
         exponent = MUP_RULES[cls][0]
+        if cls is ParamClass.READOUT and dims.mup_readout == "scaled":
+            exponent = -1.0  # muP's 1/fan_in^2 variance: the standard init at m = 1
         if exponent is None:
             params[name].zero_()
         elif exponent != 0.0:

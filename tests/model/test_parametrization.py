@@ -56,6 +56,7 @@ def test_explicit_standard_and_ignored_base_width_keep_the_mapping():
     ({"size": "tiny", "parametrization": "mu"}, "model.parametrization"),
     ({"size": "tiny", "parametrization": "mup", "base_d_model": 0}, "model.base_d_model"),
     ({"size": "tiny", "step_scaling": "sqrt"}, "model.step_scaling"),
+    ({"size": "tiny", "parametrization": "mup", "mup_readout": "small"}, "model.mup_readout"),
 ])
 def test_bad_values_name_their_key(mapping, key):
     with pytest.raises(ConfigError) as err:
@@ -74,6 +75,19 @@ def test_mup_at_the_base_width_is_standard_but_for_the_zero_readout():
     assert mup.dims.attention_temperature == math.sqrt(mup.dims.head_dim)
     groups = mup.parameter_groups(0.1)
     assert all(g["lr_multiplier"] == 1.0 for g in groups)
+
+
+def test_the_scaled_readout_is_the_standard_model_at_the_base_width_and_muP_elsewhere():
+    std = _built({**FULL, "d_model": 64})
+    scaled = _built({**FULL, "d_model": 64, "parametrization": "mup", "base_d_model": 64, "mup_readout": "scaled"})
+    for (name, a), (_, b) in zip(std.named_parameters(), scaled.named_parameters()):
+        assert torch.equal(a, b), name
+    wide_std = _built({**FULL, "d_model": 256})
+    wide = _built({**FULL, "d_model": 256, "parametrization": "mup", "base_d_model": 64, "mup_readout": "scaled"})
+    # the same draw, times m^-1 = 1/4: muP's 1/fan_in^2 variance against standard's fixed std
+    torch.testing.assert_close(wide.lm_head.weight, wide_std.lm_head.weight / 4, rtol=0, atol=0)
+    plain = parse_model_config({"size": "tiny"}).to_mapping()
+    assert parse_model_config({"size": "tiny", "mup_readout": "scaled"}).to_mapping() == plain  # ignored under standard
 
 
 @pytest.mark.parametrize("width", [32, 128, 256])

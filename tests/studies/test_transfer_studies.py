@@ -41,7 +41,8 @@ def test_transfer_costs_less_than_the_calibrated_full_grid():
         assert sum(r["grid_gpu_hours"] for r in costs) == pytest.approx(grid)
 
 
-@pytest.mark.parametrize("scale", ["cpu", "pilot", "steps", "smoke"])
+@pytest.mark.parametrize("scale", ["cpu", "pilot", "steps", "smoke", "gpu", "gpu_seed0", "gpu_seeds12_llama_mlp",
+                                   "steps_gpu"])
 def test_mup_width_scales_validate(scale):
     expanded = load_expanded(str(STUDIES / "mup_width.yaml"), scale, [])
     assert all(v.config.model.parametrization == "mup" for v in expanded.variants)
@@ -52,6 +53,11 @@ def test_mup_width_scales_validate(scale):
         cpu = {v.name: v.trial_key(1e-3, 0) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "cpu", []).variants}
         assert {v.config.model.dims.d_model for v in expanded.variants} == {32, 64, 128}
         assert all(cpu[v.name] == v.trial_key(1e-3, 0) for v in expanded.variants) and expanded.spec.seeds == [0]
+    if scale.startswith("gpu") or scale.endswith("gpu"):  # fp32 as on CPU; the partial scales are gpu's own trials
+        assert all(v.config.train.precision == "32-true" for v in expanded.variants)
+        gpu = {v.name: v.trial_key(1e-3, 1) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "gpu", []).variants}
+        if scale != "steps_gpu":
+            assert all(gpu[v.name] == v.trial_key(1e-3, 1) for v in expanded.variants)
 
 
 @pytest.mark.slow

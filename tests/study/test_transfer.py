@@ -106,3 +106,29 @@ def test_a_transfer_study_runs_both_phases_and_reports_the_transfer(tmp_path, co
     # a rerun trains nothing: both phases' trials are done
     assert main(args + ["--no-report"]) == 0
     assert sorted(len(r.trials) for r in read_study(uri, "tr_proxy")) == [2, 2]
+
+
+@pytest.mark.parametrize("proxy_code", [1, 130])  # unfinished, interrupted (Ctrl-C, a lease's deadline)
+def test_no_lr_is_transferred_from_an_unfinished_proxy_grid(tmp_path, corpus, monkeypatch, capsys, proxy_code):
+    """Seen on a GPU lease cut short: the grid runs low to high, so a partial grid's lr* sits at
+    its high edge; the targets must not train at it. Here the proxy phase ends with its trials
+    still queued in a real store (the coordinator queues them, then stops as if interrupted)."""
+    from cem_ablate.study import coordinator
+    from cem_ablate.study.session import StudySession
+
+    calls = []
+
+    def stopped_early(expanded, settings, workers, echo=print):
+        calls.append(expanded.spec.name)
+        StudySession(expanded, settings).prepare(echo)  # queued, none run
+        return proxy_code
+
+    monkeypatch.setattr(coordinator, "run_study", stopped_early)
+    monkeypatch.chdir(tmp_path)
+    path = _mup_study(tmp_path, corpus)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = main(["study", str(path), "--storage", f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", uri,
+                 "--workdir", str(tmp_path / "work"), "--no-report"])
+    assert code == proxy_code and calls == ["tr_proxy"]  # phase 2 never started
+    out = capsys.readouterr().out
+    assert "no lr* is transferred from an unfinished proxy grid" in out and "phase 2" not in out
