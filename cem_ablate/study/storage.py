@@ -29,10 +29,8 @@ records it without training it again.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import importlib
-import os
 import sqlite3
 import sys
 import time
@@ -43,7 +41,7 @@ from pathlib import Path
 
 from cem_ablate.config import ConfigError
 from cem_ablate.tracking.credentials import with_password
-from cem_ablate.tracking.local_store import check_readable, creation_lock, make_private
+from cem_ablate.tracking.local_store import check_readable, create_store_file, creation_lock, make_private
 from cem_ablate.tracking.store import shown_url
 
 SQLITE_TIMEOUT_S = 120
@@ -151,7 +149,7 @@ def open_storage(settings: StorageSettings):
     if db is not None:
         check_readable(db, "--storage", "Optuna")
         with creation_lock(db):  # Optuna creates its tables check-then-create: one process at a time
-            os.close(os.open(db, os.O_RDWR | os.O_CREAT, 0o600))
+            create_store_file(db)
             make_private(db)
             with contextlib.closing(sqlite3.connect(db, timeout=SQLITE_TIMEOUT_S)) as conn:
                 conn.execute("PRAGMA journal_mode=WAL")  # persistent: readers never block the writer

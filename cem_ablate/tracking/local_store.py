@@ -42,6 +42,17 @@ def private_files() -> Iterator[None]:
         os.umask(previous)
 
 
+def create_store_file(db: Path) -> None:
+    """Create an absent store file, 0600. An existing one is never opened here: closing any file
+    descriptor of a file drops every POSIX lock this process holds on it, SQLite's own included.
+    A second store open in a process with live connections (a transfer's phase 2, a worker's next
+    trial) then let another process take the database for unused, checkpoint it and delete its
+    WAL and shared memory under this process's connections: their reads stayed on the old snapshot
+    (a finished trial still queued) or failed as "database disk image is malformed"."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(db, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def make_private(db: Path) -> None:
     """Narrow an existing store file (and SQLite's journal files) to 0600."""
     for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), Path(f"{db}-journal")):

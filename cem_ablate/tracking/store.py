@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cem_ablate.config import ConfigError
 from cem_ablate.tracking.credentials import basic_auth_header, is_http, with_password
-from cem_ablate.tracking.local_store import check_readable, creation_lock, damaged_message, make_private
+from cem_ablate.tracking.local_store import check_readable, create_store_file, creation_lock, damaged_message, make_private
 
 SERVER_TIMEOUT_S = 5  # per attempt
 SERVER_ATTEMPTS = 3  # a server still starting gets ~10 s
@@ -68,7 +68,7 @@ def make_client(uri: str):
         return MlflowClient(tracking_uri=with_password(uri))
     check_readable(db, "--tracking-uri", "MLflow")
     with creation_lock(db):
-        os.close(os.open(db, os.O_RDWR | os.O_CREAT, 0o600))
+        create_store_file(db)
         make_private(db)
         client = MlflowClient(tracking_uri=uri)
         _open_store(client, db)

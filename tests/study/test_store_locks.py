@@ -117,3 +117,38 @@ def test_a_stopped_wal_reader_is_left_to_the_fence(tmp_path, holders, action):
     assert stopped_lock_holders([db], {proc.pid}) == {}
     assert _can_write(db)
     assert proc.poll() is None
+
+
+def _own_locks(db: Path) -> set[str]:
+    return {lock.kind for lock in held_locks([db]) if lock.pid == os.getpid()}
+
+
+def test_opening_a_store_again_keeps_the_locks_of_its_live_connections(tmp_path):
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it. The
+    store openers once opened and closed the database file on every call: a transfer's phase 2
+    (a second open in the coordinator) lost the shared lock its live WAL connections hold, a
+    worker's last close then took the database for unused and deleted its WAL, and the
+    coordinator kept reading the old snapshot (a finished trial still queued) or got "database
+    disk image is malformed". Both stores, opened twice with a connection live in between."""
+    from cem_ablate.study.storage import StorageSettings, open_storage
+    from cem_ablate.tracking.store import make_client
+
+    optuna_db = tmp_path / "optuna.db"
+    first = open_storage(StorageSettings(f"sqlite:///{optuna_db}"))
+    first.get_all_studies()  # a pooled WAL connection: it holds a shared lock on the file
+    assert "READ" in _own_locks(optuna_db)
+    open_storage(StorageSettings(f"sqlite:///{optuna_db}"))
+    assert "READ" in _own_locks(optuna_db)
+
+    mlflow_db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{mlflow_db}"
+    live = sqlite3.connect(mlflow_db)  # the same SQLite library as MLflow's engine
+    make_client(uri)
+    live.execute("PRAGMA journal_mode=WAL")
+    live.execute("BEGIN")
+    live.execute("SELECT count(*) FROM experiments").fetchall()  # a read transaction: a shared lock
+    held = _own_locks(mlflow_db)
+    make_client(uri)
+    assert held and _own_locks(mlflow_db) == held
+    live.rollback()
+    live.close()
