@@ -9,9 +9,8 @@
 # The list is the dependency closure of optuna and mlflow-skinny (SQLite tracking
 # store: SQLAlchemy + alembic) minus what the image already has, resolved with
 # `pip install --dry-run --report --python-version 3.12 --only-binary=:all:`.
-# `datasets` is left out: every text source (stdlib, local files, Hub) loads through
-# it, and datasets 5.2 needs pyarrow >= 24 (a 40 MB wheel, past the device tool's
-# 64 MiB carry limit with the rest); the GPU check trains on the in-memory MQAR task. cem-ablate itself is not installed: the repo root goes on
+# `datasets` travels too (with dill and multiprocess): the image's own pyarrow (25.0.1, seen
+# 2026-11-25) serves it, so text sources (the stdlib corpus of scripts/gpu_mup_evidence.sh) load. cem-ablate itself is not installed: the repo root goes on
 # PYTHONPATH, and a dist-info with the package's entry points (the registry finds
 # the built-in components through them) goes into /tmp/site.
 
@@ -23,6 +22,7 @@ WHEELS=(
   typing_extensions==4.16.0 gitpython==3.2.1 gitdb==4.0.12 smmap==5.0.3 importlib_metadata==9.1.0
   opentelemetry-api==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-sdk==1.45.2
   opentelemetry-semantic-conventions==0.66b2 protobuf==7.36.2 python-dotenv==1.2.4 sqlparse==0.6.1
+  datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
 )
 
 if [[ "${1:-}" == "download" ]]; then
