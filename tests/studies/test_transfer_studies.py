@@ -69,3 +69,20 @@ def test_transfer_smoke_runs(tmp_path, monkeypatch):
     assert sorted(len(r.trials) for r in read_study(uri, "transfer_smoke_proxy")) == [2, 2]
     assert sorted(len(r.trials) for r in read_study(uri, "transfer_smoke")) == [1, 1]
     assert "## Transfer" in (tmp_path / "reports" / "transfer_smoke" / "report.md").read_text()
+
+
+def test_the_scaled_readout_gpu_scales_share_their_trials():
+    """gpu_scaled_seed0's trials are gpu_scaled's, and the transfer study's d 64 proxies are the
+    width study's d 64 variants (one store holds each trial once), all with the scaled readout."""
+    from cem_ablate.study.transfer import proxy_study
+
+    full = {v.name: v for v in load_expanded(str(STUDIES / "mup_width.yaml"), "gpu_scaled", []).variants}
+    seed0 = load_expanded(str(STUDIES / "mup_width.yaml"), "gpu_scaled_seed0", [])
+    assert seed0.spec.seeds == [0] and len(full) == 20
+    assert all(v.config.model.dims.mup_readout == "scaled" and v.config.train.precision == "32-true"
+               for v in full.values())
+    assert all(full[v.name].trial_key(1e-3, 0) == v.trial_key(1e-3, 0) for v in seed0.variants)
+    proxies = proxy_study(load_expanded(str(STUDIES / "transfer.yaml"), "gpu_scaled", []))
+    assert list(proxies.spec.lr_search.grid) == list(seed0.spec.lr_search.grid)
+    for v in proxies.variants:
+        assert v.trial_key(2e-3, 2) == full[f"d64_{v.name.removesuffix('@proxy')}"].trial_key(2e-3, 2)
