@@ -35,7 +35,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && [[ -z "${NO_MPS:-}" ]]; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d && timeout 60 python3 -c "import torch; torch.ones(1, device='cuda').sum().item()"; then
+  # A second call on a warm machine finds the first call's daemon still up: reuse it (starting
+  # another fails, and quitting it there left lease 2 of 2026-11-26 time-slicing).
+  if { echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1 || nvidia-cuda-mps-control -d; } \
+      && timeout 60 python3 -c "import torch; torch.ones(1, device='cuda').sum().item()"; then
     log "CUDA MPS on"
   else
     echo quit | nvidia-cuda-mps-control 2>/dev/null

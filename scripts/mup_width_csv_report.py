@@ -3,9 +3,13 @@
 Each device lease starts bare, so trials of one study can end up in several stores; their
 CSVs (one row per trial) are pooled here and put through the report's own estimators
 (analysis.akima.fit_akima on the seed mean, analysis.optimum.optimum_bounds for the 95%
-interval), per width family of studies/mup_width.yaml.
+interval), per width family of studies/mup_width.yaml. The transfer study's proxy trials
+(studies/transfer.yaml, proxy d 64) are the width study's d 64 trials and count as such. Only
+seeds whose grid is complete enter a fit (a lease cut short leaves some seeds partial: a partial
+grid would weigh the rates it reached more), and the table says how many did.
 
     python scripts/mup_width_csv_report.py docs/figures/mup_width_gpu/trials_lease*.csv
+    python scripts/mup_width_csv_report.py --seeds 0 docs/figures/mup_width_gpu_scaled/trials.csv
 """
 
 from __future__ import annotations
@@ -21,14 +25,24 @@ FAMILIES = ("llama", "cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full
 WIDTHS = (32, 64, 128, 256)
 
 
-def main(paths: list[str]) -> None:
+def main(paths: list[str], seeds: set[int] | None = None) -> None:
     values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     for path in paths:
         for row in csv.DictReader(open(path)):
-            if not row["study"].startswith("mup_width_gpu") or row["state"] != "COMPLETE":
+            if row["state"] != "COMPLETE":
                 continue
-            key = (float(row["lr"]), int(row["seed"]))
-            values[row["variant"]][key[1]][key[0]] = float(row["value"])
+            if row["study"].startswith("mup_width_gpu"):
+                variant = row["variant"]
+            elif row["study"].startswith("transfer_gpu") and "_proxy/" in row["study"]:
+                variant = f"d64_{row['variant'].removesuffix('@proxy')}"
+            else:
+                continue
+            if seeds is None or int(row["seed"]) in seeds:
+                values[variant][int(row["seed"])][float(row["lr"])] = float(row["value"])
+    for variant, per_seed in values.items():
+        grid = set().union(*per_seed.values())
+        for seed in [s for s, points in per_seed.items() if set(points) != grid]:
+            del per_seed[seed]
     print("| family | d_model | seeds | lr* (Akima, seed mean) [95%] | per-seed argmin | test ppl at lr* |")
     print("|---|---|---|---|---|---|")
     for family in FAMILIES:
@@ -57,4 +71,8 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    chosen = None
+    if args[:1] == ["--seeds"]:
+        chosen, args = {int(x) for x in args[1].split(",")}, args[2:]
+    main(args, chosen)
