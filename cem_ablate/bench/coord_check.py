@@ -88,12 +88,22 @@ class CoordCheckResult:
                  f"{','.join(map(str, self.settings.widths))}, per Adam step (t1 = init)", head]
         for module, s in slopes.items():
             worst = max((abs(v) if math.isfinite(v) else float("inf")) for v in s)
-            mark = "  <- exceeds" if worst > self.settings.threshold else ""
+            mark = f"  <- exceeds {self._where(s)}" if worst > self.settings.threshold else ""
             lines.append(f"{module:<30} " + " ".join(f"{v:>+6.2f}" for v in s) + f" {worst:>7.3f}{mark}")
         flagged = self.flagged()
         lines.append(f"{len(flagged)} of {len(slopes)} modules exceed |slope| {self.settings.threshold}"
                      + (f": {', '.join(flagged)}" if flagged else ""))
         return "\n".join(lines)
+
+    def _where(self, slopes: list[float]) -> str:
+        """At which steps and which way: a module that shrinks with width (mup's scaled readout:
+        its random init part vanishes as m^-1/2) is told apart from one that grows (a blow-up)."""
+        over = [t for t, v in enumerate(slopes) if not math.isfinite(v) or abs(v) > self.settings.threshold]
+        ways = {"grows" if v > 0 else "shrinks" for v in (slopes[t] for t in over) if math.isfinite(v)}
+        contiguous = over == list(range(over[0], over[-1] + 1))
+        steps = (f"t{over[0] + 1}" if len(over) == 1 else f"t{over[0] + 1}-t{over[-1] + 1}" if contiguous
+                 else ", ".join(f"t{t + 1}" for t in over))
+        return f"at {steps}" + (f" ({' and '.join(sorted(ways))} with width)" if ways else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"parametrization": self.parametrization, "settings": vars(self.settings),

@@ -20,7 +20,7 @@ class ModelDims:
     # "standard" is the paper's model; under "mup" width is measured against base_d_model.
     parametrization: str = "standard"
     base_d_model: int = 256
-    mup_readout: str = "zero"  # "zero" | "scaled": the LM head's init under mup
+    mup_readout: str = "scaled"  # "scaled" | "zero": the LM head's init under mup
 
     @property
     def head_dim(self) -> int:

@@ -38,11 +38,20 @@ def test_model_at_width_scales_the_mlp_and_keeps_heads_and_depth():
 
 def test_standard_logits_grow_with_width_and_mup_logits_do_not():
     standard = run_coord_check({**SMALL, "parametrization": "standard"}, SETTINGS)
-    mup = run_coord_check({**SMALL, "parametrization": "mup", "base_d_model": 32}, SETTINGS)
+    zero = run_coord_check({**SMALL, "parametrization": "mup", "base_d_model": 32, "mup_readout": "zero"}, SETTINGS)
     assert min(standard.slopes()["logits"]) > 0.3  # init std 0.02 fixed: logits grow like sqrt(d)
     assert "logits" in standard.flagged()
-    assert max(abs(s) for s in mup.slopes()["logits"]) < 0.1  # zero readout, lr / m
-    assert mup.slopes()["logits"][0] == 0.0  # exactly zero at init at every width
+    assert max(abs(s) for s in zero.slopes()["logits"]) < 0.1  # zero readout, lr / m
+    assert zero.slopes()["logits"][0] == 0.0  # exactly zero at init at every width
+
+
+def test_the_scaled_readouts_logits_start_at_m_to_the_minus_half_and_the_updates_take_over():
+    """The default readout (init x m^-1 against standard's fixed std): the initial logits shrink
+    as m^-1/2 with width, and the learned part, width-independent under lr / m, takes over."""
+    mup = run_coord_check({**SMALL, "parametrization": "mup", "base_d_model": 32}, SETTINGS)
+    slopes = mup.slopes()["logits"]
+    assert slopes[0] == pytest.approx(-0.5, abs=0.1)
+    assert abs(slopes[-1]) < abs(slopes[0])
 
 
 def test_every_recursion_step_and_sublayer_is_recorded():
@@ -78,3 +87,14 @@ def test_cli_bad_input_is_one_error_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and err[0].startswith("error: --widths") and "model.parametrization" in err[1]
     assert err[2].startswith("error: --widths 98"), err[2]
+
+
+def test_the_table_says_at_which_steps_and_which_way_a_module_exceeds():
+    settings = CoordCheckSettings(widths=(64, 128, 256), steps=3, threshold=0.1)
+    result = CoordCheckResult(settings, "mup", {
+        "shrinks": {64: [1.0, 1.0, 1.0], 128: [2 ** -0.5, 0.9, 1.0], 256: [0.5, 0.81, 1.0]},
+        "grows": {64: [1.0, 1.0, 1.0], 128: [1.0, 1.0, 2.0], 256: [1.0, 2.0, 4.0]},
+    })
+    rows = {line.split()[0]: line for line in result.table().splitlines()[2:4]}
+    assert rows["shrinks"].endswith("<- exceeds at t1-t2 (shrinks with width)")
+    assert rows["grows"].endswith("<- exceeds at t2-t3 (grows with width)")

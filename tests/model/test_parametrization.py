@@ -14,7 +14,7 @@ from torch import nn
 from cem_ablate.config.errors import ConfigError
 from cem_ablate.model.assembly import build_model
 from cem_ablate.model.config import parse_model_config
-from cem_ablate.model.parametrization import MUP_RULES, ParamClass, classify, inferred_class
+from cem_ablate.model.parametrization import MUP_RULES, ParamClass, classify, inferred_class, init_exponent
 from cem_ablate.training.optimizer import build_adamw
 from tests.model import standard_regression
 
@@ -64,9 +64,9 @@ def test_bad_values_name_their_key(mapping, key):
     assert key in str(err.value)
 
 
-def test_mup_at_the_base_width_is_standard_but_for_the_zero_readout():
+def test_the_zero_readout_is_the_only_difference_from_standard_at_the_base_width():
     std = _built({**FULL, "d_model": 64})
-    mup = _built({**FULL, "d_model": 64, "parametrization": "mup", "base_d_model": 64})
+    mup = _built({**FULL, "d_model": 64, "parametrization": "mup", "base_d_model": 64, "mup_readout": "zero"})
     for (name, a), (_, b) in zip(std.named_parameters(), mup.named_parameters()):
         if name == "lm_head.weight":
             assert torch.count_nonzero(b) == 0 and torch.count_nonzero(a) > 0
@@ -77,29 +77,32 @@ def test_mup_at_the_base_width_is_standard_but_for_the_zero_readout():
     assert all(g["lr_multiplier"] == 1.0 for g in groups)
 
 
-def test_the_scaled_readout_is_the_standard_model_at_the_base_width_and_muP_elsewhere():
+def test_mup_by_default_is_the_standard_model_at_the_base_width_and_muP_elsewhere():
     std = _built({**FULL, "d_model": 64})
-    scaled = _built({**FULL, "d_model": 64, "parametrization": "mup", "base_d_model": 64, "mup_readout": "scaled"})
+    scaled = _built({**FULL, "d_model": 64, "parametrization": "mup", "base_d_model": 64})  # mup_readout: scaled
     for (name, a), (_, b) in zip(std.named_parameters(), scaled.named_parameters()):
         assert torch.equal(a, b), name
     wide_std = _built({**FULL, "d_model": 256})
-    wide = _built({**FULL, "d_model": 256, "parametrization": "mup", "base_d_model": 64, "mup_readout": "scaled"})
+    wide = _built({**FULL, "d_model": 256, "parametrization": "mup", "base_d_model": 64})
     # the same draw, times m^-1 = 1/4: muP's 1/fan_in^2 variance against standard's fixed std
     torch.testing.assert_close(wide.lm_head.weight, wide_std.lm_head.weight / 4, rtol=0, atol=0)
     plain = parse_model_config({"size": "tiny"}).to_mapping()
-    assert parse_model_config({"size": "tiny", "mup_readout": "scaled"}).to_mapping() == plain  # ignored under standard
+    assert parse_model_config({"size": "tiny", "mup_readout": "zero"}).to_mapping() == plain  # ignored under standard
+    explicit = parse_model_config({"size": "tiny", "parametrization": "mup", "mup_readout": "scaled"}).to_mapping()
+    assert explicit == parse_model_config({"size": "tiny", "parametrization": "mup"}).to_mapping()
 
 
-@pytest.mark.parametrize("width", [32, 128, 256])
-def test_mup_init_and_lr_follow_each_class_rule(width):
+@pytest.mark.parametrize("width, readout", [(32, "scaled"), (128, "zero"), (256, "scaled")])
+def test_mup_init_and_lr_follow_each_class_rule(width, readout):
     m = width / 64
     std = _built({**FULL, "d_model": width})
-    mup = _built({**FULL, "d_model": width, "parametrization": "mup", "base_d_model": 64})
+    mup = _built({**FULL, "d_model": width, "parametrization": "mup", "base_d_model": 64, "mup_readout": readout})
     classes = classify(mup, width)
     std_params = dict(std.named_parameters())
     for name, p in mup.named_parameters():
         cls = classes[name][0]
-        init_exp, lr_exp = MUP_RULES[cls]
+        init_exp = init_exponent(cls, mup.dims)
+        assert init_exp == (None if cls is ParamClass.READOUT and readout == "zero" else MUP_RULES[cls][0])
         if init_exp is None:
             assert torch.count_nonzero(p) == 0
         else:

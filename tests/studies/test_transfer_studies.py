@@ -41,18 +41,19 @@ def test_transfer_costs_less_than_the_calibrated_full_grid():
         assert sum(r["grid_gpu_hours"] for r in costs) == pytest.approx(grid)
 
 
-@pytest.mark.parametrize("scale", ["cpu", "pilot", "steps", "smoke", "gpu", "gpu_seed0", "gpu_seeds12_llama_mlp",
-                                   "steps_gpu"])
+@pytest.mark.parametrize("scale", ["cpu", "pilot", "pilot_scaled", "pilot_scaled_d32_128", "pilot_scaled_llama", "steps",
+                                   "smoke", "gpu", "gpu_seed0", "gpu_seeds12_llama_mlp", "steps_gpu"])
 def test_mup_width_scales_validate(scale):
     expanded = load_expanded(str(STUDIES / "mup_width.yaml"), scale, [])
     assert all(v.config.model.parametrization == "mup" for v in expanded.variants)
     if scale == "cpu":
         widths = {v.config.model.dims.d_model for v in expanded.variants}
         assert widths == {32, 64, 128, 256} and len(expanded.spec.lr_search.grid) == 7
-    if scale == "pilot":  # the cpu scale's own trials (reused by it), d 32-128, one seed
+    if scale.startswith("pilot_scaled"):  # the cpu scale's own trials (reused by it), one seed
         cpu = {v.name: v.trial_key(1e-3, 0) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "cpu", []).variants}
-        assert {v.config.model.dims.d_model for v in expanded.variants} == {32, 64, 128}
         assert all(cpu[v.name] == v.trial_key(1e-3, 0) for v in expanded.variants) and expanded.spec.seeds == [0]
+    readout = "zero" if scale in ("pilot", "gpu", "gpu_seed0", "gpu_seeds12_llama_mlp") else "scaled"
+    assert all(v.config.model.dims.mup_readout == readout for v in expanded.variants), scale
     if scale.startswith("gpu") or scale.endswith("gpu"):  # fp32 as on CPU; the partial scales are gpu's own trials
         assert all(v.config.train.precision == "32-true" for v in expanded.variants)
         gpu = {v.name: v.trial_key(1e-3, 1) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "gpu", []).variants}
