@@ -206,25 +206,18 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def proxies_complete(proxies, settings) -> bool:
-    """Whether every slot of every proxy reached a final state (finished, diverged, failed)."""
-    from cem_ablate.study.progress import snapshot
-    from cem_ablate.study.session import StudySession
-
-    return snapshot(StudySession(proxies, settings)).complete
-
-
 def _run_transfer(expanded, settings, workers: int, echo) -> int | None:
     """lr_search method transfer (study/transfer.py): the proxies on the grid, then each variant
     at its proxy's lr*. None when a proxy has no lr* (its target cannot run)."""
-    from cem_ablate.study.coordinator import INTERRUPTED, run_study
+    from cem_ablate.study.coordinator import INTERRUPTED, run_study, run_study_outcome
     from cem_ablate.study.storage import open_storage
     from cem_ablate.study.transfer import missing_optima, proxy_optima, proxy_study, target_study, transfer_lines
 
     proxies = proxy_study(expanded)
     echo(f"transfer, phase 1 of 2: the proxies ({len(proxies.variants)}) on the full grid")
-    proxy_code = run_study(proxies, settings, workers, echo=echo)
-    if proxy_code == INTERRUPTED or not proxies_complete(proxies, settings):
+    proxy_outcome = run_study_outcome(proxies, settings, workers, echo=echo)
+    proxy_code = proxy_outcome.code
+    if proxy_code == INTERRUPTED or not proxy_outcome.complete:
         # An lr* from a partial grid is a wrong number: with the high rates still queued (the grid
         # runs low to high) it sits at the grid's edge (seen on a GPU lease cut short).
         echo("no lr* is transferred from an unfinished proxy grid: rerun the same command to finish it")

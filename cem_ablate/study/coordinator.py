@@ -66,9 +66,21 @@ def worker_env(threads: int) -> dict[str, str]:
     return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
 
 
+@dataclasses.dataclass(frozen=True)
+class StudyOutcome:
+    code: int  # run_study's return code
+    complete: bool  # every slot reached a final state (finished, diverged or failed)
+
+
 def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> int:
     """Run every unfinished trial; 0 when every trial finished or diverged (a result),
     1 when some are unfinished or failed (an error worth a look; a rerun retries them)."""
+    return run_study_outcome(expanded, settings, workers, echo).code
+
+
+def run_study_outcome(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> StudyOutcome:
+    """run_study, also saying whether the study's last snapshot was complete (a transfer's
+    proxies must be: an lr* from an unfinished grid is a wrong number)."""
     from cem_ablate.study.pairing import pair_study
 
     session = StudySession(expanded, settings)
@@ -97,18 +109,18 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
         after = snapshot(session)  # the workers are stopped: what finished is what the storage holds
         echo(after.line())
         echo(f"interrupted: {after.total - after.done} trials unfinished; rerun the same command to resume them")
-        return INTERRUPTED
+        return StudyOutcome(INTERRUPTED, after.complete)
     publisher.publish()  # parents get the final fit, verdicts and status (a no-op if nothing changed)
     after = snapshot(session)
     echo(after.line())
     if not after.complete:
         echo(f"{after.total - after.done} trials unfinished: rerun the same command to resume them")
-        return 1
+        return StudyOutcome(1, False)
     if after.slot_counts[TrialStatus.FAILED]:
         echo(f"{after.slot_counts[TrialStatus.FAILED]} trials failed (reasons in the report and the worker output); "
              "rerunning the same command retries them once")
-        return 1
-    return 0
+        return StudyOutcome(1, True)
+    return StudyOutcome(0, True)
 
 
 def _run_here(session: StudySession, publisher: StudyPublisher, echo) -> None:

@@ -114,16 +114,19 @@ def test_no_lr_is_transferred_from_an_unfinished_proxy_grid(tmp_path, corpus, mo
     its high edge; the targets must not train at it. Here the proxy phase ends with its trials
     still queued in a real store (the coordinator queues them, then stops as if interrupted)."""
     from cem_ablate.study import coordinator
+    from cem_ablate.study.progress import snapshot
     from cem_ablate.study.session import StudySession
 
     calls = []
 
     def stopped_early(expanded, settings, workers, echo=print):
         calls.append(expanded.spec.name)
-        StudySession(expanded, settings).prepare(echo)  # queued, none run
-        return proxy_code
+        session = StudySession(expanded, settings)
+        session.prepare(echo)  # queued, none run
+        return coordinator.StudyOutcome(proxy_code, snapshot(session).complete)  # as run_study_outcome reads it
 
-    monkeypatch.setattr(coordinator, "run_study", stopped_early)
+    monkeypatch.setattr(coordinator, "run_study_outcome", stopped_early)
+    monkeypatch.setattr(coordinator, "run_study", lambda *a, **k: calls.append("target") or 0)
     monkeypatch.chdir(tmp_path)
     path = _mup_study(tmp_path, corpus)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
