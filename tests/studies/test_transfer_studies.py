@@ -41,7 +41,7 @@ def test_transfer_costs_less_than_the_calibrated_full_grid():
         assert sum(r["grid_gpu_hours"] for r in costs) == pytest.approx(grid)
 
 
-@pytest.mark.parametrize("scale", ["cpu", "pilot", "pilot_scaled", "pilot_scaled_d32_128", "pilot_scaled_llama", "steps",
+@pytest.mark.parametrize("scale", ["cpu", "pilot", "pilot_scaled", "pilot_scaled_d32_128", "pilot_scaled_llama", "steps", "steps_seed0",
                                    "smoke", "gpu", "gpu_seed0", "gpu_seeds12_llama_mlp", "steps_gpu"])
 def test_mup_width_scales_validate(scale):
     expanded = load_expanded(str(STUDIES / "mup_width.yaml"), scale, [])
@@ -52,6 +52,9 @@ def test_mup_width_scales_validate(scale):
     if scale.startswith("pilot_scaled"):  # the cpu scale's own trials (reused by it), one seed
         cpu = {v.name: v.trial_key(1e-3, 0) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "cpu", []).variants}
         assert all(cpu[v.name] == v.trial_key(1e-3, 0) for v in expanded.variants) and expanded.spec.seeds == [0]
+    if scale == "steps_seed0":  # the steps scale's own trials
+        steps = {v.name: v.trial_key(1e-3, 0) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "steps", []).variants}
+        assert all(steps[v.name] == v.trial_key(1e-3, 0) for v in expanded.variants) and len(steps) == 8  # 3 CEM + the llama baseline, x 2
     readout = "zero" if scale in ("pilot", "gpu", "gpu_seed0", "gpu_seeds12_llama_mlp") else "scaled"
     assert all(v.config.model.dims.mup_readout == readout for v in expanded.variants), scale
     if scale.startswith("gpu") or scale.endswith("gpu"):  # fp32 as on CPU; the partial scales are gpu's own trials
