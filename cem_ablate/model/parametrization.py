@@ -11,8 +11,8 @@ The readout (docs/results.md §18, measured): `zero` costs this platform's recip
 steps, d 64, CPU) 5.53 -> 7.11 test perplexity at the base width, where it is the only
 difference from the standard model, and lr* is not identified under it (GPU, five families,
 3-seed intervals span the grid). `scaled` (muP's 1/fan_in^2 variance) trains as the standard
-model at the base width and held lr* within 1.18-1.84x over d 32-256 (one seed, five
-families). Its initial logits shrink as m^-1/2 (the random part of the readout vanishing, as
+model at the base width and held lr* within 1.18-1.70x over d 32-256 for four families and
+>= 1.84x for Llama (its d 32 lr* at the grid's top; one seed each). Its initial logits shrink as m^-1/2 (the random part of the readout vanishing, as
 muP prescribes), so the coordinate check measures the logits' slope -0.50 at init and within
 0.1 from step 6 of 10; `zero` passes that check at every step. Under `standard` nothing here
 touches the model: outputs and trial keys are the paper's.
