@@ -42,6 +42,12 @@ class LlamaAttentionOptions:
     def validate(self, path: str) -> None:
         require(self.rope_theta > 0, f"{path}.rope_theta", f"must be > 0, got {self.rope_theta}.")
 
+    def check_dims(self, dims: ModelDims, path: str) -> None:
+        # RoPE rotates coordinate pairs: an odd head dimension has a coordinate with no partner.
+        require(dims.head_dim % 2 == 0, f"{path.rpartition('.')[0] or path}.n_heads",
+                f"attention llama (RoPE) needs an even head dimension; d_model={dims.d_model} / "
+                f"n_heads={dims.n_heads} = {dims.head_dim}.")
+
 
 
 @register("attention", "llama", options=LlamaAttentionOptions,

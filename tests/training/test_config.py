@@ -25,6 +25,7 @@ from tests.training.helpers import tiny_run
         ("data", {"block_size": 4096}, "data.block_size"),
         ("data", {"task": "images"}, "data.task"),
         ("model", {"attention": {"name": "nope"}}, "model.attention.name"),
+        ("model", {"d_model": 36, "n_heads": 4}, "model.n_heads"),  # head dim 9: RoPE pairs coordinates
     ],
 )
 def test_bad_configs_name_the_key(section, patch, path):
