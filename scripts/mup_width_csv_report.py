@@ -14,8 +14,8 @@ grid would weigh the rates it reached more), and the table says how many did.
 
 from __future__ import annotations
 
+import argparse
 import csv
-import sys
 from collections import defaultdict
 
 from cem_ablate.analysis.akima import curve_minima, fit_akima
@@ -71,8 +71,8 @@ def main(paths: list[str], seeds: set[int] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    chosen = None
-    if args[:1] == ["--seeds"]:
-        chosen, args = {int(x) for x in args[1].split(",")}, args[2:]
-    main(args, chosen)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("csvs", nargs="+", help="trials.csv files of scripts/gpu_mup_evidence.sh")
+    parser.add_argument("--seeds", help="comma-separated seeds to use (default: every complete seed)")
+    opts = parser.parse_args()
+    main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None)
