@@ -7,7 +7,7 @@ so every parameter built after the attention differs (their per-seed results wer
 measured anti-correlated, r = -0.55). A paired t-test there is not a valid test.
 
 So the platform builds both models the way training initializes them (the engine
-seeds with `L.seed_everything(seed, workers=True)` and then builds the network,
+seeds with `training.seeding.seed_run(seed)` and then builds the network,
 `training.networks.build_network`) and compares every parameter the two share (same
 name and shape): all identical, and the same data config (the same data order for a
 seed), means paired. The data module the engine builds between seeding and the model
@@ -66,15 +66,15 @@ def _rng_preserved():
 def initial_parameters(cfg: RunConfig, seed: int = CHECK_SEED) -> dict:
     """name -> initial value of every parameter of `cfg`'s network under `seed`, as the
     training engine seeds and builds it (engine `_train`)."""
-    import lightning as L
     import torch
 
     from cem_ablate.data.tokenizer import tokenizer_vocab_size
     from cem_ablate.training.networks import build_network
+    from cem_ablate.training.seeding import seed_run
 
     vocab_size = tokenizer_vocab_size(cfg.data)
     with _rng_preserved(), torch.device("cpu"):
-        L.seed_everything(seed, workers=True, verbose=False)
+        seed_run(seed)
         model, _ = build_network(cfg, vocab_size)
         return {name: p.detach() for name, p in model.named_parameters()}
 

@@ -141,11 +141,11 @@ class _Session:
 
     # -- the run ------------------------------------------------------------------------
     def _train(self) -> TrainResult:
-        import lightning as L
         import torch
 
         from cem_ablate.training.callbacks import PeriodicCheckpoint, PrintProgress, ThroughputMonitor
         from cem_ablate.training.hardware import total_peak_flops
+        from cem_ablate.training.seeding import seed_run
         from cem_ablate.training.tasks import build_task
         from cem_ablate.training.trainer_factory import (
             build_trainer, is_terminal, resolve_accelerator, resolve_precision)
@@ -153,7 +153,7 @@ class _Session:
         cfg, train, budget = self.cfg, self.cfg.train, self.budget
         if train.threads:
             torch.set_num_threads(train.threads)
-        L.seed_everything(train.seed, workers=True, verbose=False)
+        seed_run(train.seed)
         self.task = task = build_task(cfg, budget)
         if self.rank_zero:
             self._open_tracking()

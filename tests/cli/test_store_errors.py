@@ -75,6 +75,7 @@ def digest(path: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # ~45 s; in CI the lock itself: tests/tracking/test_local_store.py (one process at a time)
 def test_two_studies_started_together_on_an_empty_folder(tmp_path, corpus):
     """Both first launches create the stores; before the creation lock the second died
     in MLflow's schema migration (`table webhooks already exists`) 4 times in 4."""

@@ -64,7 +64,7 @@ def test_the_database_password_reaches_no_file(postgres, corpus, tmp_path):
     secret = rig.PG_PASSWORD.encode()
     storage = postgres.url("optuna", host="127.0.0.1")
     assert rig.PG_PASSWORD in storage
-    write_study(tmp_path, name="secret", grid=(1.7e-3, 5.1e-3), corpus=corpus, max_steps=40)
+    write_study(tmp_path, name="secret", grid=(1.7e-3, 5.1e-3), corpus=corpus)
     env = {**os.environ, "CEM_ABLATE_CACHE": str(tmp_path / "cache"), "HF_DATASETS_OFFLINE": "1",
            "MLFLOW_DISABLE_TELEMETRY": "true"}
     watcher = PlanWatcher(tmp_path)

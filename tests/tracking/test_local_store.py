@@ -60,6 +60,28 @@ def test_the_creation_lock_admits_one_process_at_a_time(tmp_path):
     assert holder.wait(60) == 0
 
 
+def test_two_processes_creating_one_mlflow_store_at_once_both_succeed(tmp_path):
+    """MLflow creates its schema check-then-create: without the creation lock the second of
+    two first launches died in the migration (`table webhooks already exists`, 4 times in 4;
+    the whole-study version of this is the soak test in tests/cli/test_store_errors.py)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom mlflow import MlflowClient\n"
+            "from cem_ablate.tracking.store import make_client\n"
+            # imported: wait for the other process, so that both open the new store together
+            f"folder = Path({str(tmp_path)!r})\n(folder / ('ready-' + sys.argv[1])).touch()\n"
+            "while len(list(folder.glob('ready-*'))) < 2:\n    time.sleep(0.005)\n"
+            f"client = make_client({uri!r})\n"
+            "client.create_experiment(sys.argv[1])\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for name in ("a", "b")]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
+    from cem_ablate.tracking.store import make_client
+
+    assert sorted(e.name for e in make_client(uri).search_experiments()) == ["Default", "a", "b"]
+    assert mode(tmp_path / "mlflow.db") == 0o600
+
+
 def _store(tmp_path):
     db = tmp_path / "optuna.db"
     with sqlite3.connect(db) as conn:
