@@ -23,7 +23,7 @@ import pytest
 
 from tests.cluster import rig
 from tests.cluster.studies import mlflow_runs, optuna_trials, trained
-from tests.study.tiny_study import make_corpus, write_study
+from tests.study.tiny_study import make_corpus, own_cache, write_study
 
 GRID = (1.1e-3, 3.3e-3)  # no other test trains these points
 N_TRIALS = 2 * len(GRID)  # llama and cem_attention, one seed
@@ -40,7 +40,7 @@ def cli(folder: Path, *args: str, env: dict | None = None, timeout: float = 600)
 
 
 def study_env(folder: Path) -> dict[str, str]:
-    return {**os.environ, "CEM_ABLATE_CACHE": str(folder / "cache"), "HF_DATASETS_OFFLINE": "1",
+    return {**os.environ, "CEM_ABLATE_CACHE": own_cache(folder), "HF_DATASETS_OFFLINE": "1",
             "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
 
 
@@ -106,7 +106,8 @@ def finished_study(tmp_path_factory, corpus):
 @pytest.mark.parametrize("store, option, kind, damage", [
     ("optuna.db", "--storage", "Optuna", "truncate"),
     pytest.param("mlflow.db", "--tracking-uri", "MLflow", "truncate", marks=pytest.mark.soak),
-    ("mlflow.db", "--tracking-uri", "MLflow", "overwrite"),
+    # in CI: make_client refusing a damaged MLflow store (tests/tracking/test_local_store.py)
+    pytest.param("mlflow.db", "--tracking-uri", "MLflow", "overwrite", marks=pytest.mark.soak),
 ])
 def test_a_damaged_store_is_one_line_and_left_as_it_is(finished_study, store, option, kind, damage):
     folder = finished_study
@@ -184,7 +185,7 @@ def fill(folder: Path, leave_kib: int) -> Path:
 def test_a_full_disk_is_one_line_and_the_rerun_finishes(tmp_path, corpus, leave_kib, workers):
     with small_disk(tmp_path / "disk", 24) as disk:
         write_study(disk, name="full", grid=GRID, corpus=corpus)
-        env = {**study_env(disk), "CEM_ABLATE_CACHE": str(tmp_path / "cache")}  # the token cache elsewhere
+        env = study_env(tmp_path)  # the caches off the small disk
         filler = fill(disk, leave_kib)
         line = assert_one_error_line(cli(disk, "study", "full.yaml", "--no-report", "--workers", str(workers),
                                          env=env),

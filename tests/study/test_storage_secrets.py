@@ -59,13 +59,13 @@ class PlanWatcher(threading.Thread):
 
 
 def test_the_database_password_reaches_no_file(postgres, corpus, tmp_path):
-    from tests.study.tiny_study import write_study
+    from tests.study.tiny_study import own_cache, write_study
 
     secret = rig.PG_PASSWORD.encode()
     storage = postgres.url("optuna", host="127.0.0.1")
     assert rig.PG_PASSWORD in storage
     write_study(tmp_path, name="secret", grid=(1.7e-3, 5.1e-3), corpus=corpus)
-    env = {**os.environ, "CEM_ABLATE_CACHE": str(tmp_path / "cache"), "HF_DATASETS_OFFLINE": "1",
+    env = {**os.environ, "CEM_ABLATE_CACHE": own_cache(tmp_path), "HF_DATASETS_OFFLINE": "1",
            "MLFLOW_DISABLE_TELEMETRY": "true"}
     watcher = PlanWatcher(tmp_path)
     watcher.start()

@@ -1,6 +1,7 @@
 """A study file small enough to train in seconds per trial on CPU (real engine)."""
 
 import os
+import shutil
 from pathlib import Path
 
 import yaml
@@ -13,6 +14,21 @@ TINY_BASE = {
               "ckpt_every_n_steps": 2, "warmup_frac": 0.0, "log_every_n_steps": 2},
     "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 32},
 }
+
+
+def own_cache(folder: Path) -> str:
+    """A cache folder for one test's processes (their token caches apart from the session's),
+    holding the CPU peak the session already measured (training.hardware measures it once per
+    cache folder: 3 s of busy cores, which every such test would otherwise spend again)."""
+    from cem_ablate.data.config import cache_root
+
+    cache = Path(folder) / "cache"
+    measured = cache_root() / "hardware" / "cpu-peak.json"  # the session's cache (tests/data/conftest)
+    mine = cache / "hardware" / "cpu-peak.json"
+    if measured.exists() and not mine.exists():
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(measured, mine)
+    return str(cache)
 
 
 def make_corpus(folder: Path) -> Path:

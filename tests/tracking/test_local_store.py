@@ -110,3 +110,23 @@ def test_a_damaged_store_is_refused_untouched(tmp_path, damage):
     assert f"mv {db} {db}.damaged" in text
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["optuna.db"]  # no journal or WAL left behind
+
+
+def test_make_client_refuses_a_damaged_mlflow_store_untouched(tmp_path):
+    """What `cem-ablate study --tracking-uri` does with it (the whole-study version, with the
+    rerun after the file is restored, is tests/cli/test_store_errors.py; its MLflow cases soak)."""
+    from cem_ablate.tracking.store import make_client
+
+    db = tmp_path / "mlruns" / "mlflow.db"
+    make_client(f"sqlite:///{db}").create_experiment("kept")
+    good = db.read_bytes()
+    db.write_bytes(os.urandom(4096) + good[4096:])
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    with pytest.raises(ConfigError) as refused:
+        make_client(f"sqlite:///{db}")
+    text = str(refused.value)
+    assert text.startswith(f"--tracking-uri: {db} is not a readable MLflow database ("), text
+    assert f"mv {db} {db}.damaged" in text
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    db.write_bytes(good)  # restored: everything is there
+    assert [e.name for e in make_client(f"sqlite:///{db}").search_experiments() if e.name == "kept"] == ["kept"]
