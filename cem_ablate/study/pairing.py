@@ -48,8 +48,10 @@ def _rng_preserved():
     import numpy as np
     import torch
 
+    from cem_ablate.training.seeding import SEED_ENV
+
     py_state, np_state = random.getstate(), np.random.get_state()
-    env = {k: os.environ.get(k) for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
+    env = {k: os.environ.get(k) for k in SEED_ENV}
     with torch.random.fork_rng(devices=[]):
         try:
             yield

@@ -20,10 +20,14 @@ import numpy as np
 import torch
 
 
+SEED_ENV = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")  # what seed_run sets besides the generators
+
+
 def seed_run(seed: int) -> None:
     """Seed Python's, NumPy's and torch's generators (every device) with `seed`."""
-    os.environ["PL_GLOBAL_SEED"] = str(seed)
+    global_seed, seed_workers = SEED_ENV
+    os.environ[global_seed] = str(seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    os.environ["PL_SEED_WORKERS"] = "1"
+    os.environ[seed_workers] = "1"
