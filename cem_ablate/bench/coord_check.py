@@ -15,6 +15,14 @@ Under a parametrization in which hyperparameters transfer, none of these grows o
 width: the slope of log mean|a| against log width is ~0 at every step. A slope above the
 threshold names the module that breaks transfer. Each (module, width, step) value is the mean
 over `seeds` initializations.
+
+A slope from a few initializations is itself noisy: full CEM T = 2's second MLP measured +0.16
+at step 5 with 3 initializations and +0.04 with 10 (docs/results.md §18). So the slope is
+fitted to the mean over initializations of log mean|a| (each width's seeds averaged in log
+space), it comes with its standard error from each width's seed-to-seed spread, and with a
+one-sided t test of |slope| > threshold per (module, step) that `cem-ablate coord-check`
+adjusts by Holm over the whole table (interval coverage and false-positive rates checked by
+simulation in tests/bench/test_coord_check.py).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy import stats
 from torch import nn
 
 from cem_ablate.model.assembly import build_model
@@ -42,7 +51,7 @@ class CoordCheckSettings:
     widths: tuple[int, ...] = (64, 128, 256, 512)
     steps: int = 10
     lr: float = 1e-3
-    seeds: int = 3
+    seeds: int = 10
     batch_size: int = 8
     seq_len: int = 64
     weight_decay: float = 0.1
@@ -54,25 +63,84 @@ class CoordCheckSettings:
 class CoordCheckResult:
     settings: CoordCheckSettings
     parametrization: str
-    # module -> width -> per-step mean |activation| (averaged over seeds)
-    values: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    # module -> width -> one row of per-step mean |activation| per initialization (seeds x steps)
+    samples: dict[str, dict[int, list[list[float]]]] = field(default_factory=dict)
+
+    @property
+    def values(self) -> dict[str, dict[int, list[float]]]:
+        """module -> width -> per-step mean |activation| averaged over the initializations."""
+        return {m: {w: np.asarray(rows, dtype=float).mean(axis=0).tolist() for w, rows in bw.items()}
+                for m, bw in self.samples.items()}
+
+    def _log_stats(self, module: str, t: int) -> tuple[np.ndarray, np.ndarray, int] | str:
+        """Per width: mean and standard deviation (ddof 1) over initializations of log mean|a|
+        at step t, and their number; "zero" when the module is exactly 0 everywhere (zero-init
+        logits), "undefined" when it is 0 or not finite somewhere else."""
+        rows = np.asarray([[r[t] for r in self.samples[module][w]] for w in self.settings.widths], dtype=float)
+        if np.all(rows == 0):
+            return "zero"
+        if np.any(rows <= 0) or not np.all(np.isfinite(rows)):
+            return "undefined"
+        logs = np.log(rows)
+        n = rows.shape[1]
+        return logs.mean(axis=1), (logs.std(axis=1, ddof=1) if n > 1 else np.full(len(rows), np.nan)), n
+
+    def _contrast(self) -> np.ndarray:
+        x = np.log(np.asarray(self.settings.widths, dtype=float))
+        return (x - x.mean()) / np.sum((x - x.mean()) ** 2)
 
     def slopes(self) -> dict[str, list[float]]:
-        """Per module, per step: the OLS slope of log mean|a| on log width (0 when the module
-        is exactly 0 at every width, e.g. zero-init logits; nan when 0 at some widths only)."""
-        widths = np.log(np.asarray(self.settings.widths, dtype=float))
+        """Per module, per step: the OLS slope on log width of log mean|a|, averaged over the
+        initializations in log space (0 when the module is exactly 0 at every width, e.g.
+        zero-init logits; nan when 0 at some widths only)."""
+        c = self._contrast()
         out = {}
-        for module, by_width in self.values.items():
+        for module in self.samples:
             per_step = []
             for t in range(self.settings.steps):
-                y = np.asarray([by_width[w][t] for w in self.settings.widths])
-                if np.all(y == 0):
-                    per_step.append(0.0)
-                elif np.any(y <= 0) or not np.all(np.isfinite(y)):
-                    per_step.append(float("nan"))
-                else:
-                    per_step.append(float(np.polyfit(widths, np.log(y), 1)[0]))
+                stat = self._log_stats(module, t)
+                per_step.append(0.0 if stat == "zero" else math.nan if stat == "undefined"
+                                else float(np.dot(c, stat[0])))
             out[module] = per_step
+        return out
+
+    def slope_errors(self) -> dict[str, list[tuple[float, float]]]:
+        """Per module, per step: (standard error, degrees of freedom) of the slope. The slope is
+        sum_w c_w mean_w (c the OLS contrast, mean_w over n initializations of log mean|a|), so
+        its variance is sum_w c_w^2 s_w^2 / n with each width's own spread s_w. Degrees of
+        freedom n - 1, the smallest of any width's (conservative; Welch-Satterthwaite's put 4x
+        the nominal rate beyond Holm's cut-offs at 3 initializations in the simulation of
+        tests/bench/test_coord_check.py). (nan, nan) with one initialization or an undefined
+        slope; (0, inf) for exact zeros."""
+        c = self._contrast()
+        out = {}
+        for module in self.samples:
+            per_step = []
+            for t in range(self.settings.steps):
+                stat = self._log_stats(module, t)
+                if stat == "zero":
+                    per_step.append((0.0, math.inf))
+                elif stat == "undefined" or stat[2] < 2:
+                    per_step.append((math.nan, math.nan))
+                else:
+                    _, spread, n = stat
+                    per_step.append((float(math.sqrt(np.sum(c ** 2 * spread ** 2) / n)), float(n - 1)))
+            out[module] = per_step
+        return out
+
+    def exceedance_pvalues(self) -> dict[tuple[str, int], float]:
+        """(module, step) -> p of the one-sided t test of |slope| > threshold (H0: slope within
+        the threshold on the side the estimate lies), for every cell with a standard error.
+        The caller adjusts over the family (cli.coord_check_command: Holm, analysis.decision)."""
+        slopes, errors = self.slopes(), self.slope_errors()
+        out = {}
+        for module, per_step in slopes.items():
+            for t, slope in enumerate(per_step):
+                se, df = errors[module][t]
+                if not (math.isfinite(slope) and math.isfinite(se)):
+                    continue
+                excess = abs(slope) - self.settings.threshold
+                out[(module, t)] = (0.0 if excess > 0 else 1.0) if se == 0 else float(stats.t.sf(excess / se, df))
         return out
 
     def flagged(self) -> list[str]:
@@ -80,35 +148,65 @@ class CoordCheckResult:
         return [m for m, s in self.slopes().items()
                 if any(not math.isfinite(v) or abs(v) > self.settings.threshold for v in s)]
 
-    def table(self) -> str:
-        slopes = self.slopes()
+    def table(self, resolved: Mapping[str, Sequence[int]] | None = None) -> str:
+        """The slopes, a row per module, with the worst step's 95% interval (t, the standard
+        error above). With `resolved` (module -> steps where |slope| > threshold survives the
+        caller's multiple-test adjustment) each flagged row says whether its excess is resolved."""
+        slopes, errors = self.slopes(), self.slope_errors()
         steps = self.settings.steps
-        head = f"{'module':<30} " + " ".join(f"{'t' + str(t + 1):>6}" for t in range(steps)) + f" {'max|s|':>7}"
+        head = (f"{'module':<30} " + " ".join(f"{'t' + str(t + 1):>6}" for t in range(steps))
+                + f" {'max|s|':>7} {'95% interval':>15}")
         lines = [f"coordinate check ({self.parametrization}): slope of log mean|activation| vs log width "
-                 f"{','.join(map(str, self.settings.widths))}, per Adam step (t1 = init)", head]
+                 f"{','.join(map(str, self.settings.widths))}, per Adam step (t1 = init), "
+                 f"{self.settings.seeds} initializations per width", head]
         for module, s in slopes.items():
-            worst = max((abs(v) if math.isfinite(v) else float("inf")) for v in s)
-            mark = f"  <- exceeds {self._where(s)}" if worst > self.settings.threshold else ""
-            lines.append(f"{module:<30} " + " ".join(f"{v:>+6.2f}" for v in s) + f" {worst:>7.3f}{mark}")
+            magnitudes = [abs(v) if math.isfinite(v) else float("inf") for v in s]
+            worst = max(magnitudes)
+            se, df = errors[module][magnitudes.index(worst)]
+            if math.isfinite(se) and math.isfinite(worst):
+                half = float(stats.t.ppf(0.975, df)) * se if se > 0 else 0.0
+                value = s[magnitudes.index(worst)]
+                interval = f"[{value - half:+.2f}, {value + half:+.2f}]"
+            else:
+                interval = "-"
+            mark = ""
+            if worst > self.settings.threshold:
+                mark = f"  <- exceeds {self._where(s)}"
+                if resolved is not None:
+                    mark += (f"; resolved at {self._steps_text(list(resolved[module]))}" if resolved.get(module)
+                             else "; not resolved")
+            lines.append(f"{module:<30} " + " ".join(f"{v:>+6.2f}" for v in s) + f" {worst:>7.3f} {interval:>15}{mark}")
         flagged = self.flagged()
         lines.append(f"{len(flagged)} of {len(slopes)} modules exceed |slope| {self.settings.threshold}"
                      + (f": {', '.join(flagged)}" if flagged else ""))
+        if resolved is not None:
+            beyond = [m for m in flagged if resolved.get(m)]
+            lines.append(f"resolved beyond {self.settings.threshold} (one-sided t per slope, Holm over the table's "
+                         f"{sum(len(v) for v in slopes.values())} slopes, 5%): "
+                         + (", ".join(beyond) if beyond else "none")
+                         + ("" if self.settings.seeds > 1 else " (one initialization: no standard errors)"))
         return "\n".join(lines)
+
+    @staticmethod
+    def _steps_text(over: list[int]) -> str:
+        contiguous = over == list(range(over[0], over[-1] + 1))
+        return (f"t{over[0] + 1}" if len(over) == 1 else f"t{over[0] + 1}-t{over[-1] + 1}" if contiguous
+                else ", ".join(f"t{t + 1}" for t in over))
 
     def _where(self, slopes: list[float]) -> str:
         """At which steps and which way: a module that shrinks with width (mup's scaled readout:
         its random init part vanishes as m^-1/2) is told apart from one that grows (a blow-up)."""
         over = [t for t, v in enumerate(slopes) if not math.isfinite(v) or abs(v) > self.settings.threshold]
         ways = {"grows" if v > 0 else "shrinks" for v in (slopes[t] for t in over) if math.isfinite(v)}
-        contiguous = over == list(range(over[0], over[-1] + 1))
-        steps = (f"t{over[0] + 1}" if len(over) == 1 else f"t{over[0] + 1}-t{over[-1] + 1}" if contiguous
-                 else ", ".join(f"t{t + 1}" for t in over))
-        return f"at {steps}" + (f" ({' and '.join(sorted(ways))} with width)" if ways else "")
+        return f"at {self._steps_text(over)}" + (f" ({' and '.join(sorted(ways))} with width)" if ways else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"parametrization": self.parametrization, "settings": vars(self.settings),
                 "values": {m: {str(w): v for w, v in bw.items()} for m, bw in self.values.items()},
-                "slopes": self.slopes(), "flagged": self.flagged()}
+                "samples": {m: {str(w): v for w, v in bw.items()} for m, bw in self.samples.items()},
+                "slopes": self.slopes(),
+                "slope_standard_errors": {m: [se for se, _ in e] for m, e in self.slope_errors().items()},
+                "flagged": self.flagged()}
 
 
 def model_at_width(model: Mapping[str, Any], width: int) -> dict[str, Any]:
@@ -212,7 +310,8 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
     parametrization = parse_model_config({**mapping, "vocab_size": BYTE_VOCAB}).parametrization
     batch = byte_batch(settings.batch_size, settings.seq_len)
     inputs, targets = batch[:, :-1], batch[:, 1:]
-    sums: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
+    # module -> width -> (seeds x steps) mean |activation| of each initialization
+    samples: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
     for width in settings.widths:
         cfg = model_at_width(mapping, width)
         for seed in range(settings.seeds):
@@ -229,13 +328,13 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
                 loss.backward()
                 optimizer.step()
                 for name, value in recorder.current.items():
-                    sums[name].setdefault(width, np.zeros(settings.steps))[t] += value / settings.seeds
+                    samples[name].setdefault(width, np.zeros((settings.seeds, settings.steps)))[seed, t] = value
             if progress is not None:
                 progress(width, seed)
     result = CoordCheckResult(settings, parametrization)
-    order = sorted(sums, key=_module_order)
-    result.values = {name: {w: sums[name][w].tolist() for w in settings.widths} for name in order
-                     if all(w in sums[name] for w in settings.widths)}
+    order = sorted(samples, key=_module_order)
+    result.samples = {name: {w: samples[name][w].tolist() for w in settings.widths} for name in order
+                      if all(w in samples[name] for w in settings.widths)}
     return result
 
 

@@ -14,7 +14,7 @@ difference from the standard model, and lr* is not identified under it (GPU, fiv
 model at the base width and held lr* within 1.18-1.70x over d 32-256 for four families and
 >= 1.84x for Llama (its d 32 lr* at the grid's top; one seed each). Its initial logits shrink as m^-1/2 (the random part of the readout vanishing, as
 muP prescribes), so the coordinate check measures the logits' slope -0.50 at init and within
-0.1 from step 6 of 10; `zero` passes that check at every step. Under `standard` nothing here
+0.1 from step 5 of 10 (10 initializations); `zero` passes that check at every step. Under `standard` nothing here
 touches the model: outputs and trial keys are the paper's.
 
     class              init (standard init x)   Adam lr x   why
