@@ -72,71 +72,49 @@ class CoordCheckResult:
         return {m: {w: np.asarray(rows, dtype=float).mean(axis=0).tolist() for w, rows in bw.items()}
                 for m, bw in self.samples.items()}
 
-    def _log_stats(self, module: str, t: int) -> tuple[np.ndarray, np.ndarray, int] | str:
-        """Per width: mean and standard deviation (ddof 1) over initializations of log mean|a|
-        at step t, and their number; "zero" when the module is exactly 0 everywhere (zero-init
-        logits), "undefined" when it is 0 or not finite somewhere else."""
+    def _fit(self, module: str, t: int) -> tuple[float, float, float]:
+        """(slope, standard error, degrees of freedom) at step t. The slope is sum_w c_w mean_w
+        (c the OLS contrast on log width, mean_w over the n initializations of log mean|a|), so
+        its variance is sum_w c_w^2 s_w^2 / n with each width's own spread s_w (ddof 1). Degrees
+        of freedom n - 1, the smallest of any width's (conservative; Welch-Satterthwaite's put
+        4x the nominal rate beyond Holm's cut-offs at 3 initializations in the simulation of
+        tests/bench/test_coord_check.py). Exactly 0 at every width (zero-init logits): (0, 0,
+        inf); 0 or not finite at some widths only: nan; one initialization: no error (nan)."""
         rows = np.asarray([[r[t] for r in self.samples[module][w]] for w in self.settings.widths], dtype=float)
         if np.all(rows == 0):
-            return "zero"
+            return 0.0, 0.0, math.inf
         if np.any(rows <= 0) or not np.all(np.isfinite(rows)):
-            return "undefined"
-        logs = np.log(rows)
-        n = rows.shape[1]
-        return logs.mean(axis=1), (logs.std(axis=1, ddof=1) if n > 1 else np.full(len(rows), np.nan)), n
-
-    def _contrast(self) -> np.ndarray:
+            return math.nan, math.nan, math.nan
         x = np.log(np.asarray(self.settings.widths, dtype=float))
-        return (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+        c = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+        logs = np.log(rows)
+        n = logs.shape[1]
+        slope = float(np.dot(c, logs.mean(axis=1)))
+        if n < 2:
+            return slope, math.nan, math.nan
+        return slope, float(math.sqrt(np.sum(c ** 2 * logs.var(axis=1, ddof=1)) / n)), float(n - 1)
+
+    def fits(self) -> dict[str, list[tuple[float, float, float]]]:
+        """Per module, per step: (slope, standard error, degrees of freedom), as `_fit`."""
+        return {module: [self._fit(module, t) for t in range(self.settings.steps)] for module in self.samples}
 
     def slopes(self) -> dict[str, list[float]]:
         """Per module, per step: the OLS slope on log width of log mean|a|, averaged over the
         initializations in log space (0 when the module is exactly 0 at every width, e.g.
         zero-init logits; nan when 0 at some widths only)."""
-        c = self._contrast()
-        out = {}
-        for module in self.samples:
-            per_step = []
-            for t in range(self.settings.steps):
-                stat = self._log_stats(module, t)
-                per_step.append(0.0 if stat == "zero" else math.nan if stat == "undefined"
-                                else float(np.dot(c, stat[0])))
-            out[module] = per_step
-        return out
+        return {module: [f[0] for f in per_step] for module, per_step in self.fits().items()}
 
     def slope_errors(self) -> dict[str, list[tuple[float, float]]]:
-        """Per module, per step: (standard error, degrees of freedom) of the slope. The slope is
-        sum_w c_w mean_w (c the OLS contrast, mean_w over n initializations of log mean|a|), so
-        its variance is sum_w c_w^2 s_w^2 / n with each width's own spread s_w. Degrees of
-        freedom n - 1, the smallest of any width's (conservative; Welch-Satterthwaite's put 4x
-        the nominal rate beyond Holm's cut-offs at 3 initializations in the simulation of
-        tests/bench/test_coord_check.py). (nan, nan) with one initialization or an undefined
-        slope; (0, inf) for exact zeros."""
-        c = self._contrast()
-        out = {}
-        for module in self.samples:
-            per_step = []
-            for t in range(self.settings.steps):
-                stat = self._log_stats(module, t)
-                if stat == "zero":
-                    per_step.append((0.0, math.inf))
-                elif stat == "undefined" or stat[2] < 2:
-                    per_step.append((math.nan, math.nan))
-                else:
-                    _, spread, n = stat
-                    per_step.append((float(math.sqrt(np.sum(c ** 2 * spread ** 2) / n)), float(n - 1)))
-            out[module] = per_step
-        return out
+        """Per module, per step: (standard error, degrees of freedom) of the slope (`_fit`)."""
+        return {module: [(f[1], f[2]) for f in per_step] for module, per_step in self.fits().items()}
 
     def exceedance_pvalues(self) -> dict[tuple[str, int], float]:
         """(module, step) -> p of the one-sided t test of |slope| > threshold (H0: slope within
         the threshold on the side the estimate lies), for every cell with a standard error.
         The caller adjusts over the family (cli.coord_check_command: Holm, analysis.decision)."""
-        slopes, errors = self.slopes(), self.slope_errors()
         out = {}
-        for module, per_step in slopes.items():
-            for t, slope in enumerate(per_step):
-                se, df = errors[module][t]
+        for module, per_step in self.fits().items():
+            for t, (slope, se, df) in enumerate(per_step):
                 if not (math.isfinite(slope) and math.isfinite(se)):
                     continue
                 excess = abs(slope) - self.settings.threshold
