@@ -13,8 +13,8 @@ standard-library corpus. Before every step (step 1 = at init, as `mup` records i
 
 Under a parametrization in which hyperparameters transfer, none of these grows or shrinks with
 width: the slope of log mean|a| against log width is ~0 at every step. A slope above the
-threshold names the module that breaks transfer. Each (module, width, step) value is the mean
-over `seeds` initializations.
+threshold names the module that breaks transfer. Each (module, width, step) value is the
+geometric mean over `seeds` initializations (the slope is fitted in log space).
 
 A slope from a few initializations is itself noisy: full CEM T = 2's second MLP measured +0.16
 at step 5 with 3 initializations and +0.04 with 10 (docs/results.md §18). So the slope is
@@ -68,9 +68,11 @@ class CoordCheckResult:
 
     @property
     def values(self) -> dict[str, dict[int, list[float]]]:
-        """module -> width -> per-step mean |activation| averaged over the initializations."""
-        return {m: {w: np.asarray(rows, dtype=float).mean(axis=0).tolist() for w, rows in bw.items()}
-                for m, bw in self.samples.items()}
+        """module -> width -> per-step mean |activation|, the geometric mean over the
+        initializations: what the slope is fitted to, so the panels show the fitted points."""
+        with np.errstate(divide="ignore"):
+            return {m: {w: np.exp(np.log(np.asarray(rows, dtype=float)).mean(axis=0)).tolist()
+                        for w, rows in bw.items()} for m, bw in self.samples.items()}
 
     def _fit(self, module: str, t: int) -> tuple[float, float, float]:
         """(slope, standard error, degrees of freedom) at step t. The slope is sum_w c_w mean_w
@@ -379,9 +381,9 @@ def plot_coord_check(result: CoordCheckResult, path: str, modules: Sequence[str]
     for ax in list(axes.flat)[len(modules):]:
         ax.axis("off")
     fig.supxlabel("d_model")
-    fig.supylabel("mean |activation|")
+    fig.supylabel("mean |activation| (geometric mean over initializations)")
     fig.suptitle(f"coordinate check, parametrization: {result.parametrization} "
-                 f"(lr {result.settings.lr:g}, {result.settings.seeds} seeds; a line per Adam step, "
+                 f"(lr {result.settings.lr:g}, {result.settings.seeds} initializations; a line per Adam step, "
                  f"step 1 = init)", fontsize=9)
     fig.tight_layout(rect=(0, 0, 0.92, 1))
     if handles:

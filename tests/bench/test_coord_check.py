@@ -168,6 +168,6 @@ def test_run_coord_check_keeps_every_initialization():
                              CoordCheckSettings(widths=(32, 64), steps=2, seeds=2, batch_size=2, seq_len=16))
     rows = result.samples["blocks.0.mlp"][32]
     assert len(rows) == 2 and len(rows[0]) == 2 and rows[0][0] != rows[1][0]  # two initializations differ
-    assert result.values["blocks.0.mlp"][32][0] == pytest.approx((rows[0][0] + rows[1][0]) / 2)
+    assert result.values["blocks.0.mlp"][32][0] == pytest.approx(math.sqrt(rows[0][0] * rows[1][0]))  # geometric
     se, df = result.slope_errors()["blocks.0.mlp"][0]
     assert se > 0 and df == 1
