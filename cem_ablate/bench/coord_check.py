@@ -162,7 +162,7 @@ class CoordCheckResult:
         if resolved is not None:
             beyond = [m for m in flagged if resolved.get(m)]
             lines.append(f"resolved beyond {self.settings.threshold} (one-sided t per slope, Holm over the table's "
-                         f"{sum(len(v) for v in slopes.values())} slopes, 5%): "
+                         f"{len(self.exceedance_pvalues())} slopes with an error, 5%): "
                          + (", ".join(beyond) if beyond else "none")
                          + ("" if self.settings.seeds > 1 else " (one initialization: no standard errors)"))
         return "\n".join(lines)
