@@ -132,20 +132,20 @@ class CoordCheckResult:
         """The slopes, a row per module, with the worst step's 95% interval (t, the standard
         error above). With `resolved` (module -> steps where |slope| > threshold survives the
         caller's multiple-test adjustment) each flagged row says whether its excess is resolved."""
-        slopes, errors = self.slopes(), self.slope_errors()
+        fits = self.fits()
         steps = self.settings.steps
         head = (f"{'module':<30} " + " ".join(f"{'t' + str(t + 1):>6}" for t in range(steps))
                 + f" {'max|s|':>7} {'95% interval':>15}")
         lines = [f"coordinate check ({self.parametrization}): slope of log mean|activation| vs log width "
                  f"{','.join(map(str, self.settings.widths))}, per Adam step (t1 = init), "
                  f"{self.settings.seeds} initializations per width", head]
-        for module, s in slopes.items():
+        for module, per_step in fits.items():
+            s = [f[0] for f in per_step]
             magnitudes = [abs(v) if math.isfinite(v) else float("inf") for v in s]
             worst = max(magnitudes)
-            se, df = errors[module][magnitudes.index(worst)]
+            value, se, df = per_step[magnitudes.index(worst)]
             if math.isfinite(se) and math.isfinite(worst):
                 half = float(stats.t.ppf(0.975, df)) * se if se > 0 else 0.0
-                value = s[magnitudes.index(worst)]
                 interval = f"[{value - half:+.2f}, {value + half:+.2f}]"
             else:
                 interval = "-"
@@ -157,12 +157,13 @@ class CoordCheckResult:
                              else "; not resolved")
             lines.append(f"{module:<30} " + " ".join(f"{v:>+6.2f}" for v in s) + f" {worst:>7.3f} {interval:>15}{mark}")
         flagged = self.flagged()
-        lines.append(f"{len(flagged)} of {len(slopes)} modules exceed |slope| {self.settings.threshold}"
+        lines.append(f"{len(flagged)} of {len(fits)} modules exceed |slope| {self.settings.threshold}"
                      + (f": {', '.join(flagged)}" if flagged else ""))
         if resolved is not None:
             beyond = [m for m in flagged if resolved.get(m)]
             lines.append(f"resolved beyond {self.settings.threshold} (one-sided t per slope, Holm over the table's "
-                         f"{len(self.exceedance_pvalues())} slopes with an error, 5%): "
+                         f"{sum(math.isfinite(f[0]) and math.isfinite(f[1]) for c in fits.values() for f in c)} slopes "
+                         f"with an error, 5%): "
                          + (", ".join(beyond) if beyond else "none")
                          + ("" if self.settings.seeds > 1 else " (one initialization: no standard errors)"))
         return "\n".join(lines)
@@ -344,7 +345,7 @@ def plot_coord_check(result: CoordCheckResult, path: str, modules: Sequence[str]
     import matplotlib.pyplot as plt
 
     modules = list(modules or result.values)
-    slopes = result.slopes()
+    slopes, flagged = result.slopes(), result.flagged()
     cols = min(4, len(modules))
     rows = math.ceil(len(modules) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
@@ -376,7 +377,7 @@ def plot_coord_check(result: CoordCheckResult, path: str, modules: Sequence[str]
         ax.minorticks_off()
         worst = max((abs(v) for v in slopes[module] if math.isfinite(v)), default=0.0)
         ax.set_title(f"{module}\nmax |slope| {worst:.2f}", fontsize=8,
-                     color="crimson" if module in result.flagged() else "black")
+                     color="crimson" if module in flagged else "black")
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(modules):]:
         ax.axis("off")
