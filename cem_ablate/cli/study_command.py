@@ -210,7 +210,7 @@ def _run_transfer(expanded, settings, workers: int, echo) -> int | None:
     """lr_search method transfer (study/transfer.py): the proxies on the grid, then each variant
     at its proxy's lr*. None when a proxy has no lr* (its target cannot run)."""
     from cem_ablate.study.coordinator import INTERRUPTED, run_study, run_study_outcome
-    from cem_ablate.study.storage import open_storage
+    from cem_ablate.study.storage import close_storage, open_storage
     from cem_ablate.study.transfer import missing_optima, proxy_optima, proxy_study, target_study, transfer_lines
 
     proxies = proxy_study(expanded)
@@ -222,7 +222,11 @@ def _run_transfer(expanded, settings, workers: int, echo) -> int | None:
         # runs low to high) it sits at the grid's edge (seen on a GPU lease cut short).
         echo("no lr* is transferred from an unfinished proxy grid: rerun the same command to finish it")
         return proxy_code if proxy_code else 1
-    optima = proxy_optima(proxies, open_storage(settings.storage))
+    storage = open_storage(settings.storage)
+    try:
+        optima = proxy_optima(proxies, storage)
+    finally:
+        close_storage(storage)
     for line in transfer_lines(expanded, optima):
         echo(line)
     missing = missing_optima(expanded, optima)

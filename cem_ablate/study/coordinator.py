@@ -81,9 +81,17 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
 def run_study_outcome(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> StudyOutcome:
     """run_study, also saying whether the study's last snapshot was complete (a transfer's
     proxies must be: an lr* from an unfinished grid is a wrong number)."""
+    session = StudySession(expanded, settings)
+    try:
+        return _run_session(session, expanded, settings, workers, echo)
+    finally:
+        session.close()
+
+
+def _run_session(session: StudySession, expanded: ExpandedStudy, settings: StudySettings, workers: int,
+                 echo) -> StudyOutcome:
     from cem_ablate.study.pairing import pair_study
 
-    session = StudySession(expanded, settings)
     session.prepare()
     # Once per study run: which comparisons are paired by seed (builds each pair's models once).
     publisher = StudyPublisher(session, pair_study(session.variants))

@@ -60,10 +60,12 @@ def grid_trials(expanded, storage_url: str) -> GridTrials:
     from cem_ablate.study.storage import open_for_reading
 
     spec = expanded.spec
-    storage = open_for_reading(storage_url) if spec.lr_search.method == "grid" else None
-    if storage is None:
+    if spec.lr_search.method != "grid":
         return {}
-    finished = finished_trials(storage)
+    with open_for_reading(storage_url) as storage:
+        if storage is None:
+            return {}
+        finished = finished_trials(storage)
     out: GridTrials = {}
     for v in expanded.variants:
         for lr in v.lr_search(spec.lr_search).grid:
@@ -94,11 +96,16 @@ def planned_retrain(expanded, storage_url: str) -> dict[str, int]:
     than they have now (the code, data or platform version changed: a run retrains
     them, study/trials.py). For the dry run; reads the storage only if it exists."""
     from cem_ablate.study.storage import open_for_reading
+
+    if expanded.spec.lr_search.method != "grid":
+        return {}
+    with open_for_reading(storage_url) as storage:
+        return _stale_counts(expanded, storage) if storage is not None else {}
+
+
+def _stale_counts(expanded, storage) -> dict[str, int]:
     from cem_ablate.study.variants import optuna_study_name
 
-    storage = open_for_reading(storage_url) if expanded.spec.lr_search.method == "grid" else None
-    if storage is None:
-        return {}
     out: dict[str, int] = {}
     for v in expanded.variants:
         try:

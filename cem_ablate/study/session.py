@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from cem_ablate.config.identity import digest
-from cem_ablate.study.storage import StorageSettings, claim_lock, open_storage
+from cem_ablate.study.storage import StorageSettings, claim_lock, close_storage, open_storage
 from cem_ablate.study.ledger import record_study, study_facts, trial_facts
 from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name, slug
@@ -63,6 +63,10 @@ class StudySession:
             if created:
                 record_study(self.storage, trials.study_id, variant=variant.name, variant_key=variant.key,
                              labels=variant.axis_values)
+
+    def close(self) -> None:
+        """Close the storage's connections (the session is done with it)."""
+        close_storage(self.storage)
 
     @property
     def variants(self) -> list[Variant]:

@@ -160,6 +160,12 @@ def open_storage(settings: StorageSettings):
     return _open_schema(outage_tolerant_storage(), settings, _engine_kwargs(settings.url))
 
 
+def close_storage(storage) -> None:
+    """Close the storage's pooled connections: a SQLite file's WAL sidecars (-wal, -shm)
+    go with the last one, rather than staying beside the file until the process exits."""
+    storage.engine.dispose()
+
+
 def _open_schema(storage_class, settings: StorageSettings, engine_kwargs: dict):
     import sqlalchemy
 
@@ -182,21 +188,30 @@ def _open_schema(storage_class, settings: StorageSettings, engine_kwargs: dict):
     raise AssertionError("unreachable")
 
 
-def open_for_reading(url: str):
+@contextlib.contextmanager
+def open_for_reading(url: str) -> Iterator:
     """The storage for a look that writes nothing (the dry run), through the same checks
-    as `open_storage`: None when its SQLite file does not exist yet (nothing to read)."""
+    as `open_storage`: None when its SQLite file does not exist yet (nothing to read).
+    Its engine is disposed on leaving, so a SQLite file's WAL sidecars (-wal, -shm) go
+    with the last connection instead of staying beside the user's file while this
+    process lives."""
     import optuna
 
     db = sqlite_path(url)
     if db is not None:
         if not db.exists():
-            return None
+            yield None
+            return
         check_readable(db, "--storage", "Optuna")
     else:
         check_driver(url)
         check_server(url, attempts=1)
     quiet_optuna()
-    return optuna.storages.RDBStorage(with_password(url))
+    storage = optuna.storages.RDBStorage(with_password(url))
+    try:
+        yield storage
+    finally:
+        close_storage(storage)
 
 
 def _waits_out_outages(method, name: str):

@@ -85,3 +85,17 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
     assert main(["study", str(c), "--no-reuse", "--no-report"]) == 0
     c_trials = [t for _, t in _trials(tmp_path, "c")]
     assert len(c_trials) == 2 and not any("reused_from" in t.user_attrs for t in c_trials)
+
+
+def test_the_dry_run_leaves_no_sqlite_sidecars_beside_the_storage(tmp_path, corpus, monkeypatch, capsys):
+    """A dry run only reads: once it returns, the SQLite file's WAL sidecars (-wal, -shm)
+    are gone, not held open by this process (a user's quickstart storage is left as found)."""
+    monkeypatch.chdir(tmp_path)
+    a = write_study(tmp_path, name="a", grid=GRID, corpus=corpus)
+    assert main(["study", str(a), "--no-report"]) == 0
+    db = tmp_path / "mlruns" / "optuna.db"
+    sidecars = [db.with_name(db.name + suffix) for suffix in ("-wal", "-shm")]
+    assert not any(p.exists() for p in sidecars)  # the study closed its storage too
+    assert main(["study", str(a), "--dry-run"]) == 0
+    assert "already finished" in " ".join(capsys.readouterr().out.split())  # it did read the storage
+    assert not any(p.exists() for p in sidecars)
