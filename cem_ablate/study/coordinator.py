@@ -17,7 +17,8 @@ worker stopped while it holds a local store's lock (which every other process th
 waits on) is killed at once (`study.store_locks`).
 Ctrl-C ends the study at once: workers get SIGINT (their trials are freed for the
 rerun), those that do not exit within `STOP_WAIT_S` (a stopped one) are killed, and
-the report of what finished is printed.
+the report of what finished is printed. A press that Python swallows inside a garbage
+callback is honoured at the next poll (`study.interrupt_latch`).
 
 The coordinator, not the workers, publishes the parents' statistics, plots and
 verdicts (`study.summary.StudyPublisher`) whenever a trial ends and once at the end:
@@ -38,6 +39,7 @@ import time
 from pathlib import Path
 
 from cem_ablate.config import ConfigError
+from cem_ablate.study.interrupt_latch import InterruptLatch
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
@@ -193,10 +195,11 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     snap = snapshot(session)
     reported: set[int] = set()  # pids of stalled workers already said so
     try:
-        with watchdog:
+        with watchdog, InterruptLatch() as latch:
             # The killed are reaped only at the end: an operator's SIGCONT still finds their pid.
             while any(p.poll() is None for p, _, _ in procs if p.pid not in watchdog.killed):
                 time.sleep(POLL_S)
+                latch.check()  # a Ctrl-C that landed in a garbage callback during the last pass
                 new = snapshot(session)
                 lines = changes(snap, new)
                 for line in lines:
