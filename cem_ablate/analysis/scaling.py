@@ -154,14 +154,14 @@ def _x(i: ScalingInput, axis: str) -> float:
     return i.params if axis == PARAMS else i.train_flops
 
 
-def _laws(inputs: list[ScalingInput], objective: dict[str, float | None]) -> dict[tuple[str, str], PowerLaw]:
+def _laws(inputs: list[ScalingInput], objective: dict[int, float | None]) -> dict[tuple[str, str], PowerLaw]:
     families: dict[str, list[ScalingInput]] = {}
     for i in inputs:
         families.setdefault(i.family, []).append(i)
     out = {}
     for family, members in families.items():
         for axis in (PARAMS, FLOPS):
-            pts = [(_x(m, axis), objective[m.name]) for m in members if objective.get(m.name) is not None]
+            pts = [(_x(m, axis), objective[id(m)]) for m in members if objective.get(id(m)) is not None]
             law = fit_power_law([p[0] for p in pts], [p[1] for p in pts])
             if law is not None:
                 out[(family, axis)] = law
@@ -176,14 +176,17 @@ def _x_equivalents(inputs, laws, objective) -> list[float | None]:
             continue
         for axis in (PARAMS, FLOPS):
             law = laws.get((i.baseline_family, axis))
-            value = objective.get(i.name)
+            value = objective.get(id(i))
             out.append(law.inverse(value) if law is not None and value is not None else None)
     return out
 
 
 def summarize_scaling(inputs: list[ScalingInput], n_resamples: int = N_RESAMPLES,
                       rng_seed: int = BOOTSTRAP_SEED) -> ScalingSummary:
-    objective = {i.name: (i.stats.optimum.objective_star if i.stats.optimum else None) for i in inputs}
+    # Keyed by the input itself, not its name: two sizes of one baseline can share a name
+    # (a study whose variants set d_model gets one `llama` per width), and a name key gave
+    # all of them the last one's objective: a flat law, printed as measured (2026-11-26).
+    objective = {id(i): (i.stats.optimum.objective_star if i.stats.optimum else None) for i in inputs}
     laws = _laws(inputs, objective)
     compared = [i for i in inputs if i.baseline_family is not None]
     x_eqs = _x_equivalents(inputs, laws, objective)
@@ -220,7 +223,7 @@ def _bootstrap_multipliers(usable, compared, n_resamples, rng_seed) -> list[Inte
             if key not in caches[k]:
                 fit = fit_for_seeds(i.stats.by_lr, (seeds[k][p] for p in key), i.method)
                 caches[k][key] = fit.ppl_star if fit is not None else None
-            objective[i.name] = caches[k][key]
+            objective[id(i)] = caches[k][key]
         laws = _laws(usable, objective)
         eqs = _x_equivalents(compared, laws, objective)
         return np.asarray([math.nan if e is None else x / e for x, e in zip(xs, eqs)], dtype=np.float64)

@@ -86,3 +86,16 @@ def test_multipliers_carry_no_interval_unless_asked():
     # the report prints the multiplier alone.
     summary = summarize_scaling(inputs(seeds=(0, 1, 2), spread=0.1))
     assert summary.equivalences and all(e.interval is None for e in summary.equivalences)
+
+
+def test_one_name_at_several_sizes_keeps_each_sizes_objective():
+    """A study whose variants set d_model gets one `llama` baseline per width, all named
+    `llama`: the law is fitted to each size's own objective, not the last one's."""
+    named_alike = [ScalingInput("llama", i.family, i.baseline_family, i.params, i.train_flops, i.stats)
+                   if i.family == "llama" else i for i in inputs()]
+    summary = summarize_scaling(named_alike, n_resamples=0)
+    law_fit = summary.laws[("llama", PARAMS)]
+    assert law_fit.form == SATURATING
+    assert [law_fit(n) for n in SIZES] == pytest.approx([law(n) for n in SIZES], rel=1e-4)
+    by_name = summarize_scaling(inputs(), n_resamples=0)
+    assert by_name.laws[("llama", PARAMS)] == law_fit
