@@ -26,7 +26,7 @@ from typing import Any
 
 from cem_ablate.config import ConfigError, to_dict
 from cem_ablate.config.identity import digest
-from cem_ablate.config.loading import set_dotted
+from cem_ablate.config.loading import get_dotted, set_dotted
 from cem_ablate.study.spec import LrSearchConfig, StudySpec
 from cem_ablate.training.config import RunConfig, parse_run_config
 
@@ -150,6 +150,19 @@ def _baseline_draft(draft: _Draft, name: str, overrides: dict[str, Any]) -> _Dra
     return _Draft(label, _apply(draft.run, overrides, origins, label), origins, {"variant": name} | labels)
 
 
+def _named_by_what_it_keeps(draft: _Draft, overrides: dict[str, Any]) -> _Draft:
+    """A baseline named after the variant settings it keeps (`llama,d_model=32,d_mlp=88`):
+    variants that set d_model themselves give one baseline per width, all `llama` by the
+    axis-only name, and a name that stands for several configs merged them in the report
+    read by study name, the plots' legends and the tables (2026-11-26)."""
+    def overridden(key: str) -> bool:
+        return any(key == o or key.startswith(o + ".") for o in overrides)
+
+    kept = [k for k, origin in draft.origins.items() if origin.startswith("variants[") and not overridden(k)]
+    parts = [f"{short_key(k)}={_format_value(get_dotted(draft.run, k))}" for k in kept]
+    return dataclasses.replace(draft, name=",".join([draft.name] + parts))
+
+
 def _validate(draft: _Draft, probe_lr: float, probe_seed: int) -> RunConfig:
     """The draft's run config, validated once (at the study's first lr and seed)."""
     probe = _apply(draft.run, {"train.lr": probe_lr, "train.seed": probe_seed})
@@ -190,20 +203,31 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
         variants.append(by_key[key])
         drafts_by_key[by_key[key].key] = draft
     # Baselines after all variants, so a baseline equal to a listed variant reuses it.
+    pending = []
     for draft, variant in zip(drafts, list(variants)):
         for name, overrides in spec.baselines.items():
             base_draft = _baseline_draft(draft, name, overrides)
-            config = _validate(base_draft, probe_lr, probe_seed)
-            key = config.variant_key()
-            if key not in by_key:
-                by_key[key] = Variant(base_draft.name, f"{slug(base_draft.name)}-{key}", config,
-                                      base_draft.labels, {}, "baseline")
-                variants.append(by_key[key])
-                drafts_by_key[by_key[key].key] = base_draft
-            # a variant is not its own baseline, nor compared twice with one variant (reuse at
-            # T = 1 is Llama: `llama` and `T1` baselines then name the same run)
-            if key != variant.variant_key and by_key[key].key not in variant.baselines.values():
-                variant.baselines[name] = by_key[key].key
+            pending.append((variant, name, overrides, base_draft, _validate(base_draft, probe_lr, probe_seed)))
+    # One name, one config: a baseline name that would stand for several new configs (or
+    # for a listed variant's) is spelled out by what each keeps.
+    configs_of: dict[str, set[str]] = {}
+    for _, _, _, base_draft, config in pending:
+        if config.variant_key() not in by_key:
+            configs_of.setdefault(base_draft.name, set()).add(config.variant_key())
+    listed = {v.name for v in variants}
+    for variant, name, overrides, base_draft, config in pending:
+        key = config.variant_key()
+        if key not in by_key:
+            if len(configs_of[base_draft.name]) > 1 or base_draft.name in listed:
+                base_draft = _named_by_what_it_keeps(base_draft, overrides)
+            by_key[key] = Variant(base_draft.name, f"{slug(base_draft.name)}-{key}", config,
+                                  base_draft.labels, {}, "baseline")
+            variants.append(by_key[key])
+            drafts_by_key[by_key[key].key] = base_draft
+        # a variant is not its own baseline, nor compared twice with one variant (reuse at
+        # T = 1 is Llama: `llama` and `T1` baselines then name the same run)
+        if key != variant.variant_key and by_key[key].key not in variant.baselines.values():
+            variant.baselines[name] = by_key[key].key
     if spec.lr_search.pruner != "none":
         _check_pruning_runs_in_process(variants)
     proxies = _proxies(spec, variants, drafts_by_key, probe_lr, probe_seed) if spec.lr_search.method == "transfer" else []

@@ -55,6 +55,27 @@ def test_explicit_variants_times_axes_and_baselines_of_the_same_size():
         assert base.config.model.attention.name == "llama"
 
 
+def test_baselines_of_variants_that_set_their_own_width_get_one_name_each():
+    """Variants that set d_model themselves (no axis) give one Llama per width: each is named
+    by the settings it keeps, so no name stands for two configs (a report read by study name
+    kept one config per name; tables and legends printed `llama` three times)."""
+    out = expanded(study(
+        variants=[{"name": "cem_d32", "set": {"model.d_model": 32, "model.d_mlp": 88, "model.attention": "cem"}},
+                  {"name": "cem_d64", "set": {"model.d_model": 64, "model.d_mlp": 176, "model.attention": "cem"}},
+                  {"name": "mlp_d64", "set": {"model.d_model": 64, "model.d_mlp": 176, "model.mlp": "cem"}}],
+        baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}},
+    ))
+    baselines = [v for v in out.variants if v.role == "baseline"]
+    assert [b.name for b in baselines] == ["llama,d_model=32,d_mlp=88", "llama,d_model=64,d_mlp=176"]
+    assert len({v.name for v in out.variants}) == len(out.variants)
+    by_key = {v.key: v for v in out.variants}
+    assert [by_key[v.baselines["llama"]].config.model.d_model for v in out.variants if v.role == "variant"] == [32, 64, 64]
+    # one baseline config: the plain name, as before (stored studies keep their keys)
+    one = expanded(study(variants=[{"name": "cem", "set": {"model.attention": "cem"}}],
+                         baselines={"llama": {"model.attention": "llama"}}))
+    assert [v.name for v in one.variants] == ["cem", "llama"]
+
+
 def test_a_baseline_that_is_listed_is_reused_not_added():
     out = expanded(study(
         variants=[{"name": "llama"}, {"name": "cem", "set": {"model.attention": "cem"}}],
