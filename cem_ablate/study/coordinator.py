@@ -85,15 +85,15 @@ def run_study_outcome(expanded: ExpandedStudy, settings: StudySettings, workers:
     proxies must be: an lr* from an unfinished grid is a wrong number)."""
     session = StudySession(expanded, settings)
     try:
-        return _run_session(session, expanded, settings, workers, echo)
+        return _run_session(session, workers, echo)
     finally:
         session.close()
 
 
-def _run_session(session: StudySession, expanded: ExpandedStudy, settings: StudySettings, workers: int,
-                 echo) -> StudyOutcome:
+def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
     from cem_ablate.study.pairing import pair_study
 
+    expanded, settings = session.expanded, session.settings
     session.prepare()
     # Once per study run: which comparisons are paired by seed (builds each pair's models once).
     publisher = StudyPublisher(session, pair_study(session.variants))
