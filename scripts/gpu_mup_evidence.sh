@@ -15,7 +15,7 @@
 set -u
 T0=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-480}    # the studies stop at this many seconds; reports and packing follow
-REPORT_S=${REPORT_S:-60}          # kept back for the reports
+REPORT_S=${REPORT_S:-60}          # kept back for the reports (0: none, the CSV only)
 WORKERS=${WORKERS:-12}
 MW_SCALES=${MW_SCALES-gpu_seed0 gpu}
 TR_SCALE=${TR_SCALE-gpu}
@@ -69,6 +69,7 @@ set -- $MW_SCALES
 log "reports"
 mkdir -p reports_gpu
 pids=()
+(( REPORT_S > 0 )) || MW_SCALES= TR_SCALE= STEPS_SCALE=   # REPORT_S=0: the trials' CSV only
 for s in $MW_SCALES; do
   timeout "$REPORT_S" cem-ablate report studies/mup_width.yaml --scale "$s" --out "reports_gpu/mup_width_$s" >"reports_gpu/mup_width_$s.txt" 2>&1 & pids+=($!)
 done
