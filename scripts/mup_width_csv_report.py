@@ -10,6 +10,12 @@ grid would weigh the rates it reached more), and the table says how many did.
 
     python scripts/mup_width_csv_report.py docs/figures/mup_width_gpu/trials_lease*.csv
     python scripts/mup_width_csv_report.py --seeds 0 docs/figures/mup_width_gpu_scaled/trials.csv
+    python scripts/mup_width_csv_report.py --at 256 docs/figures/mup_width_gpu_scaled/trials*.csv
+
+`--at D` adds the acceptance's transfer check at width D: each family's full-grid optimum there
+against the transfer study's targets (trained at the proxy's lr*), and the verdicts vs Llama
+from each, decided by the report's own rule (study.verdicts.decide_family: Welch t, since
+these architectures do not share initial values, Holm over each family's tests).
 """
 
 from __future__ import annotations
@@ -19,17 +25,24 @@ import csv
 from collections import defaultdict
 
 from cem_ablate.analysis.akima import curve_minima, fit_akima
+from cem_ablate.analysis.decision import ALPHA, Design, decide
 from cem_ablate.analysis.optimum import optimum_bounds
+from cem_ablate.analysis.statistics import Observation, variant_stats
+from cem_ablate.study.verdicts import decide_family, design_of
 
 FAMILIES = ("llama", "cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full_cem_T2")
 WIDTHS = (32, 64, 128, 256)
 
 
-def main(paths: list[str], seeds: set[int] | None = None) -> None:
+def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None) -> None:
     values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
+    targets: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     for path in paths:
         for row in csv.DictReader(open(path)):
             if row["state"] != "COMPLETE":
+                continue
+            if row["study"].startswith("transfer_gpu") and "_proxy/" not in row["study"]:
+                targets[row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
                 continue
             if row["study"].startswith("mup_width_gpu"):
                 variant = row["variant"]
@@ -68,11 +81,65 @@ def main(paths: list[str], seeds: set[int] | None = None) -> None:
             lo, hi = min(s for s, _ in stars), max(s for s, _ in stars)
             bound = " (a lower bound: an lr* at a grid edge)" if any(e for _, e in stars) else ""
             print(f"| {family} | drift max/min | | {hi / lo:.2f}x{bound} | | |")
+    if at is not None:
+        transfer_check(values, targets, at)
+
+
+def _stats(per_seed: dict[int, dict[float, float]]):
+    return variant_stats([Observation(lr, seed, v) for seed, points in per_seed.items() for lr, v in points.items()])
+
+
+def _verdicts(stats: dict) -> dict[str, str]:
+    """family -> "verdict (Δ [interval], Holm p)" of its tuned-vs-tuned test against Llama."""
+    design = design_of(sorted({s for st in stats.values() for row in st.by_lr for s in row.seeds}), ALPHA)
+    tests = decide_family(stats, {f: {"llama": "llama"} for f in FAMILIES[1:]}, {}, design, "holm")
+    out = {}
+    for t in tests:
+        d = t.decision
+        if d.delta is None:  # a transfer target has trials at its own lr only
+            continue
+        if t.lr_variant != stats[t.variant].best_grid_lr or t.lr_baseline != stats["llama"].best_grid_lr:
+            continue  # the "optima" test (tuned vs tuned), as the transfer study has
+        out[t.variant] = f"{d.verdict} ({d.delta:+.3f} [{d.low:+.3f}, {d.high:+.3f}], Holm p {d.p_holm:.3g})"
+    return out
+
+
+def transfer_check(values, targets, width: int) -> None:
+    """At `width`: full-grid optimum vs the transfer targets, and both studies' verdicts."""
+    grid = {f: _stats(values[f"d{width}_{f}"]) for f in FAMILIES if values.get(f"d{width}_{f}")}
+    moved = {f: _stats(targets[f]) for f in FAMILIES if targets.get(f)}
+    if "llama" not in grid or "llama" not in moved:
+        print(f"\n(no full grid or no transfer targets for Llama at d {width})")
+        return
+    print(f"\nTransfer to d {width}: the target at the proxy's lr* against the d {width} full grid "
+          "(Akima on the seed mean, 95% interval; std: seed-to-seed at the grid point nearest lr*)")
+    print("\n| family | full grid: lr* | full grid: ppl* [95%] | std at lr* | transferred lr | "
+          "target ppl (mean ± std) | gap to ppl* | target − best grid point (lr) [95%], Welch p |")
+    print("|---|---|---|---|---|---|---|---|")
+    for f in FAMILIES:
+        if f not in grid or f not in moved:
+            continue
+        opt, row = grid[f].optimum, grid[f].at(grid[f].best_grid_lr)
+        (lr, target), = [(r.lr, r) for r in moved[f].by_lr]
+        iv = opt.objective_interval
+        ci = f"[{iv.low:.3f}, {iv.high:.3f}]" if iv else f"({opt.interval_note})"
+        gap = target.mean - opt.objective_star
+        d = decide(target.by_seed(), row.by_seed(), paired=False, design=Design.fixed(target.n, ALPHA))
+        print(f"| {f} | {opt.lr_star:.3g} | {opt.objective_star:.3f} {ci} | {row.std:.3f} | {lr:.3g} | "
+              f"{target.mean:.3f} ± {target.std:.3f} | {gap:+.3f} ({100 * gap / opt.objective_star:+.2f}%) | "
+              f"{d.delta:+.3f} ({row.lr:.3g}) [{d.low:+.3f}, {d.high:+.3f}], p {d.p:.2g} |")
+    full, transferred = _verdicts(grid), _verdicts(moved)
+    print(f"\n| variant vs Llama at d {width} | full grid | transfer | same |")
+    print("|---|---|---|---|")
+    for f in FAMILIES[1:]:
+        a, b = full.get(f, "-"), transferred.get(f, "-")
+        print(f"| {f} | {a} | {b} | {'yes' if a.split()[0] == b.split()[0] else 'NO'} |")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csvs", nargs="+", help="trials.csv files of scripts/gpu_mup_evidence.sh")
     parser.add_argument("--seeds", help="comma-separated seeds to use (default: every complete seed)")
+    parser.add_argument("--at", type=int, help="width of the transfer targets: full grid vs transfer there")
     opts = parser.parse_args()
-    main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None)
+    main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at)

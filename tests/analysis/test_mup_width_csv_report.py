@@ -1,0 +1,83 @@
+"""scripts/mup_width_csv_report.py: the pooled GPU-lease table (lr* drift across width) and its
+transfer check (full grid vs transferred lr*, verdicts from each), on trial CSVs built from
+known curves."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mup_width_csv_report.py"
+GRID = [1.0e-3, 1.41e-3, 2.0e-3, 2.83e-3, 4.0e-3, 5.66e-3]
+FIELDS = ["study", "variant", "lr", "seed", "state", "status", "value", "seconds", "trial_key", "reason"]
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("mup_width_csv_report", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def curve(lr: float, lr_star: float, floor: float, seed: int) -> float:
+    """A parabola in log2(lr) with its minimum `floor` at `lr_star`, a small per-seed offset."""
+    return floor + 0.3 * (math.log2(lr) - math.log2(lr_star)) ** 2 + 0.01 * (seed - 1)
+
+
+def write(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=FIELDS)
+        out.writeheader()
+        for row in rows:
+            out.writerow({"state": "COMPLETE", "status": "finished", "seconds": 1, "trial_key": "k",
+                          "reason": "", **row})
+    return path
+
+
+def test_the_drift_and_the_transfer_check_follow_the_curves(report, tmp_path, capsys):
+    # Llama's optimum doubles from d 32-128 (2e-3) to d 256 (4e-3); the others sit at 2e-3.
+    # CEM MLP ties Llama on the full grid but its transfer target is a whole unit worse.
+    floors = {"llama": 5.0, "cem_attention_T1": 6.0, "cem_attention_T2": 6.5, "cem_mlp_T1": 5.0,
+              "full_cem_T2": 6.2}
+    grid_rows, target_rows = [], []
+    for family, floor in floors.items():
+        for d in (32, 64, 128, 256):
+            star = 4.0e-3 if (family == "llama" and d == 256) else 2.0e-3
+            for seed in (0, 1, 2):
+                for lr in GRID:
+                    grid_rows.append({"study": f"mup_width_gpu_scaled/d{d}_{family}-x", "variant": f"d{d}_{family}",
+                                      "lr": lr, "seed": seed, "value": curve(lr, star, floor, seed)})
+        for seed in (0, 1, 2):  # trained at d 256 at the proxy's (d 64) lr*, 2e-3
+            shift = 1.0 if family == "cem_mlp_T1" else 0.0
+            value = curve(2.0e-3, star, floor, seed) + shift + 0.01 * (seed - 1)
+            target_rows.append({"study": f"transfer_gpu_scaled/{family}-x", "variant": family, "lr": 2.0e-3,
+                                "seed": seed, "value": value})
+    # A partial seed (one rate) must be left out of the fits, not weigh its rate more.
+    grid_rows.append({"study": "mup_width_gpu_scaled/d64_llama-x", "variant": "d64_llama", "lr": 1.0e-3,
+                      "seed": 7, "value": 99.0})
+    report.main([str(write(tmp_path / "a.csv", grid_rows)), str(write(tmp_path / "b.csv", target_rows))], at=256)
+    text = capsys.readouterr().out
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()
+            if line.startswith("| ")}
+
+    llama_drift = float(rows[("llama", "drift max/min")].split("|")[4].strip().rstrip("x").split("x")[0])
+    assert 1.7 <= llama_drift <= 2.3  # the doubling, through Akima on a sqrt(2) grid
+    for family in ("cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full_cem_T2"):
+        assert float(rows[(family, "drift max/min")].split("|")[4].strip().rstrip("x")) < 1.05
+    assert rows[("llama", "64")].split("|")[3].strip() == "3"  # seed 7 (partial) left out
+
+    # The transfer check: Llama's target sits 0.3 * 1^2 above its d 256 optimum (2e-3 vs 4e-3).
+    line = next(v for k, v in rows.items() if k[0] == "llama" and "±" in v)
+    gap = float(line.split("|")[7].split()[0])
+    assert 0.2 <= gap <= 0.4
+    verdicts = {k[0]: v for k, v in rows.items() if v.rstrip().endswith(("| yes |", "| NO |"))}
+    assert verdicts["cem_attention_T1"].split("|")[2].strip().startswith("worse")
+    assert verdicts["cem_attention_T1"].rstrip().endswith("| yes |")
+    assert verdicts["cem_mlp_T1"].split("|")[2].strip().startswith("unresolved")  # a tie on the grid
+    assert verdicts["cem_mlp_T1"].split("|")[3].strip().startswith("worse")  # a unit worse transferred
+    assert verdicts["cem_mlp_T1"].rstrip().endswith("| NO |")
