@@ -73,13 +73,25 @@ def decide_at(variant: VariantStats, baseline: VariantStats, lr_variant: float, 
 
 
 def comparison_points(variant: VariantStats, baseline: VariantStats) -> list[tuple[str, float, float]]:
-    """(at, variant lr, baseline lr) of each distinct test of one variant/baseline pair."""
+    """(at, variant lr, baseline lr) of each distinct test of one variant/baseline pair.
+
+    A side with trials at one learning rate only (a transfer target: it trains at its
+    proxy's lr* alone) is compared at that rate only: a test at another rate would have no
+    seeds on that side by construction, and would count as a comparison it cannot be."""
     lr_b, lr_v = baseline.best_grid_lr, variant.best_grid_lr
     out = []
     for at, pair in ((AT_BASELINE, (lr_b, lr_b)), (AT_OWN, (lr_v, lr_v)), (AT_OPTIMA, (lr_v, lr_b))):
-        if None not in pair and pair not in [(a, b) for _, a, b in out]:
-            out.append((at, *pair))
+        if None in pair or pair in [(a, b) for _, a, b in out]:
+            continue
+        if _only_elsewhere(variant, pair[0]) or _only_elsewhere(baseline, pair[1]):
+            continue
+        out.append((at, *pair))
     return out
+
+
+def _only_elsewhere(stats: VariantStats, lr: float) -> bool:
+    """True when `stats` has trials at exactly one learning rate, and it is not `lr`."""
+    return len(stats.by_lr) == 1 and stats.by_lr[0].lr != lr
 
 
 def decide_family(stats: Mapping[str, VariantStats], baselines: Mapping[str, Mapping[str, str]],
