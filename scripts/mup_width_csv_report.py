@@ -12,6 +12,10 @@ grid would weigh the rates it reached more), and the table says how many did.
     python scripts/mup_width_csv_report.py --seeds 0 docs/figures/mup_width_gpu_scaled/trials.csv
     python scripts/mup_width_csv_report.py --at 256 docs/figures/mup_width_gpu_scaled/trials*.csv
 
+`--plot DIR` draws, per family, test perplexity against the learning rate with one curve per
+width (the report's figure: seed means ± std, Akima curve, lr* with its 95% interval) into
+DIR/ppl_vs_lr_<family>.png, and lr* against width for every family into DIR/lr_star_vs_width.png.
+
 `--at D` adds the acceptance's transfer check at width D: each family's full-grid optimum there
 against the transfer study's targets (trained at the proxy's lr*), and the verdicts vs Llama
 from each, decided by the report's own rule (study.verdicts.decide_family: Welch t, since
@@ -34,7 +38,7 @@ FAMILIES = ("llama", "cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full
 WIDTHS = (32, 64, 128, 256)
 
 
-def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None) -> None:
+def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None, plot: str | None = None) -> None:
     values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     targets: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     for path in paths:
@@ -83,6 +87,47 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None)
             print(f"| {family} | drift max/min | | {hi / lo:.2f}x{bound} | | |")
     if at is not None:
         transfer_check(values, targets, at)
+    if plot is not None:
+        plot_families(values, plot)
+
+
+def plot_families(values, out: str) -> None:
+    """The per-family sweeps (study.plots' own figure) and lr* against width."""
+    from pathlib import Path
+
+    from cem_ablate.study.plots import SweepSeries, _pyplot, plot_ppl_vs_lr, save
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.8), dpi=120)
+    for i, family in enumerate(FAMILIES):
+        series, points = [], []
+        for d in WIDTHS:
+            per_seed = values.get(f"d{d}_{family}")
+            if not per_seed:
+                continue
+            stats = _stats(per_seed)
+            opt = stats.optimum
+            series.append(SweepSeries(f"d_model {d}", False, [(lr, v) for p in per_seed.values() for lr, v in p.items()],
+                                      fit=opt.fit, stats=stats))
+            points.append((d, opt.lr_star, opt.lr_interval))
+        if not series:
+            continue
+        plot_ppl_vs_lr(series, Path(out) / f"ppl_vs_lr_{family}.png", title=f"{family}: test perplexity vs lr, by width")
+        shift = 1.0 + 0.03 * (i - 2)  # side by side at each width
+        xs = [d * shift for d, _, _ in points]
+        ys = [lr for _, lr, _ in points]
+        lows = [lr - iv.low if iv else 0.0 for _, lr, iv in points]
+        highs = [iv.high - lr if iv else 0.0 for _, lr, iv in points]
+        ax.errorbar(xs, ys, yerr=[lows, highs], marker="o", capsize=3, label=family)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(WIDTHS), [str(d) for d in WIDTHS])
+    ax.set_xlabel("d_model")
+    ax.set_ylabel("lr* (Akima on the seed mean; 95% interval)")
+    ax.set_title("lr* across width under mup")
+    ax.legend(fontsize=8)
+    save(fig, Path(out) / "lr_star_vs_width.png")
 
 
 def _stats(per_seed: dict[int, dict[float, float]]):
@@ -141,5 +186,6 @@ if __name__ == "__main__":
     parser.add_argument("csvs", nargs="+", help="trials.csv files of scripts/gpu_mup_evidence.sh")
     parser.add_argument("--seeds", help="comma-separated seeds to use (default: every complete seed)")
     parser.add_argument("--at", type=int, help="width of the transfer targets: full grid vs transfer there")
+    parser.add_argument("--plot", metavar="DIR", help="write the per-family sweeps and lr* vs width here")
     opts = parser.parse_args()
-    main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at)
+    main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at, opts.plot)

@@ -60,7 +60,10 @@ def test_the_drift_and_the_transfer_check_follow_the_curves(report, tmp_path, ca
     # A partial seed (one rate) must be left out of the fits, not weigh its rate more.
     grid_rows.append({"study": "mup_width_gpu_scaled/d64_llama-x", "variant": "d64_llama", "lr": 1.0e-3,
                       "seed": 7, "value": 99.0})
-    report.main([str(write(tmp_path / "a.csv", grid_rows)), str(write(tmp_path / "b.csv", target_rows))], at=256)
+    report.main([str(write(tmp_path / "a.csv", grid_rows)), str(write(tmp_path / "b.csv", target_rows))], at=256,
+                plot=str(tmp_path / "figures"))
+    drawn = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    assert drawn == sorted(["lr_star_vs_width.png"] + [f"ppl_vs_lr_{f}.png" for f in floors])
     text = capsys.readouterr().out
     rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()
             if line.startswith("| ")}
