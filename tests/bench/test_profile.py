@@ -57,10 +57,16 @@ def test_a_training_step_profile_splits_the_time_by_category():
 
 def test_time_outside_any_operator_lowers_the_busy_fraction():
     step, batch = _tiny_step()
+    start = time.perf_counter()
+    step(batch)
+    wall = time.perf_counter() - start
 
     def waits(b):
         step(b)
-        time.sleep(0.2)  # the device idles, as a GPU does while Python launches the next kernel
+        # the device idles, as a GPU does while Python launches the next kernel; 3x the step's
+        # own time, so that a loaded machine (a slower step) keeps the idle share (CI failed
+        # with a fixed 0.2 s beside a study: busy 0.50, with the sleep 0.38)
+        time.sleep(max(0.2, 3 * wall))
 
     busy = profile_step(step, batch, steps=2).busy_fraction
     idle = profile_step(waits, batch, steps=2).busy_fraction
