@@ -60,10 +60,7 @@ def test_the_drift_and_the_transfer_check_follow_the_curves(report, tmp_path, ca
     # A partial seed (one rate) must be left out of the fits, not weigh its rate more.
     grid_rows.append({"study": "mup_width_gpu_scaled/d64_llama-x", "variant": "d64_llama", "lr": 1.0e-3,
                       "seed": 7, "value": 99.0})
-    report.main([str(write(tmp_path / "a.csv", grid_rows)), str(write(tmp_path / "b.csv", target_rows))], at=256,
-                plot=str(tmp_path / "figures"))
-    drawn = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
-    assert drawn == sorted(["lr_star_vs_width.png"] + [f"ppl_vs_lr_{f}.png" for f in floors])
+    report.main([str(write(tmp_path / "a.csv", grid_rows)), str(write(tmp_path / "b.csv", target_rows))], at=256)
     text = capsys.readouterr().out
     rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()
             if line.startswith("| ")}
@@ -84,3 +81,11 @@ def test_the_drift_and_the_transfer_check_follow_the_curves(report, tmp_path, ca
     assert verdicts["cem_mlp_T1"].split("|")[2].strip().startswith("unresolved")  # a tie on the grid
     assert verdicts["cem_mlp_T1"].split("|")[3].strip().startswith("worse")  # a unit worse transferred
     assert verdicts["cem_mlp_T1"].rstrip().endswith("| NO |")
+
+
+def test_plot_draws_each_familys_sweeps_and_lr_star_against_width(report, tmp_path, capsys):
+    rows = [{"study": f"mup_width_gpu_scaled/d{d}_llama-x", "variant": f"d{d}_llama", "lr": lr, "seed": seed,
+             "value": curve(lr, 2.0e-3, 5.0, seed)} for d in (32, 64) for seed in (0, 1, 2) for lr in GRID]
+    report.main([str(write(tmp_path / "a.csv", rows))], plot=str(tmp_path / "figures"))
+    drawn = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    assert drawn == ["lr_star_vs_width.png", "ppl_vs_lr_llama.png"]  # only the families with trials
