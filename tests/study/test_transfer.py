@@ -103,6 +103,8 @@ def test_a_transfer_study_runs_both_phases_and_reports_the_transfer(tmp_path, co
         assert trial.status == "finished" and trial.lr == round_lr(stars[v.proxy])
     report = (tmp_path / "reports" / "tr" / "report.md").read_text()
     assert "## Transfer" in report and "(transferred)" in report and "tr_proxy" in report
+    assert "| interval high/low |" in report  # one seed: no interval, hence "-" and no note
+    assert "poorly determined" not in report
     # a rerun trains nothing: both phases' trials are done
     assert main(args + ["--no-report"]) == 0
     assert sorted(len(r.trials) for r in read_study(uri, "tr_proxy")) == [2, 2]
