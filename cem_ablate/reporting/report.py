@@ -74,9 +74,12 @@ class Comparisons:
         return f"{n} comparison{'s' if n != 1 else ''}, one family"
 
     def definition(self, metric: str) -> str:
+        # Holm's family is the comparisons that have a test (analysis.decision.adjust): one
+        # without seeds on a side counts for nothing and is said apart
+        tested = sum(1 for r in self.rows if r.test.decision.p_design is not None)
         return COMPARISONS_DEFINITION.format(
             m=metric, design=self.design.describe(), alpha=self.design.alpha,
-            correction=correction_text(self.correction, len(self.rows), self.design.n_tests))
+            correction=correction_text(self.correction, tested, self.design.n_tests, len(self.rows) - tested))
 
 
 def _status_text(record: VariantRecord, statistics: VariantStatistics | None) -> str:

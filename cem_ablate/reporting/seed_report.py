@@ -32,12 +32,15 @@ COMPARISONS_DEFINITION = (
     "Holm p: {correction}. Verdict: better / worse where that p ≤ α = {alpha:g}, else unresolved.")
 
 
-def correction_text(correction: str, n_tests: int, design_tests: int) -> str:
-    """How the verdict's p is corrected, in words."""
+def correction_text(correction: str, n_tests: int, design_tests: int, untested: int = 0) -> str:
+    """How the verdict's p is corrected, in words; `n_tests`: the comparisons with a test,
+    `untested`: those without one (too few seeds on a side), outside the family."""
     looks = f"p × {design_tests} for the design's looks, then " if design_tests > 1 else ""
+    apart = f"; {untested} more without a test (too few seeds), unresolved" if untested else ""
     if correction == "holm":
-        return f"{looks}Holm-adjusted over the report's {n_tests} comparison(s) (one family)"
-    return f"{looks}not adjusted for the report's {n_tests} comparison(s) (statistics.correction: none)"
+        return f"{looks}Holm-adjusted over the report's {n_tests} tested comparison(s) (one family{apart})"
+    return (f"{looks}not adjusted for the report's {n_tests} tested comparison(s) "
+            f"(statistics.correction: none{apart})")
 
 
 def fmt(value: float | None, spec: str) -> str:

@@ -136,8 +136,26 @@ def test_correction_none_tests_each_comparison_at_alpha_alone():
     plain = build_comparisons(records, spec)
     assert [c.test.decision.p_holm for c in plain.rows] == [c.test.decision.p for c in plain.rows]
     assert all(h.test.decision.p_holm >= p.test.decision.p_holm for h, p in zip(holm.rows, plain.rows))
-    assert "not adjusted for the report's 4 comparison(s)" in plain.definition("test RMSE")
-    assert "Holm-adjusted over the report's 4 comparison(s)" in holm.definition("test RMSE")
+    assert "not adjusted for the report's 4 tested comparison(s) (statistics.correction: none)" in \
+        plain.definition("test RMSE")
+    assert "Holm-adjusted over the report's 4 tested comparison(s) (one family)" in holm.definition("test RMSE")
+
+
+def test_a_comparison_without_seeds_is_said_apart_from_holms_family():
+    # the variant has no finished trial at the baseline's lr* grid point (1e-3: diverged there)
+    records = study()[:2]
+    base, var = records
+    kept = [t for t in var.trials if t.lr != 1e-3]
+    obs = [Observation(t.lr, t.seed, t.value) for t in kept]
+    var.trials = kept
+    var.stats = VariantStatistics("test RMSE", variant_stats(obs, n_resamples=200), {}).to_dict() | {
+        "pairing": {"llama": {"paired": True, "reason": ""}}}
+    comparisons = build_comparisons(records)
+    untested = [c for c in comparisons.rows if c.test.decision.p_design is None]
+    assert len(untested) == 1 and untested[0].test.lr_baseline == 1e-3
+    tested = len(comparisons.rows) - 1
+    assert (f"Holm-adjusted over the report's {tested} tested comparison(s) (one family; 1 more without a "
+            "test (too few seeds), unresolved)") in comparisons.definition("test RMSE")
 
 
 def test_a_store_without_recorded_pairing_is_paired_by_the_study_file():
