@@ -93,15 +93,6 @@ def _check_tokenizers(expanded) -> None:
         tokenizer_vocab_size(data)
 
 
-def _storage_counts(expanded, grid, args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int], int]:
-    """(reused, done, retrain) for the dry run: planned trials an existing storage holds
-    finished by other studies (reused unless --no-reuse), by this study (done), and
-    finished under other code (retrained); empty without a storage (nothing is created)."""
-    from cem_ablate.study.reuse import planned_retrain, planned_reuse
-    from cem_ablate.study.storage import default_storage_url
-
-    reused, done = planned_reuse(expanded, grid)
-    return reused, done, sum(planned_retrain(expanded, args.storage or default_storage_url()).values())
 
 
 def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: int, args: argparse.Namespace,
@@ -143,12 +134,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.dry_run:
         from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
-        from cem_ablate.study.reuse import grid_trials
+        from cem_ablate.study.reuse import dry_run_reads, planned_reuse
         from cem_ablate.study.storage import default_storage_url
 
         rows = plan(expanded)
-        grid = grid_trials(expanded, args.storage or default_storage_url())  # the storage, read once
-        reused, done, retrain = _storage_counts(expanded, grid, args)
+        # the storage, read once (read only; nothing is created without one): the planned
+        # trials it holds settled, and how many this study finished under other code
+        grid, stale = dry_run_reads(expanded, args.storage or default_storage_url())
+        reused, done = planned_reuse(expanded, grid)  # by other studies (reused), by this one
+        retrain = sum(stale.values())
         finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
         if not args.no_reuse:
             for key, n in reused.items():

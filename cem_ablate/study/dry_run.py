@@ -98,7 +98,7 @@ def _pooled(groups: list[list[float]]) -> float | None:
 
 def seed_spread(expanded: ExpandedStudy, grid: dict) -> SeedSpread | None:
     """What the storage says about the seed-to-seed spread, from its finished trials of
-    the study's grid points (`study.reuse.grid_trials`); None without any."""
+    the study's grid points (`study.reuse.dry_run_reads`); None without any."""
     import math
 
     spec = expanded.spec
@@ -120,7 +120,7 @@ def seed_spread(expanded: ExpandedStudy, grid: dict) -> SeedSpread | None:
 
 def measured_seconds(grid: dict) -> dict[str, list[float]]:
     """Variant key -> wall-clock seconds of its finished grid trials in the storage
-    (`study.reuse.grid_trials`: current code, any study), as each trial recorded them
+    (`study.reuse.dry_run_reads`: current code, any study), as each trial recorded them
     (study/trial_run.py)."""
     import math
 

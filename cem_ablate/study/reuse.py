@@ -22,7 +22,7 @@ from cem_ablate.config.trial_status import FINAL_STATES, SETTLED, TrialStatus
 from cem_ablate.study.ledger import trial_facts
 from cem_ablate.study.trials import trial_status
 
-__all__ = ["finished_trials", "grid_trials", "planned_reuse", "planned_retrain"]
+__all__ = ["dry_run_reads", "finished_trials", "planned_reuse"]
 
 
 def finished_trials(storage) -> dict[str, TrialRecord]:
@@ -51,21 +51,28 @@ def finished_trials(storage) -> dict[str, TrialRecord]:
 GridTrials = dict[tuple[str, float, int], TrialRecord]  # (variant key, lr, seed) -> its settled trial
 
 
-def grid_trials(expanded, storage_url: str) -> GridTrials:
-    """(variant key, lr, seed) -> the trial the storage holds settled (finished or diverged)
-    for that grid point of the study under the current code, from any study (its trial
-    key). For the dry run, which reads the storage once through this: read only (a
-    missing SQLite file is not created), empty without a storage or a grid (sampled lrs
-    can't be known); every seed the study may train."""
+def dry_run_reads(expanded, storage_url: str) -> tuple[GridTrials, dict[str, int]]:
+    """What the dry run reads of a storage, in one read-only open (a missing SQLite file is
+    not created; nothing without a storage or a grid: sampled lrs can't be known):
+
+    - the grid: (variant key, lr, seed) -> the trial the storage holds settled (finished
+      or diverged) for that grid point under the current code, from any study (its trial
+      key), for every seed the study may train;
+    - the stale counts: variant key -> how many grid trials this study finished under
+      another trial key than they have now (code, data or platform version changed: a run
+      retrains them, study/trials.py)."""
     from cem_ablate.study.storage import open_for_reading
 
-    spec = expanded.spec
-    if spec.lr_search.method != "grid":
-        return {}
+    if expanded.spec.lr_search.method != "grid":
+        return {}, {}
     with open_for_reading(storage_url) as storage:
         if storage is None:
-            return {}
-        finished = finished_trials(storage)
+            return {}, {}
+        return _grid_from(expanded, finished_trials(storage)), _stale_counts(expanded, storage)
+
+
+def _grid_from(expanded, finished: dict[str, TrialRecord]) -> GridTrials:
+    spec = expanded.spec
     out: GridTrials = {}
     for v in expanded.variants:
         for lr in v.lr_search(spec.lr_search).grid:
@@ -77,7 +84,7 @@ def grid_trials(expanded, storage_url: str) -> GridTrials:
 
 
 def planned_reuse(expanded, grid: GridTrials) -> tuple[dict[str, int], dict[str, int]]:
-    """(reused, done): variant key -> how many of its grid trials (`grid_trials`) the
+    """(reused, done): variant key -> how many of its grid trials (`dry_run_reads`) the
     storage holds settled by other studies (reused, not retrained), and by this study
     itself (a rerun: already done)."""
     from cem_ablate.study.variants import optuna_study_name
@@ -89,18 +96,6 @@ def planned_reuse(expanded, grid: GridTrials) -> tuple[dict[str, int], dict[str,
         counts = done if original.study == own[key] else reused
         counts[key] = counts.get(key, 0) + 1
     return reused, done
-
-
-def planned_retrain(expanded, storage_url: str) -> dict[str, int]:
-    """Variant key -> how many grid trials this study finished under another trial key
-    than they have now (the code, data or platform version changed: a run retrains
-    them, study/trials.py). For the dry run; reads the storage only if it exists."""
-    from cem_ablate.study.storage import open_for_reading
-
-    if expanded.spec.lr_search.method != "grid":
-        return {}
-    with open_for_reading(storage_url) as storage:
-        return _stale_counts(expanded, storage) if storage is not None else {}
 
 
 def _stale_counts(expanded, storage) -> dict[str, int]:

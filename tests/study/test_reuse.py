@@ -37,10 +37,10 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
     # ... and the time A's Llama trials took, as recorded on the trials (the CEM MLP has none yet)
     from cem_ablate.cli.study_command import load_expanded
     from cem_ablate.study.dry_run import measured_seconds
-    from cem_ablate.study.reuse import grid_trials
+    from cem_ablate.study.reuse import dry_run_reads
 
-    seconds = measured_seconds(grid_trials(load_expanded(str(b), None, []),
-                                           f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"))
+    grid, _ = dry_run_reads(load_expanded(str(b), None, []), f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
+    seconds = measured_seconds(grid)
     (key, measured), = seconds.items()  # the Llama variant only
     recorded = sorted(t.user_attrs["seconds"] for name, t in _trials(tmp_path, "a") if name.endswith(key))
     assert len(recorded) == 2 and sorted(measured) == recorded
