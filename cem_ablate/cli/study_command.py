@@ -93,8 +93,6 @@ def _check_tokenizers(expanded) -> None:
         tokenizer_vocab_size(data)
 
 
-
-
 def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: int, args: argparse.Namespace,
                  console) -> None:
     """How many planned trials an existing storage already holds (trained once, reused)."""

@@ -77,7 +77,7 @@ def comparison_points(variant: VariantStats, baseline: VariantStats) -> list[tup
 
     A side with trials at one learning rate only (a transfer target: it trains at its
     proxy's lr* alone) is compared at that rate only: a test at another rate would have no
-    seeds on that side by construction, and would count as a comparison it cannot be."""
+    seeds on that side by construction: a row without a test."""
     lr_b, lr_v = baseline.best_grid_lr, variant.best_grid_lr
     out = []
     for at, pair in ((AT_BASELINE, (lr_b, lr_b)), (AT_OWN, (lr_v, lr_v)), (AT_OPTIMA, (lr_v, lr_b))):
