@@ -38,7 +38,8 @@ FAMILIES = ("llama", "cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full
 WIDTHS = (32, 64, 128, 256)
 
 
-def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None, plot: str | None = None) -> None:
+def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None, plot: str | None = None,
+         transfer: str = "transfer_gpu_scaled") -> None:
     values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     targets: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     for path in paths:
@@ -46,7 +47,8 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
             if row["state"] != "COMPLETE":
                 continue
             if row["study"].startswith("transfer_gpu") and "_proxy/" not in row["study"]:
-                targets[row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
+                if row["study"].split("/")[0] == transfer:  # one transfer study's targets
+                    targets[row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
                 continue
             if row["study"].startswith("mup_width_gpu"):
                 variant = row["variant"]
@@ -186,6 +188,9 @@ if __name__ == "__main__":
     parser.add_argument("csvs", nargs="+", help="trials.csv files of scripts/gpu_mup_evidence.sh")
     parser.add_argument("--seeds", help="comma-separated seeds to use (default: every complete seed)")
     parser.add_argument("--at", type=int, help="width of the transfer targets: full grid vs transfer there")
+    parser.add_argument("--transfer", default="transfer_gpu_scaled",
+                        help="the transfer study whose targets --at compares (default transfer_gpu_scaled)")
     parser.add_argument("--plot", metavar="DIR", help="write the per-family sweeps and lr* vs width here")
     opts = parser.parse_args()
-    main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at, opts.plot)
+    main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at, opts.plot,
+         opts.transfer)
