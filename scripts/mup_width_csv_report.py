@@ -2,8 +2,8 @@
 
 Each device lease starts bare, so trials of one study can end up in several stores; their
 CSVs (one row per trial) are pooled here and put through the report's own estimators
-(analysis.akima.fit_akima on the seed mean, analysis.optimum.optimum_bounds for the 95%
-interval), per width family of studies/mup_width.yaml. The transfer study's proxy trials
+(analysis.statistics.variant_stats: the Akima fit on the seed mean, analysis.optimum's 95%
+interval; once per variant), per width family of studies/mup_width.yaml. The transfer study's proxy trials
 (studies/transfer.yaml, proxy d 64) are the width study's d 64 trials and count as such. Only
 seeds whose grid is complete enter a fit (a lease cut short leaves some seeds partial: a partial
 grid would weigh the rates it reached more), and the table says how many did.
@@ -28,9 +28,8 @@ import argparse
 import csv
 from collections import defaultdict
 
-from cem_ablate.analysis.akima import curve_minima, fit_akima
+from cem_ablate.analysis.akima import curve_minima
 from cem_ablate.analysis.decision import ALPHA, Design, decide
-from cem_ablate.analysis.optimum import optimum_bounds
 from cem_ablate.analysis.statistics import Observation, variant_stats
 from cem_ablate.study.verdicts import decide_family, design_of
 
@@ -62,18 +61,20 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
         grid = set().union(*per_seed.values())
         for seed in [s for s, points in per_seed.items() if set(points) != grid]:
             del per_seed[seed]
+    # each variant's fit and intervals, once (the report's own: analysis.statistics.variant_stats)
+    stats = {variant: _stats(per_seed) for variant, per_seed in values.items() if per_seed}
     print("| family | d_model | seeds | lr* (Akima, seed mean) [95%] | per-seed argmin | test ppl at lr* |")
     print("|---|---|---|---|---|---|")
     for family in FAMILIES:
         stars = []
         for d in WIDTHS:
-            per_seed = values.get(f"d{d}_{family}")
-            if not per_seed:
+            variant = f"d{d}_{family}"
+            if variant not in stats:
                 continue
-            fit = fit_akima([(lr, v) for seed in per_seed.values() for lr, v in seed.items()])
-            bounds = optimum_bounds(per_seed, fit.lrs, fit.ppls, fit.lr_star, fit.ppl_star)
-            interval = (f"[{bounds.lr[0]:.3g}, {bounds.lr[1]:.3g}]" if bounds.lr
-                        else f"({bounds.reason})" if bounds.reason else "")
+            per_seed, optimum = values[variant], stats[variant].optimum
+            fit, iv = optimum.fit, optimum.lr_interval
+            interval = (f"[{iv.low:.3g}, {iv.high:.3g}]" if iv
+                        else f"({optimum.interval_note})" if optimum.interval_note else "")
             argmins = []
             for seed in sorted(per_seed):
                 pts = sorted(per_seed[seed].items())
@@ -88,12 +89,12 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
             bound = " (a lower bound: an lr* at a grid edge)" if any(e for _, e in stars) else ""
             print(f"| {family} | drift max/min | | {hi / lo:.2f}x{bound} | | |")
     if at is not None:
-        transfer_check(values, targets, at)
+        transfer_check(stats, targets, at)
     if plot is not None:
-        plot_families(values, plot)
+        plot_families(values, stats, plot)
 
 
-def plot_families(values, out: str) -> None:
+def plot_families(values, stats, out: str) -> None:
     """The per-family sweeps (study.plots' own figure) and lr* against width."""
     from pathlib import Path
 
@@ -105,13 +106,13 @@ def plot_families(values, out: str) -> None:
     for i, family in enumerate(FAMILIES):
         series, points = [], []
         for d in WIDTHS:
-            per_seed = values.get(f"d{d}_{family}")
-            if not per_seed:
+            variant = f"d{d}_{family}"
+            if variant not in stats:
                 continue
-            stats = _stats(per_seed)
-            opt = stats.optimum
-            series.append(SweepSeries(f"d_model {d}", False, [(lr, v) for p in per_seed.values() for lr, v in p.items()],
-                                      fit=opt.fit, stats=stats))
+            opt = stats[variant].optimum
+            series.append(SweepSeries(f"d_model {d}", False,
+                                      [(lr, v) for p in values[variant].values() for lr, v in p.items()],
+                                      fit=opt.fit, stats=stats[variant]))
             points.append((d, opt.lr_star, opt.lr_interval))
         if not series:
             continue
@@ -151,9 +152,9 @@ def _verdicts(stats: dict) -> dict[str, str]:
     return out
 
 
-def transfer_check(values, targets, width: int) -> None:
+def transfer_check(stats, targets, width: int) -> None:
     """At `width`: full-grid optimum vs the transfer targets, and both studies' verdicts."""
-    grid = {f: _stats(values[f"d{width}_{f}"]) for f in FAMILIES if values.get(f"d{width}_{f}")}
+    grid = {f: stats[f"d{width}_{f}"] for f in FAMILIES if f"d{width}_{f}" in stats}
     moved = {f: _stats(targets[f]) for f in FAMILIES if targets.get(f)}
     if "llama" not in grid or "llama" not in moved:
         print(f"\n(no full grid or no transfer targets for Llama at d {width})")
