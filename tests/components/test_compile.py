@@ -5,9 +5,16 @@ One compiled graph covers the whole zoo: blocks of several one-layer models
 plain reuse, per-step checkpointing, the normalized recursion state, truncated
 backpropagation, whose no_grad steps must not break the graph, and SPEC §11.1
 momentum) are chained in one module and compiled with `fullgraph=True`, which raises
-on any graph break. A single compile keeps this test to about a minute on 2 cores (a
-cold compile is 35-75 s, NOTES.md). Compiled and eager forward outputs and gradients
-must agree in float32 to 1e-4.
+on any graph break. Compiled and eager forward outputs and gradients must agree in
+float32 to 1e-4.
+
+CI compiles the zoo with the `aot_eager` backend: TorchDynamo's whole-graph capture (the
+graph-break check) and AOTAutograd's joint forward/backward trace and functionalization,
+without Inductor's C++ code generation, which a clean CI machine does cold: measured on 2
+cores beside a study, 11.8 s against 143 s (2026-11-26; the suite's slowest test at 207 s).
+Inductor's lowering of these modules is the soak variant (`python -m pytest -m soak`); in
+CI Inductor compiles the attention kernels alone (below) and a whole model in training
+(tests/training/test_engine.py), and on a GPU the CUDA tests (tests/cuda).
 """
 
 from __future__ import annotations
@@ -66,7 +73,8 @@ def test_the_zoo_covers_every_registered_sublayer():
         assert {n for k, n in names if k == kind} == builtin
 
 
-def test_every_variant_compiles_without_graph_breaks_and_matches_eager(monkeypatch):
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.soak)])
+def test_every_variant_compiles_without_graph_breaks_and_matches_eager(monkeypatch, backend):
     monkeypatch.setattr(kernels, "BLOCK_ROWS", 8)  # several query blocks at J = 20
     torch._dynamo.reset()
     zoo = Zoo()
@@ -79,7 +87,7 @@ def test_every_variant_compiles_without_graph_breaks_and_matches_eager(monkeypat
         return out.detach(), grads
 
     eager_out, eager_grads = run(zoo)
-    compiled_out, compiled_grads = run(torch.compile(zoo, fullgraph=True))  # raises on a graph break
+    compiled_out, compiled_grads = run(torch.compile(zoo, fullgraph=True, backend=backend))  # raises on a graph break
     assert (compiled_out - eager_out).abs().max() <= 1e-4
     names = ["input"] + [n for n, _ in zoo.named_parameters()]
     for name, a, b in zip(names, compiled_grads, eager_grads):
