@@ -5,6 +5,7 @@ Run as a script against a checkout to write the reference (the committed
 
     PYTHONPATH=<checkout> python tests/model/standard_regression.py <checkout> > new.json
 
+and merge its `models_by_machine` entry into the reference to record one more machine.
 It imports only what that commit already had (build_model, parameter_groups, build_adamw,
 the study loaders), so the same function runs on the old and the new code.
 
