@@ -28,6 +28,20 @@ from cem_ablate.tracking.study_runs import StudyTracker, VariantRunInfo
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def _arial_metric_font() -> bool:
+    """Whether fontconfig gives Arial's metrics (Arial or Liberation Sans): what the runs
+    table's widths are sized for (tracking/runs_table_view.py)."""
+    import subprocess
+
+    if shutil.which("fc-match") is None:
+        return False
+    family = subprocess.run(["fc-match", "-f", "%{family}", "Arial"], capture_output=True, text=True).stdout
+    return "Arial" in family or "Liberation Sans" in family
+
+
+ARIAL_METRICS = _arial_metric_font()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,6 +105,7 @@ def significant_digits(text: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not ARIAL_METRICS, reason="no Arial-metric font (apt-get install -y fonts-liberation): the widths are sized for it")
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install -y chromium)")
 def test_cem_ablate_ui_opens_on_the_answer_readable_at_1600_px(tmp_path):
     """Issue 30: the experiment's plain URL in a fresh browser profile at 1600 x 1000 shows,
