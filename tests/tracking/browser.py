@@ -19,6 +19,18 @@ import urllib.request
 from pathlib import Path
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _arial_metric_font() -> bool:
+    """Whether fontconfig gives Arial's metrics (Arial or Liberation Sans): what the runs
+    table's widths are sized for (tracking/runs_table_view.py)."""
+    if shutil.which("fc-match") is None:
+        return False
+    family = subprocess.run(["fc-match", "-f", "%{family}", "Arial"], capture_output=True, text=True).stdout
+    return "Arial" in family or "Liberation Sans" in family
+
+
+ARIAL_METRICS = _arial_metric_font()
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-quic", "--disable-dev-shm-usage",
          "--hide-scrollbars", "--remote-debugging-port=0"]

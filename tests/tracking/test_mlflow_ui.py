@@ -14,7 +14,6 @@ answer's columns (tracking.comparison_columns), which the second test checks as 
 """
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -24,22 +23,7 @@ import pytest
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.server import TrackingServer
 from cem_ablate.tracking.study_runs import StudyTracker, VariantRunInfo
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _arial_metric_font() -> bool:
-    """Whether fontconfig gives Arial's metrics (Arial or Liberation Sans): what the runs
-    table's widths are sized for (tracking/runs_table_view.py)."""
-    import subprocess
-
-    if shutil.which("fc-match") is None:
-        return False
-    family = subprocess.run(["fc-match", "-f", "%{family}", "Arial"], capture_output=True, text=True).stdout
-    return "Arial" in family or "Liberation Sans" in family
-
-
-ARIAL_METRICS = _arial_metric_font()
+from tests.tracking.browser import ARIAL_METRICS, CHROMIUM
 
 
 def free_port() -> int:
