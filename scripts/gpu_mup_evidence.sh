@@ -79,21 +79,7 @@ wait "${pids[@]}"
 log "reports written"
 
 # Every trial of the store, one row each (what the reports are computed from).
-python3 - mlruns/optuna.db >reports_gpu/trials.csv <<'EOF'
-import csv, sys
-import optuna
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-storage = f"sqlite:///{sys.argv[1]}"
-out = csv.writer(sys.stdout)
-out.writerow(["study", "variant", "lr", "seed", "state", "status", "value", "seconds", "trial_key", "reason"])
-for summary in optuna.get_all_study_summaries(storage):
-    study = optuna.load_study(study_name=summary.study_name, storage=storage)
-    for t in study.trials:
-        a = t.user_attrs
-        out.writerow([summary.study_name, study.user_attrs.get("variant", ""), t.params.get("lr"), t.params.get("seed"),
-                      t.state.name, a.get("status", ""), t.value, a.get("seconds", ""), a.get("trial_key", ""),
-                      str(a.get("reason", ""))[:200]])
-EOF
+python3 scripts/store_trials_csv.py mlruns/optuna.db >reports_gpu/trials.csv
 log "trials: $(($(wc -l <reports_gpu/trials.csv) - 1)) rows"
 tar -czf "$OUT/reports_gpu.tgz" reports_gpu
 ls -la "$OUT"

@@ -11,6 +11,10 @@ grid would weigh the rates it reached more), and the table says how many did.
     python scripts/mup_width_csv_report.py docs/figures/mup_width_gpu/trials_lease*.csv
     python scripts/mup_width_csv_report.py --seeds 0 docs/figures/mup_width_gpu_scaled/trials.csv
     python scripts/mup_width_csv_report.py --at 256 docs/figures/mup_width_gpu_scaled/trials*.csv
+    python scripts/mup_width_csv_report.py --studies std_width_cpu docs/figures/std_width_cpu_trials.csv
+
+A study's trials reused by key in another study (a scale that adds rates or seeds to an earlier
+one) enter once: a trial is its (variant, seed, lr).
 
 `--plot DIR` draws, per family, test perplexity against the learning rate with one curve per
 width (the report's figure: seed means ± std, Akima curve, lr* with its 95% interval) into
@@ -38,7 +42,7 @@ WIDTHS = (32, 64, 128, 256)
 
 
 def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None, plot: str | None = None,
-         transfer: str = "transfer_gpu_scaled") -> None:
+         transfer: str = "transfer_gpu_scaled", studies: str = "mup_width_gpu") -> None:
     values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     targets: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     for path in paths:
@@ -49,7 +53,7 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
                 if row["study"].split("/")[0] == transfer:  # one transfer study's targets
                     targets[row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
                 continue
-            if row["study"].startswith("mup_width_gpu"):
+            if row["study"].startswith(studies):
                 variant = row["variant"]
             elif row["study"].startswith("transfer_gpu") and "_proxy/" in row["study"]:
                 variant = f"d64_{row['variant'].removesuffix('@proxy')}"
@@ -192,6 +196,9 @@ if __name__ == "__main__":
     parser.add_argument("--transfer", default="transfer_gpu_scaled",
                         help="the transfer study whose targets --at compares (default transfer_gpu_scaled)")
     parser.add_argument("--plot", metavar="DIR", help="write the per-family sweeps and lr* vs width here")
+    parser.add_argument("--studies", default="mup_width_gpu",
+                        help="the width studies whose trials are pooled: names starting with this "
+                             "(default mup_width_gpu; std_width_cpu for standard parametrization on CPU)")
     opts = parser.parse_args()
     main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at, opts.plot,
-         opts.transfer)
+         opts.transfer, opts.studies)
