@@ -65,6 +65,9 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
         grid = set().union(*per_seed.values())
         for seed in [s for s, points in per_seed.items() if set(points) != grid]:
             del per_seed[seed]
+    for variant in [v for v, per_seed in values.items() if len(set().union(*per_seed.values())) < 3]:
+        print(f"({variant}: fewer than 3 rates, no fit)")
+        del values[variant]
     # each variant's fit and intervals, once (the report's own: analysis.statistics.variant_stats)
     stats = {variant: _stats(per_seed) for variant, per_seed in values.items() if per_seed}
     print("| family | d_model | seeds | lr* (Akima, seed mean) [95%] | per-seed argmin | test ppl at lr* |")

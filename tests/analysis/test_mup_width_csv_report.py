@@ -89,3 +89,35 @@ def test_plot_draws_each_familys_sweeps_and_lr_star_against_width(report, tmp_pa
     report.main([str(write(tmp_path / "a.csv", rows))], plot=str(tmp_path / "figures"))
     drawn = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert drawn == ["lr_star_vs_width.png", "ppl_vs_lr_llama.png"]  # only the families with trials
+
+
+def test_other_width_studies_pool_by_prefix_and_a_reused_trial_counts_once(report, tmp_path, capsys):
+    # Standard parametrization's CPU studies: a first scale (seed 0), a later one that reuses it
+    # by key and adds seeds 1, 2 (seed 0's rows appear in both), and a scale of extra rates.
+    rows = []
+    for d, star in ((32, 8.0e-3), (64, 2.0e-3)):
+        for seed in (0, 1, 2):
+            studies = ["std_width_cpu_x_seed0", "std_width_cpu_x"] if seed == 0 else ["std_width_cpu_x"]
+            for study in studies:
+                for lr in GRID:
+                    rows.append({"study": f"{study}/d{d}_llama-k", "variant": f"d{d}_llama", "lr": lr, "seed": seed,
+                                 "value": curve(lr, star, 5.0, seed)})
+            if d == 32:  # above the grid: brackets d 32's optimum
+                for lr in (8.0e-3, 1.13e-2, 1.6e-2):
+                    rows.append({"study": f"std_width_cpu_x_high/d{d}_llama-k", "variant": f"d{d}_llama", "lr": lr,
+                                 "seed": seed, "value": curve(lr, star, 5.0, seed)})
+    rows.append({"study": "mup_width_gpu_scaled/d64_llama-k", "variant": "d64_llama", "lr": 1.0e-3, "seed": 0,
+                 "value": 99.0})  # another design: left out under this prefix
+    path = str(write(tmp_path / "std.csv", rows))
+
+    report.main([path])  # the default prefix: only that one stray row, one rate, no fit
+    text = capsys.readouterr().out
+    assert "| llama | 32 |" not in text and "d64_llama: fewer than 3 rates" in text
+    report.main([path], studies="std_width_cpu")
+    text = capsys.readouterr().out
+    table = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line.split("|") for line in text.splitlines()
+             if line.startswith("| ")}
+    assert table[("llama", "32")][3].strip() == "3" and table[("llama", "64")][3].strip() == "3"
+    lr32 = float(table[("llama", "32")][4].split()[0])
+    assert 6.5e-3 <= lr32 <= 9.5e-3 and "edge" not in table[("llama", "32")][4]  # the high rates bracket it
+    assert 3.3 <= float(table[("llama", "drift max/min")][4].strip().rstrip("x")) <= 4.7
