@@ -11,7 +11,7 @@ grid would weigh the rates it reached more), and the table says how many did.
     python scripts/mup_width_csv_report.py docs/figures/mup_width_gpu/trials_lease*.csv
     python scripts/mup_width_csv_report.py --seeds 0 docs/figures/mup_width_gpu_scaled/trials.csv
     python scripts/mup_width_csv_report.py --at 256 docs/figures/mup_width_gpu_scaled/trials*.csv
-    python scripts/mup_width_csv_report.py --studies std_width_cpu docs/figures/std_width_cpu_trials.csv
+    python scripts/mup_width_csv_report.py --studies std_width_cpu docs/figures/cpu_70eff9c_trials.csv
 
 A study's trials reused by key in another study (a scale that adds rates or seeds to an earlier
 one) enter once: a trial is its (variant, seed, lr).
