@@ -75,6 +75,11 @@ def test_the_drift_and_the_transfer_check_follow_the_curves(report, tmp_path, ca
     line = next(v for k, v in rows.items() if k[0] == "llama" and "±" in v)
     gap = float(line.split("|")[7].split()[0])
     assert 0.2 <= gap <= 0.4
+    # ... and on the quadratic fitted within an octave of lr*: 0.3 / 5.0, lr* at 4e-3, a good fit
+    smooth = line.split("|")[9].split()
+    assert 5.5 <= float(smooth[0].rstrip("%")) <= 6.5, smooth
+    assert smooth[3].startswith("(0.004")
+    assert float(smooth[-1].rstrip(")")) > 0.05  # lack-of-fit p
     verdicts = {k[0]: v for k, v in rows.items() if v.rstrip().endswith(("| yes |", "| NO |"))}
     assert verdicts["cem_attention_T1"].split("|")[2].strip().startswith("worse")
     assert verdicts["cem_attention_T1"].rstrip().endswith("| yes |")
