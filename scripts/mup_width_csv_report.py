@@ -29,7 +29,12 @@ quadratic in log lr with seed offsets, fitted to the full grid's and the targets
 an octave of the grid's lr*, a residual-bootstrap 95% interval and the quadratic's lack-of-fit p):
 one trial's scatter around that curve at d 256 exceeds the seed std at the best grid point, and
 the best of several grid means is biased low, so the point-against-point gap mostly measures noise.
-`--transfer transfer_gpu_scaled_proxy5` selects the 5-proxy-seed study's targets.
+`--transfer transfer_gpu_scaled_proxy5` selects the 5-proxy-seed study's targets. `--proxies
+PREFIX` names the transfer studies whose proxy trials are pooled as d 64 trials (default
+transfer_gpu: the GPU leases'; a CPU store holds other recipes' proxies, which must not mix in).
+
+    python scripts/mup_width_csv_report.py --studies mup_width_pilot_zero_warmup30 --proxies transfer_cpu_zero \
+        --at 256 --transfer transfer_cpu_zero_warmup30_llama docs/figures/cpu_70eff9c_trials.csv
 """
 
 from __future__ import annotations
@@ -49,20 +54,21 @@ WIDTHS = (32, 64, 128, 256)
 
 
 def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None, plot: str | None = None,
-         transfer: str = "transfer_gpu_scaled", studies: str = "mup_width_gpu") -> None:
+         transfer: str = "transfer_gpu_scaled", studies: str = "mup_width_gpu",
+         proxies: str = "transfer_gpu") -> None:
     values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     targets: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     for path in paths:
         for row in csv.DictReader(open(path)):
             if row["state"] != "COMPLETE":
                 continue
-            if row["study"].startswith("transfer_gpu") and "_proxy/" not in row["study"]:
+            if row["study"].startswith("transfer") and "_proxy/" not in row["study"]:
                 if row["study"].split("/")[0] == transfer:  # one transfer study's targets
                     targets[row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
                 continue
             if row["study"].startswith(studies):
                 variant = row["variant"]
-            elif row["study"].startswith("transfer_gpu") and "_proxy/" in row["study"]:
+            elif row["study"].startswith(proxies) and "_proxy/" in row["study"]:
                 variant = f"d64_{row['variant'].removesuffix('@proxy')}"
             else:
                 continue
@@ -228,6 +234,9 @@ if __name__ == "__main__":
     parser.add_argument("--studies", default="mup_width_gpu",
                         help="the width studies whose trials are pooled: names starting with this "
                              "(default mup_width_gpu; std_width_cpu for standard parametrization on CPU)")
+    parser.add_argument("--proxies", default="transfer_gpu",
+                        help="the transfer studies whose proxy trials count as d 64 trials: names starting "
+                             "with this (default transfer_gpu; the width studies' recipe must be theirs)")
     opts = parser.parse_args()
     main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at, opts.plot,
-         opts.transfer, opts.studies)
+         opts.transfer, opts.studies, opts.proxies)

@@ -126,3 +126,30 @@ def test_other_width_studies_pool_by_prefix_and_a_reused_trial_counts_once(repor
     lr32 = float(table[("llama", "32")][4].split()[0])
     assert 6.5e-3 <= lr32 <= 9.5e-3 and "edge" not in table[("llama", "32")][4]  # the high rates bracket it
     assert 3.3 <= float(table[("llama", "drift max/min")][4].strip().rstrip("x")) <= 4.7
+
+
+def test_a_cpu_transfer_study_pools_only_its_own_proxies_and_is_checked_at_the_target(report, tmp_path, capsys):
+    # One CPU store: the zero-readout width study (d 64 through its transfer proxy, d 256 full
+    # grid), that transfer study's targets, and another recipe's proxies that must not mix in.
+    rows = []
+    for seed in (0, 1, 2):
+        for lr in GRID:
+            rows.append({"study": "transfer_cpu_zero_x_proxy/llama-proxy-k", "variant": "llama@proxy", "lr": lr,
+                         "seed": seed, "value": curve(lr, 2.0e-3, 5.5, seed)})
+            rows.append({"study": "transfer_cpu_proxy/llama-proxy-j", "variant": "llama@proxy", "lr": lr,
+                         "seed": seed + 3, "value": curve(lr, 5.66e-3, 9.0, seed)})  # another recipe
+            rows.append({"study": "mup_width_zero_x_d256/d256_llama-k", "variant": "d256_llama", "lr": lr,
+                         "seed": seed, "value": curve(lr, 2.83e-3, 5.0, seed)})
+        rows.append({"study": "transfer_cpu_zero_x/llama-k", "variant": "llama", "lr": 2.0e-3, "seed": seed,
+                     "value": curve(2.0e-3, 2.83e-3, 5.0, seed)})
+    path = str(write(tmp_path / "cpu.csv", rows))
+    report.main([path], at=256, transfer="transfer_cpu_zero_x", studies="mup_width_zero_x",
+                proxies="transfer_cpu_zero")
+    text = capsys.readouterr().out
+    table = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line.split("|") for line in text.splitlines()
+             if line.startswith("| ")}
+    assert table[("llama", "64")][3].strip() == "3"  # the other recipe's seeds 3-5 left out
+    assert abs(float(table[("llama", "64")][4].split()[0]) - 2.0e-3) < 2e-4
+    target = next(v for k, v in table.items() if k[0] == "llama" and "±" in "|".join(v))
+    assert target[5].strip() == "0.002"  # transferred from the proxy's lr*
+    assert 0.05 <= float(target[7].split()[0]) <= 0.1  # 0.3 * 0.5^2 above the d 256 optimum
