@@ -220,6 +220,8 @@ def transfer_check(stats, targets, width: int, values=None) -> None:
     print("|---|---|---|---|")
     for f in FAMILIES[1:]:
         a, b = full.get(f, "-"), transferred.get(f, "-")
+        if a == b == "-":  # a family neither study has
+            continue
         print(f"| {f} | {a} | {b} | {'yes' if a.split()[0] == b.split()[0] else 'NO'} |")
 
 

@@ -153,3 +153,4 @@ def test_a_cpu_transfer_study_pools_only_its_own_proxies_and_is_checked_at_the_t
     target = next(v for k, v in table.items() if k[0] == "llama" and "±" in "|".join(v))
     assert target[5].strip() == "0.002"  # transferred from the proxy's lr*
     assert 0.05 <= float(target[7].split()[0]) <= 0.1  # 0.3 * 0.5^2 above the d 256 optimum
+    assert ("cem_mlp_T1", "-") not in table  # no verdict rows for families neither study has
