@@ -173,8 +173,6 @@ def _verdicts(stats: dict) -> dict[str, str]:
 
 
 def _smooth(values, family: str, width: int, target: dict, lr: float, centre: float) -> str:
-    if values is None:
-        return "-"
     observations = [(a, seed, v) for per_seed in (values[f"d{width}_{family}"], target)
                     for seed, points in per_seed.items() for a, v in points.items()]
     try:
@@ -185,8 +183,8 @@ def _smooth(values, family: str, width: int, target: dict, lr: float, centre: fl
             f"({g.lr_star:.3g}; {len(g.rates)} rates; p {g.lack_of_fit_p:.2g})")
 
 
-def transfer_check(stats, targets, width: int, values=None) -> None:
-    """At `width`: full-grid optimum vs the transfer targets, and both studies' verdicts; with
+def transfer_check(stats, targets, width: int, values) -> None:
+    """At `width`: full-grid optimum vs the transfer targets, and both studies' verdicts; from
     `values` (the trials per variant) also the transferred rate's cost on a quadratic fitted to
     the target's curve within an octave of its lr* (analysis.smooth_gap: single trials scatter
     more than the seed std at the best grid point, and the best of several grid means is biased

@@ -12,7 +12,9 @@ So the cost of a rate is read off a fitted curve instead: a quadratic in log2(lr
 offset per seed (seeds share init and data order across rates), least squares over the rates
 within `octaves` of a centre (the Akima lr*), and the gap f(lr) - min f over the fitted range,
 relative to the curve's level at its minimum (seed-averaged). Its interval is a residual
-bootstrap (residuals inflated by sqrt(n / (n - p)), the usual leverage correction); coverage by
+bootstrap (residuals inflated by sqrt(n / (n - p)), the usual leverage correction), written
+here because scipy.stats.bootstrap resamples observations, which would drop rates and seeds
+from the fixed rate x seed design the fit needs; coverage by
 simulation, 9 rates x 3 seeds, noise sd 0.06-0.15, true gaps 0.05-1.45%: 94.0-95.5% at 95%
 (400 simulations each; without the inflation 92-94.5%); tests/analysis/test_smooth_gap.py
 repeats a smaller version. The F test of the quadratic against a free mean per rate (lack of
