@@ -1,4 +1,4 @@
-"""lr* across width from the trial CSVs of GPU leases (scripts/gpu_mup_evidence.sh).
+"""lr* across width from trial CSVs (GPU leases, scripts/gpu_mup_evidence.sh; CPU stores; reports).
 
 Each device lease starts bare, so trials of one study can end up in several stores; their
 CSVs (one row per trial) are pooled here and put through the report's own estimators
@@ -12,6 +12,11 @@ grid would weigh the rates it reached more), and the table says how many did.
     python scripts/mup_width_csv_report.py --seeds 0 docs/figures/mup_width_gpu_scaled/trials.csv
     python scripts/mup_width_csv_report.py --at 256 docs/figures/mup_width_gpu_scaled/trials*.csv
     python scripts/mup_width_csv_report.py --studies std_width_cpu docs/figures/cpu_70eff9c_trials.csv
+    python scripts/mup_width_csv_report.py --studies mup_width_cpu --proxies transfer_cpu_first \
+        docs/figures/cpu_217a9b8_trials.csv docs/figures/cpu_70eff9c_trials.csv
+
+A CSV per store (scripts/store_trials_csv.py) or per written report whose store is gone
+(scripts/report_trials_csv.py: the CPU d 32-128 studies of 2026-11-26).
 
 A study's trials reused by key in another study (a scale that adds rates or seeds to an earlier
 one) enter once: a trial is its (variant, seed, lr).
@@ -29,7 +34,8 @@ quadratic in log lr with seed offsets, fitted to the full grid's and the targets
 an octave of the grid's lr*, a residual-bootstrap 95% interval and the quadratic's lack-of-fit p):
 one trial's scatter around that curve at d 256 exceeds the seed std at the best grid point, and
 the best of several grid means is biased low, so the point-against-point gap mostly measures noise.
-`--transfer transfer_gpu_scaled_proxy5` selects the 5-proxy-seed study's targets. `--proxies
+`--transfer transfer_gpu_scaled_proxy5` selects the 5-proxy-seed study's targets (comma-separated
+names: several studies' targets, e.g. one per family). `--proxies
 PREFIX` names the transfer studies whose proxy trials are pooled as d 64 trials (default
 transfer_gpu: the GPU leases'; a CPU store holds other recipes' proxies, which must not mix in).
 
@@ -63,7 +69,7 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
             if row["state"] != "COMPLETE":
                 continue
             if row["study"].startswith("transfer") and "_proxy/" not in row["study"]:
-                if row["study"].split("/")[0] == transfer:  # one transfer study's targets
+                if row["study"].split("/")[0] in transfer.split(","):  # the named transfer studies' targets
                     targets[row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
                 continue
             if row["study"].startswith(studies):
@@ -229,7 +235,8 @@ if __name__ == "__main__":
     parser.add_argument("--seeds", help="comma-separated seeds to use (default: every complete seed)")
     parser.add_argument("--at", type=int, help="width of the transfer targets: full grid vs transfer there")
     parser.add_argument("--transfer", default="transfer_gpu_scaled",
-                        help="the transfer study whose targets --at compares (default transfer_gpu_scaled)")
+                        help="the transfer studies (comma-separated names) whose targets --at compares "
+                             "(default transfer_gpu_scaled)")
     parser.add_argument("--plot", metavar="DIR", help="write the per-family sweeps and lr* vs width here")
     parser.add_argument("--studies", default="mup_width_gpu",
                         help="the width studies whose trials are pooled: names starting with this "
