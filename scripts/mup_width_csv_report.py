@@ -226,7 +226,8 @@ def transfer_check(stats, targets, width: int, values) -> None:
         a, b = full.get(f, "-"), transferred.get(f, "-")
         if a == b == "-":  # a family neither study has
             continue
-        print(f"| {f} | {a} | {b} | {'yes' if a.split()[0] == b.split()[0] else 'NO'} |")
+        same = "-" if "-" in (a, b) else "yes" if a.split()[0] == b.split()[0] else "NO"  # "-": one study lacks it
+        print(f"| {f} | {a} | {b} | {same} |")
 
 
 if __name__ == "__main__":

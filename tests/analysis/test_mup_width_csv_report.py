@@ -154,3 +154,24 @@ def test_a_cpu_transfer_study_pools_only_its_own_proxies_and_is_checked_at_the_t
     assert target[5].strip() == "0.002"  # transferred from the proxy's lr*
     assert 0.05 <= float(target[7].split()[0]) <= 0.1  # 0.3 * 0.5^2 above the d 256 optimum
     assert ("cem_mlp_T1", "-") not in table  # no verdict rows for families neither study has
+
+
+def test_targets_of_several_transfer_studies_pool_and_a_family_without_a_full_grid_is_not_compared(
+        report, tmp_path, capsys):
+    # Llama's target in one transfer study, CEM attention T = 1's in another (one per family, as
+    # on CPU); only Llama has a d 256 full grid, so T = 1's verdict has nothing to agree with.
+    rows = []
+    for seed in (0, 1, 2):
+        for lr in GRID:
+            rows.append({"study": "mup_width_cpu_d256/d256_llama-k", "variant": "d256_llama", "lr": lr,
+                         "seed": seed, "value": curve(lr, 2.83e-3, 5.0, seed)})
+        for study, family, floor in (("transfer_cpu_a", "llama", 5.0), ("transfer_cpu_b", "cem_attention_T1", 7.0)):
+            rows.append({"study": f"{study}/{family}-k", "variant": family, "lr": 2.0e-3, "seed": seed,
+                         "value": curve(2.0e-3, 2.83e-3, floor, seed)})
+    path = str(write(tmp_path / "cpu.csv", rows))
+    report.main([path], at=256, transfer="transfer_cpu_a", studies="mup_width_cpu")
+    assert "worse" not in capsys.readouterr().out  # only the named study's targets: no T = 1
+    report.main([path], at=256, transfer="transfer_cpu_a,transfer_cpu_b", studies="mup_width_cpu")
+    lines = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| cem_attention_T1")]
+    (verdict,) = lines
+    assert verdict[2].strip() == "-" and verdict[3].strip().startswith("worse") and verdict[4].strip() == "-"
