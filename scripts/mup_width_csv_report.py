@@ -35,7 +35,7 @@ an octave of the grid's lr*, a residual-bootstrap 95% interval and the quadratic
 one trial's scatter around that curve at d 256 exceeds the seed std at the best grid point, and
 the best of several grid means is biased low, so the point-against-point gap mostly measures noise.
 `--transfer transfer_gpu_scaled_proxy5` selects the 5-proxy-seed study's targets (comma-separated
-names: several studies' targets, e.g. one per family). `--proxies
+names: several studies' targets, e.g. one per family; where two have a family, the first named). `--proxies
 PREFIX` names the transfer studies whose proxy trials are pooled as d 64 trials (default
 transfer_gpu: the GPU leases'; a CPU store holds other recipes' proxies, which must not mix in).
 
@@ -63,14 +63,18 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
          transfer: str = "transfer_gpu_scaled", studies: str = "mup_width_gpu",
          proxies: str = "transfer_gpu") -> None:
     values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
-    targets: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
+    # a family's targets come from the first named transfer study that has any (a later study
+    # that retrains one family, e.g. with more proxy seeds, is named first to replace it)
+    order = transfer.split(",")
+    by_study: dict[str, dict] = {name: defaultdict(lambda: defaultdict(dict)) for name in order}
     for path in paths:
         for row in csv.DictReader(open(path)):
             if row["state"] != "COMPLETE":
                 continue
-            if row["study"].startswith("transfer") and "_proxy/" not in row["study"]:
-                if row["study"].split("/")[0] in transfer.split(","):  # the named transfer studies' targets
-                    targets[row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
+            study = row["study"].split("/")[0]
+            if study.startswith("transfer") and not study.endswith("_proxy"):
+                if study in by_study:  # the named transfer studies' targets
+                    by_study[study][row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
                 continue
             if row["study"].startswith(studies):
                 variant = row["variant"]
@@ -80,6 +84,9 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
                 continue
             if seeds is None or int(row["seed"]) in seeds:
                 values[variant][int(row["seed"])][float(row["lr"])] = float(row["value"])
+    targets = {}
+    for name in reversed(order):
+        targets.update(by_study[name])
     for variant, per_seed in values.items():
         grid = set().union(*per_seed.values())
         for seed in [s for s, points in per_seed.items() if set(points) != grid]:
@@ -236,7 +243,8 @@ if __name__ == "__main__":
     parser.add_argument("--seeds", help="comma-separated seeds to use (default: every complete seed)")
     parser.add_argument("--at", type=int, help="width of the transfer targets: full grid vs transfer there")
     parser.add_argument("--transfer", default="transfer_gpu_scaled",
-                        help="the transfer studies (comma-separated names) whose targets --at compares "
+                        help="the transfer studies (comma-separated names; for a family in several, the "
+                             "first) whose targets --at compares "
                              "(default transfer_gpu_scaled)")
     parser.add_argument("--plot", metavar="DIR", help="write the per-family sweeps and lr* vs width here")
     parser.add_argument("--studies", default="mup_width_gpu",

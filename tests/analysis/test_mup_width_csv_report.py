@@ -168,6 +168,9 @@ def test_targets_of_several_transfer_studies_pool_and_a_family_without_a_full_gr
         for study, family, floor in (("transfer_cpu_a", "llama", 5.0), ("transfer_cpu_b", "cem_attention_T1", 7.0)):
             rows.append({"study": f"{study}/{family}-k", "variant": family, "lr": 2.0e-3, "seed": seed,
                          "value": curve(2.0e-3, 2.83e-3, floor, seed)})
+        # a later study that retrains Llama's target at another rate (as with more proxy seeds)
+        rows.append({"study": "transfer_cpu_c/llama-k", "variant": "llama", "lr": 2.83e-3, "seed": seed,
+                     "value": curve(2.83e-3, 2.83e-3, 5.0, seed)})
     path = str(write(tmp_path / "cpu.csv", rows))
     report.main([path], at=256, transfer="transfer_cpu_a", studies="mup_width_cpu")
     assert "worse" not in capsys.readouterr().out  # only the named study's targets: no T = 1
@@ -175,3 +178,11 @@ def test_targets_of_several_transfer_studies_pool_and_a_family_without_a_full_gr
     lines = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| cem_attention_T1")]
     (verdict,) = lines
     assert verdict[2].strip() == "-" and verdict[3].strip().startswith("worse") and verdict[4].strip() == "-"
+
+    def transferred(names: str) -> str:  # Llama's transferred rate in the transfer table
+        report.main([path], at=256, transfer=names, studies="mup_width_cpu")
+        (line,) = [x.split("|") for x in capsys.readouterr().out.splitlines() if x.startswith("| llama |") and "±" in x]
+        return line[5].strip()
+
+    assert transferred("transfer_cpu_a,transfer_cpu_c") == "0.002"  # where two studies have it: the first
+    assert transferred("transfer_cpu_c,transfer_cpu_a") == "0.00283"
