@@ -252,7 +252,8 @@ if __name__ == "__main__":
                              "(default mup_width_gpu; std_width_cpu for standard parametrization on CPU)")
     parser.add_argument("--proxies", default="transfer_gpu",
                         help="the transfer studies whose proxy trials count as d 64 trials: names starting "
-                             "with this (default transfer_gpu; the width studies' recipe must be theirs)")
+                             "with this (default transfer_gpu; the width studies' recipe must be theirs; "
+                             "a prefix no study has, e.g. none, pools no proxies)")
     opts = parser.parse_args()
     main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at, opts.plot,
          opts.transfer, opts.studies, opts.proxies)
