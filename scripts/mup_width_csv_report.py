@@ -5,8 +5,9 @@ CSVs (one row per trial) are pooled here and put through the report's own estima
 (analysis.statistics.variant_stats: the Akima fit on the seed mean, analysis.optimum's 95%
 interval; once per variant), per width family of studies/mup_width.yaml. The transfer study's proxy trials
 (studies/transfer.yaml, proxy d 64) are the width study's d 64 trials and count as such. Only
-seeds whose grid is complete enter a fit (a lease cut short leaves some seeds partial: a partial
-grid would weigh the rates it reached more), and the table says how many did.
+the largest complete block of seeds x rates enters a fit (a lease cut short leaves some seeds
+partial: a partial grid would weigh the rates it reached more; a later scale that adds a rate
+leaves it partial until every seed has it), and the table says how many seeds did.
 
     python scripts/mup_width_csv_report.py docs/figures/mup_width_gpu/trials_lease*.csv
     python scripts/mup_width_csv_report.py --seeds 0 docs/figures/mup_width_gpu_scaled/trials.csv
@@ -88,9 +89,8 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
     for name in reversed(order):
         targets.update(by_study[name])
     for variant, per_seed in values.items():
-        grid = set().union(*per_seed.values())
-        for seed in [s for s, points in per_seed.items() if set(points) != grid]:
-            del per_seed[seed]
+        grid, kept = complete_rectangle(per_seed)
+        values[variant] = {seed: {lr: v for lr, v in per_seed[seed].items() if lr in grid} for seed in kept}
     for variant in [v for v, per_seed in values.items() if len(set().union(*per_seed.values())) < 3]:
         print(f"({variant}: fewer than 3 rates, no fit)")
         del values[variant]
@@ -125,6 +125,19 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
         transfer_check(stats, targets, at, values)
     if plot is not None:
         plot_families(values, stats, plot)
+
+
+def complete_rectangle(per_seed: dict[int, dict[float, float]]) -> tuple[set[float], list[int]]:
+    """The rates and seeds of the largest complete seeds x rates block: one seed's rates, and
+    every seed that has all of them. A seed cut short (a lease that ended) is left out rather
+    than its rates weighing more; a rate only some seeds have (a later scale that added it for
+    one seed so far) is left out rather than the seeds without it."""
+    best: tuple[int, int, set[float], list[int]] = (0, 0, set(), [])
+    for points in per_seed.values():
+        grid = set(points)
+        seeds = sorted(s for s, p in per_seed.items() if grid <= set(p))
+        best = max(best, (len(grid) * len(seeds), len(seeds), grid, seeds), key=lambda b: b[:2])
+    return best[2], best[3]
 
 
 def plot_families(values, stats, out: str) -> None:

@@ -186,3 +186,18 @@ def test_targets_of_several_transfer_studies_pool_and_a_family_without_a_full_gr
 
     assert transferred("transfer_cpu_a,transfer_cpu_c") == "0.002"  # where two studies have it: the first
     assert transferred("transfer_cpu_c,transfer_cpu_a") == "0.00283"
+
+
+def test_a_rate_only_one_seed_has_is_left_out_not_the_seeds_without_it(report, tmp_path, capsys):
+    # A later scale added 7.07e-4 and so far finished it for seed 0 only; seed 5 was cut short.
+    grid = {lr: 5.0 for lr in GRID}
+    per_seed = {0: {**grid, 7.07e-4: 9.0}, 1: dict(grid), 2: dict(grid), 5: {1.0e-3: 5.0}}
+    rates, seeds = report.complete_rectangle(per_seed)
+    assert rates == set(GRID) and seeds == [0, 1, 2]
+    rows = [{"study": "mup_width_cpu_x/d256_llama-k", "variant": "d256_llama", "lr": lr, "seed": seed,
+             "value": curve(lr, 2.83e-3, 5.0, seed)} for seed in (0, 1, 2) for lr in GRID]
+    rows.append({"study": "mup_width_cpu_y/d256_llama-k", "variant": "d256_llama", "lr": 7.07e-4, "seed": 0,
+                 "value": 99.0})
+    report.main([str(write(tmp_path / "a.csv", rows))], studies="mup_width_cpu")
+    (line,) = [x.split("|") for x in capsys.readouterr().out.splitlines() if x.startswith("| llama | 256 |")]
+    assert line[3].strip() == "3" and abs(float(line[4].split()[0]) - 2.83e-3) < 2e-4
