@@ -14,7 +14,7 @@ leaves it partial until every seed has it), and the table says how many seeds di
     python scripts/mup_width_csv_report.py --at 256 docs/figures/mup_width_gpu_scaled/trials*.csv
     python scripts/mup_width_csv_report.py --studies std_width_cpu docs/figures/cpu_70eff9c_trials.csv
     python scripts/mup_width_csv_report.py --studies mup_width_cpu --proxies none --at 256 \
-        --transfer transfer_cpu_mlp_proxy5,transfer_cpu_first,transfer_cpu_attention_T2 \
+        --transfer transfer_cpu_mlp_proxy5,transfer_cpu_first,transfer_cpu_attention_T2,transfer_cpu_full_cem \
         docs/figures/cpu_217a9b8_trials.csv docs/figures/cpu_70eff9c_trials.csv
 
 A CSV per store (scripts/store_trials_csv.py) or per written report whose store is gone
