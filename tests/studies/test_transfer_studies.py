@@ -90,3 +90,25 @@ def test_the_scaled_readout_gpu_scales_share_their_trials():
     assert list(proxies.spec.lr_search.grid) == list(seed0.spec.lr_search.grid)
     for v in proxies.variants:
         assert v.trial_key(2e-3, 2) == full[f"d64_{v.name.removesuffix('@proxy')}"].trial_key(2e-3, 2)
+
+
+def _scales(study: str) -> list[str]:
+    import yaml
+
+    return list(yaml.safe_load((STUDIES / study).read_text())["scale"])
+
+
+@pytest.mark.parametrize("study", ["mup_width.yaml", "transfer.yaml"])
+def test_every_scale_of_the_mup_studies_validates_under_its_own_name(study):
+    """Each of the evidence scales (a new one is added per measurement) validates, every
+    variant is under mup but in the std_ scales (standard parametrization's drift, on purpose),
+    and no two scales share a study name (a shared name would pool two designs' trials in one
+    report)."""
+    names = []
+    for scale in _scales(study):
+        expanded = load_expanded(str(STUDIES / study), scale, [])
+        assert expanded.variants, scale
+        wanted = "standard" if scale.startswith("std_") else "mup"
+        assert all(v.config.model.parametrization == wanted for v in expanded.variants), scale
+        names.append(expanded.spec.name)
+    assert len(names) == len(set(names)) and len(names) >= 10
