@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cem_ablate.cli.study_command import load_expanded
+from cem_ablate.config import load_yaml
 from cem_ablate.study.dry_run import plan, transfer_costs
 from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S
 from tests.studies.test_smoke_runs import run_smoke
@@ -92,12 +93,6 @@ def test_the_scaled_readout_gpu_scales_share_their_trials():
         assert v.trial_key(2e-3, 2) == full[f"d64_{v.name.removesuffix('@proxy')}"].trial_key(2e-3, 2)
 
 
-def _scales(study: str) -> list[str]:
-    import yaml
-
-    return list(yaml.safe_load((STUDIES / study).read_text())["scale"])
-
-
 @pytest.mark.parametrize("study", ["mup_width.yaml", "transfer.yaml"])
 def test_every_scale_of_the_mup_studies_validates_under_its_own_name(study):
     """Each of the evidence scales (a new one is added per measurement) validates, every
@@ -105,7 +100,7 @@ def test_every_scale_of_the_mup_studies_validates_under_its_own_name(study):
     and no two scales share a study name (a shared name would pool two designs' trials in one
     report)."""
     names = []
-    for scale in _scales(study):
+    for scale in load_yaml(STUDIES / study)["scale"]:
         expanded = load_expanded(str(STUDIES / study), scale, [])
         assert expanded.variants, scale
         wanted = "standard" if scale.startswith("std_") else "mup"
