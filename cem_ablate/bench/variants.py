@@ -21,7 +21,8 @@ Variant names:
                           and mods as above) + Hopfield MLP, `block: parallel`, T joint steps
     <label>={yaml}        any `attention` / `mlp` sub-config and the model options
                           (config.MODEL_OPTIONS: stream, stream_momentum, velocity_norm, block,
-                          parametrization, base_d_model, step_scaling, mup_readout),
+                          parametrization, base_d_model, step_scaling, mup_readout,
+                          readout_init_scale),
                           e.g. 'mine={mlp: {name: cem, steps: 3}}', 'nes={stream: nesterov}'
 
 Sizes: `bench` is the issue-5 target (D 512, 8 heads, 6 layers, D_m 1376 = 8/3·D

@@ -24,7 +24,7 @@ VARIANT_HELP = ("variant names: llama, hf_llama (transformers reference, eager),
                 "cem_<attn|mlp|full>_t<T> and et_parallel_t<T> (CEM attention + Hopfield MLP, block: parallel) "
                 "with optional modifiers _ckpt _ref _nodiag _sdpa _blocked _flex _perhead _exact _diag _identity "
                 "_hb _nesterov, or 'label={yaml: attention, mlp, stream, stream_momentum, velocity_norm, block, "
-                "parametrization, base_d_model, step_scaling, mup_readout}'")
+                "parametrization, base_d_model, step_scaling, mup_readout, readout_init_scale}'")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -5,9 +5,13 @@ or study file's `base` (plugins included): the model at each of --widths (d_mlp 
 proportion, heads and depth fixed), a few Adam steps on one fixed batch of the offline corpus,
 mean |activation| of every module output before each step. Prints the slope of log mean|a| on
 log width per module and step with the worst step's 95% interval, names the modules whose
-|slope| exceeds --threshold and says whether each excess is resolved (one-sided t, Holm over
+slope lies beyond the bound and says whether each excess is resolved (one-sided t, Holm over
 the table: 3 initializations showed a transient +0.16 that 10 put at +0.04), and draws
 one log-log panel per module (PNG and SVG). Exit status 1 when a module exceeds it.
+
+The bound is muP's desiderata: |slope| <= --threshold for every module at every step, but the
+logits (the network output, O(1) in muP) may shrink with width before the last step, as muP's
+random readout makes them at init (m^-1/2); --strict-output bounds them two-sided at every step.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-d-model", type=int, help="override model.base_d_model (mup)")
     parser.add_argument("--threshold", type=float, default=0.1,
                         help="largest |slope| of log mean|activation| vs log width allowed (default 0.1)")
+    parser.add_argument("--strict-output", action="store_true",
+                        help="bound the logits' |slope| at every step too (default: muP's O(1) output, "
+                             "slope <= +threshold before the last step; only a zero readout passes strict)")
     parser.add_argument("--out", default="reports/coord_check",
                         help="folder for coord_check.png/.svg and coord_check.json (default reports/coord_check)")
 
@@ -76,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         parse_model_config(model_at_width(model, width), path=f"--widths {width}")
 
     settings = CoordCheckSettings(widths=widths, steps=args.steps, lr=args.lr, seeds=args.seeds,
-                                  threshold=args.threshold)
+                                  threshold=args.threshold, strict_output=args.strict_output)
     print(f"coordinate check: widths {','.join(map(str, widths))}, {args.steps} Adam steps at lr {args.lr:g}, "
           f"{args.seeds} seeds", flush=True)
     result = run_coord_check(model, settings, progress=lambda w, s: print(f"  d_model {w}, seed {s}: done",

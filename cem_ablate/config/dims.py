@@ -21,6 +21,7 @@ class ModelDims:
     parametrization: str = "standard"
     base_d_model: int = 256
     mup_readout: str = "scaled"  # "scaled" | "zero": the LM head's init under mup
+    readout_init_scale: float = 1.0  # the LM head's init std is init_std x this (model.readout_init_scale)
 
     @property
     def head_dim(self) -> int:

@@ -21,6 +21,7 @@ Their one description, with the defaults of `ModelOptions`, is `MODEL_OPTIONS`
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -91,6 +92,12 @@ class ModelOptions:
     # 1/fan_in^2 variance; the standard model at the base width), or zero, which cost 29% test
     # perplexity at the base width and left lr* unidentified (docs/results.md §18).
     mup_readout: Literal["scaled", "zero"] = "scaled"
+    # A multiplier on the LM head's init std (init_std x this; under mup the scaled readout x
+    # this, a width-independent constant as mup's authors advise tuning at the base width). The
+    # readout's random init is load-bearing on this platform's recipe: x0.1 costs 20-31% test
+    # perplexity at d 64, x10 gains 5% (Llama) and 16% (full CEM T = 2); docs/results.md §18,
+    # "The readout's init scale".
+    readout_init_scale: float = 1.0
 
     @property
     def has_velocity(self) -> bool:
@@ -108,6 +115,7 @@ MODEL_OPTIONS: dict[str, str] = {
     "base_d_model": "under mup: the proxy width at which mup coincides with standard",
     "step_scaling": "none | inverse_steps: every recursive sublayer steps with eta / T instead of eta",
     "mup_readout": "under mup: the LM head's init, scaled (standard init x base_d_model / d_model) | zero",
+    "readout_init_scale": "a multiplier (> 0) on the LM head's init std, under either parametrization",
 }
 
 
@@ -156,6 +164,7 @@ class ModelConfig(ModelOptions):
             parametrization=self.parametrization,
             base_d_model=self.base_d_model,
             mup_readout=self.mup_readout,
+            readout_init_scale=self.readout_init_scale,
         )
 
     def to_mapping(self) -> dict[str, Any]:
@@ -255,6 +264,9 @@ def parse_model_config(mapping: Any, path: str = "model") -> ModelConfig:
 def _check_model_options(cfg: ModelConfig, path: str) -> None:
     momentum = cfg.stream_momentum
     require(cfg.base_d_model > 0, join(path, "base_d_model"), f"must be a positive integer, got {cfg.base_d_model}.")
+    require(math.isfinite(cfg.readout_init_scale) and cfg.readout_init_scale > 0, join(path, "readout_init_scale"),
+            f"must be a finite number > 0, got {cfg.readout_init_scale} (a zero readout: parametrization: mup "
+            "with mup_readout: zero).")
     require(0.0 < momentum < 1.0, join(path, "stream_momentum"),
             f"must be in (0, 1): the learnable mu = sigmoid(a) starts at a = logit({momentum}) "
             "(SPEC §11.2); for mu = 0 use stream: residual.")

@@ -218,7 +218,7 @@ class CEMTransformer(nn.Module):
         nn.init.normal_(self.embed_tokens.weight, mean=0.0, std=dims.init_std)
         self.blocks = nn.ModuleList(blocks)
         self.norm = RMSNorm(dims.d_model, dims.norm_eps)
-        self.lm_head = linear(dims.d_model, dims.vocab_size, dims.init_std)
+        self.lm_head = linear(dims.d_model, dims.vocab_size, dims.init_std * dims.readout_init_scale)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(self.hidden_states(input_ids)))

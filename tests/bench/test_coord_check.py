@@ -56,6 +56,50 @@ def test_the_scaled_readouts_logits_start_at_m_to_the_minus_half_and_the_updates
     assert abs(slopes[-1]) < abs(slopes[0])
 
 
+def test_the_output_may_shrink_before_the_last_step_and_strict_output_bounds_it_too():
+    """muP's desiderata: the logits O(1) (one-sided) before the last step, Theta(1) at it; every
+    other module two-sided at every step; --strict-output: the logits two-sided throughout."""
+    shrinking_transient = {64: [[1.0, 1.0, 1.0]], 128: [[2 ** -0.5, 0.9, 1.0]], 256: [[0.5, 0.81, 1.0]]}
+    samples = {"logits": shrinking_transient, "blocks.0.mlp": shrinking_transient,
+               "embedding": {64: [[1.0] * 3], 128: [[1.0] * 3], 256: [[1.0] * 3]}}
+    lenient = CoordCheckResult(CoordCheckSettings(widths=(64, 128, 256), steps=3), "mup", samples)
+    assert lenient.flagged() == ["blocks.0.mlp"]
+    row = next(line for line in lenient.table().splitlines() if line.startswith("logits"))
+    assert row.endswith("(shrinks with width at t1-t2: the output may, muP's O(1); within the bound at the last step)")
+    strict = CoordCheckResult(CoordCheckSettings(widths=(64, 128, 256), steps=3, strict_output=True), "mup", samples)
+    assert strict.flagged() == ["logits", "blocks.0.mlp"]
+    # still shrinking at the last step (a readout lr too small), or growing (standard): exceeds
+    late = {64: [[1.0, 1.0]], 128: [[1.0, 0.5]], 256: [[1.0, 0.25]]}
+    grows = {64: [[1.0, 1.0]], 128: [[2.0, 1.0]], 256: [[4.0, 1.0]]}
+    for logits, where in ((late, "at t2 (shrinks with width)"), (grows, "at t1 (grows with width)")):
+        result = CoordCheckResult(CoordCheckSettings(widths=(64, 128, 256), steps=2), "mup", {"logits": logits})
+        assert result.flagged() == ["logits"] and f"<- exceeds {where}" in result.table()
+
+
+def test_the_output_bound_is_one_sided_in_the_excess_test_too():
+    """A true slope of -0.5 in the logits before the last step is never resolved as an excess
+    (p ~ 1); at the last step, and +0.5 at any step, it is."""
+    rng = np.random.default_rng(11)
+    result = _simulated(rng, -0.5, (0.02, 0.02, 0.02, 0.02), 10, steps=3)
+    result.samples["logits"] = result.samples.pop("m0")
+    assert resolved_excess(result) == {"logits": [2]}
+    up = _simulated(rng, 0.5, (0.02, 0.02, 0.02, 0.02), 10, steps=3)
+    up.samples["logits"] = up.samples.pop("m0")
+    assert resolved_excess(up) == {"logits": [0, 1, 2]}
+
+
+def test_mup_with_the_scaled_readout_passes_once_its_logits_transient_is_over():
+    """The default readout's logits start at m^-1/2 and the learned part takes over within a
+    few steps: not flagged by muP's output bound, flagged by --strict-output."""
+    settings = CoordCheckSettings(widths=(32, 64, 128), steps=10, seeds=1, batch_size=4, seq_len=32)
+    model = {**SMALL, "parametrization": "mup", "base_d_model": 32}
+    lenient = run_coord_check(model, settings)
+    assert lenient.slopes()["logits"][0] < -0.3 and abs(lenient.slopes()["logits"][-1]) <= 0.1
+    assert "logits" not in lenient.flagged()
+    assert "logits" in CoordCheckResult(CoordCheckSettings(**{**vars(settings), "strict_output": True}),
+                                        "mup", lenient.samples).flagged()
+
+
 def test_every_recursion_step_and_sublayer_is_recorded():
     model = {**SMALL, "parametrization": "mup", "base_d_model": 32,
              "attention": {"name": "cem", "steps": 2}, "mlp": {"name": "cem", "steps": 2, "update": "heavy_ball"}}
@@ -73,7 +117,8 @@ def test_cli_writes_table_figures_and_json_and_exits_1_when_a_module_exceeds(tmp
     code = main(["coord-check", str(config), "--widths", "32,64", "--steps", "2", "--seeds", "1",
                  "--parametrization", "standard", "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
-    assert code == 1 and "exceed |slope| 0.1: " in out and "logits" in out.splitlines()[-3]
+    assert code == 1 and "exceed |slope| 0.1 (the logits: slope <= +0.1 before the last step): " in out
+    assert "logits" in out.splitlines()[-3]
     for name in ("coord_check.png", "coord_check.svg", "coord_check.json"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     data = json.loads((tmp_path / "out" / "coord_check.json").read_text())

@@ -83,6 +83,8 @@ def test_explicit_standard_and_ignored_base_width_keep_the_mapping():
     ({"size": "tiny", "parametrization": "mup", "base_d_model": 0}, "model.base_d_model"),
     ({"size": "tiny", "step_scaling": "sqrt"}, "model.step_scaling"),
     ({"size": "tiny", "parametrization": "mup", "mup_readout": "small"}, "model.mup_readout"),
+    ({"size": "tiny", "readout_init_scale": 0}, "model.readout_init_scale"),
+    ({"size": "tiny", "readout_init_scale": float("inf")}, "model.readout_init_scale"),
 ])
 def test_bad_values_name_their_key(mapping, key):
     with pytest.raises(ConfigError) as err:
@@ -116,6 +118,23 @@ def test_mup_by_default_is_the_standard_model_at_the_base_width_and_muP_elsewher
     assert parse_model_config({"size": "tiny", "mup_readout": "zero"}).to_mapping() == plain  # ignored under standard
     explicit = parse_model_config({"size": "tiny", "parametrization": "mup", "mup_readout": "scaled"}).to_mapping()
     assert explicit == parse_model_config({"size": "tiny", "parametrization": "mup"}).to_mapping()
+
+
+@pytest.mark.parametrize("parametrization", ["standard", "mup"])
+def test_readout_init_scale_multiplies_the_heads_init_alone_and_is_keyless_at_1(parametrization):
+    """model.readout_init_scale: the LM head's init std x the scale (under mup on top of the
+    scaled readout's m^-1), every other parameter the same draw; at 1 the mapping, hence every
+    trial key, is the one without the key."""
+    cfg = {**FULL, "d_model": 128, "parametrization": parametrization, "base_d_model": 64}
+    plain, scaled = _built(cfg), _built({**cfg, "readout_init_scale": 10})
+    for (name, a), (_, b) in zip(plain.named_parameters(), scaled.named_parameters()):
+        if name == "lm_head.weight":
+            torch.testing.assert_close(b, 10 * a, rtol=1e-6, atol=0)
+        else:
+            assert torch.equal(a, b), name
+    mapping = parse_model_config(cfg).to_mapping()
+    assert parse_model_config({**cfg, "readout_init_scale": 1.0}).to_mapping() == mapping
+    assert parse_model_config({**cfg, "readout_init_scale": 10}).to_mapping() == {**mapping, "readout_init_scale": 10.0}
 
 
 @pytest.mark.parametrize("width, readout", [(32, "scaled"), (128, "zero"), (256, "scaled")])
