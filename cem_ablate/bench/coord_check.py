@@ -29,7 +29,7 @@ The bound, per module, is muP's own desiderata (Tensor Programs V; `mup`'s READM
 O(1), one-sided, slope <= +threshold, and Theta(1) once trained, two-sided at the last step. So
 the logits may shrink with width before the last step: muP's readout at init var ∝ 1/fan_in^2
 makes them ∝ m^-1/2 at init, and that random part is load-bearing (docs/results.md §18, "The
-readout's init scale": zero or x0.1 costs 28-35% perplexity at the base width); growing logits
+readout's init scale": zero costs 28-35% perplexity at the base width, x0.1 24%); growing logits
 (standard parametrization, a readout lr too large) and logits still shrinking at the last step
 (a readout lr too small) exceed it. `strict_output` applies the two-sided bound to the logits at
 every step too (only the zero readout passes that).
