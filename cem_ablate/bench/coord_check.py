@@ -157,6 +157,7 @@ class CoordCheckResult:
         error above). With `resolved` (module -> steps where |slope| > threshold survives the
         caller's multiple-test adjustment) each flagged row says whether its excess is resolved."""
         fits = self.fits()
+        flagged = self.flagged()
         steps = self.settings.steps
         head = (f"{'module':<30} " + " ".join(f"{'t' + str(t + 1):>6}" for t in range(steps))
                 + f" {'max|s|':>7} {'95% interval':>15}")
@@ -174,7 +175,7 @@ class CoordCheckResult:
             else:
                 interval = "-"
             mark = ""
-            if any(self.exceeds(module, t, v) for t, v in enumerate(s)):
+            if module in flagged:
                 mark = f"  <- exceeds {self._where(module, s)}"
                 if resolved is not None:
                     mark += (f"; resolved at {self._steps_text(list(resolved[module]))}" if resolved.get(module)
@@ -184,7 +185,6 @@ class CoordCheckResult:
                 mark = (f"  (shrinks with width at {self._steps_text(shrinking)}: the output may, "
                         f"muP's O(1); within the bound at the last step)")
             lines.append(f"{module:<30} " + " ".join(f"{v:>+6.2f}" for v in s) + f" {worst:>7.3f} {interval:>15}{mark}")
-        flagged = self.flagged()
         output_rule = ("" if self.settings.strict_output or OUTPUT_MODULE not in fits
                        else f" (the logits: slope <= +{self.settings.threshold} before the last step)")
         lines.append(f"{len(flagged)} of {len(fits)} modules exceed |slope| {self.settings.threshold}{output_rule}"

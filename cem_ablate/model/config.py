@@ -94,7 +94,7 @@ class ModelOptions:
     mup_readout: Literal["scaled", "zero"] = "scaled"
     # A multiplier on the LM head's init std (init_std x this; under mup the scaled readout x
     # this, a width-independent constant as mup's authors advise tuning at the base width). The
-    # readout's random init is load-bearing on this platform's recipe: x0.1 costs 20-31% test
+    # readout's random init is load-bearing on this platform's recipe: x0.1 costs 24% test
     # perplexity at d 64, x10 gains 5% (Llama) and 16% (full CEM T = 2); docs/results.md §18,
     # "The readout's init scale".
     readout_init_scale: float = 1.0
