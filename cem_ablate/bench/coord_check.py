@@ -86,20 +86,22 @@ class CoordCheckResult:
             return {m: {w: np.exp(np.log(np.asarray(rows, dtype=float)).mean(axis=0)).tolist()
                         for w, rows in bw.items()} for m, bw in self.samples.items()}
 
-    def _fit(self, module: str, t: int) -> tuple[float, float, float]:
+    def _fit(self, module: str, t: int, widths: Sequence[int] | None = None) -> tuple[float, float, float]:
         """(slope, standard error, degrees of freedom) at step t. The slope is sum_w c_w mean_w
         (c the OLS contrast on log width, mean_w over the n initializations of log mean|a|), so
         its variance is sum_w c_w^2 s_w^2 / n with each width's own spread s_w (ddof 1). Degrees
         of freedom n - 1, the smallest of any width's (conservative; Welch-Satterthwaite's put
         4x the nominal rate beyond Holm's cut-offs at 3 initializations in the simulation of
         tests/bench/test_coord_check.py). Exactly 0 at every width (zero-init logits): (0, 0,
-        inf); 0 or not finite at some widths only: nan; one initialization: no error (nan)."""
-        rows = np.asarray([[r[t] for r in self.samples[module][w]] for w in self.settings.widths], dtype=float)
+        inf); 0 or not finite at some widths only: nan; one initialization: no error (nan).
+        `widths`: a subset of the settings' widths to fit (default all of them)."""
+        widths = tuple(self.settings.widths if widths is None else widths)
+        rows = np.asarray([[r[t] for r in self.samples[module][w]] for w in widths], dtype=float)
         if np.all(rows == 0):
             return 0.0, 0.0, math.inf
         if np.any(rows <= 0) or not np.all(np.isfinite(rows)):
             return math.nan, math.nan, math.nan
-        x = np.log(np.asarray(self.settings.widths, dtype=float))
+        x = np.log(np.asarray(widths, dtype=float))
         c = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
         logs = np.log(rows)
         n = logs.shape[1]
@@ -152,6 +154,27 @@ class CoordCheckResult:
         """Modules beyond the bound at some step (or undefined there)."""
         return [m for m, s in self.slopes().items() if any(self.exceeds(m, t, v) for t, v in enumerate(s))]
 
+    def without_narrowest(self, module: str) -> dict[int, float]:
+        """Step (0-based) -> the slope fitted without the narrowest width, at every step where the
+        module exceeds its bound over all widths; empty with fewer than 4 widths (the fit without
+        the narrowest keeps at least 3, as a slope with an intercept needs). mup's README
+        reads a check by whether the curves "converge to the right" (a finite-width effect fades
+        as width grows, a wrong exponent does not): measured, CEM attention T = 1's second
+        attention at step 10 is -0.12 over 64-512 and -0.06 over 128-512 (local slopes -0.22,
+        -0.15, +0.02), while a hidden lr at m^-1/2 stays over the bound without d 64 too
+        (docs/results.md section 18, "Coordinate check")."""
+        widths = sorted(self.settings.widths)[1:]
+        if len(widths) < 3:
+            return {}
+        return {t: self._fit(module, t, widths)[0] for t, v in enumerate(self.slopes()[module])
+                if self.exceeds(module, t, v)}
+
+    def converges(self, module: str) -> bool:
+        """Whether every excess of `module` falls within the bound without the narrowest width
+        (`without_narrowest`); False with fewer than 4 widths (nothing to tell it by)."""
+        rest = self.without_narrowest(module)
+        return bool(rest) and all(not self.exceeds(module, t, v) for t, v in rest.items())
+
     def table(self, resolved: Mapping[str, Sequence[int]] | None = None) -> str:
         """The slopes, a row per module, with the worst step's 95% interval (t, the standard
         error above). With `resolved` (module -> steps where |slope| > threshold survives the
@@ -180,6 +203,7 @@ class CoordCheckResult:
                 if resolved is not None:
                     mark += (f"; resolved at {self._steps_text(list(resolved[module]))}" if resolved.get(module)
                              else "; not resolved")
+                mark += self._narrowest_text(module)
             elif worst > self.settings.threshold:
                 shrinking = [t for t, v in enumerate(s) if abs(v) > self.settings.threshold]
                 mark = (f"  (shrinks with width at {self._steps_text(shrinking)}: the output may, "
@@ -189,6 +213,10 @@ class CoordCheckResult:
                        else f" (the logits: slope <= +{self.settings.threshold} before the last step)")
         lines.append(f"{len(flagged)} of {len(fits)} modules exceed |slope| {self.settings.threshold}{output_rule}"
                      + (f": {', '.join(flagged)}" if flagged else ""))
+        converging = [m for m in flagged if self.converges(m)]
+        if converging:
+            lines.append(f"within the bound without d {min(self.settings.widths)} (converge to the right: a "
+                         f"finite-width effect at the narrowest width, not an exponent): {', '.join(converging)}")
         if resolved is not None:
             beyond = [m for m in flagged if resolved.get(m)]
             lines.append(f"resolved beyond {self.settings.threshold} (one-sided t per slope, Holm over the table's "
@@ -197,6 +225,16 @@ class CoordCheckResult:
                          + (", ".join(beyond) if beyond else "none")
                          + ("" if self.settings.seeds > 1 else " (one initialization: no standard errors)"))
         return "\n".join(lines)
+
+    def _narrowest_text(self, module: str) -> str:
+        """'; without d 64: -0.06 at t10, converges to the right' (or 'does not converge')."""
+        rest = self.without_narrowest(module)
+        if not rest:
+            return ""
+        t, worst = max(rest.items(), key=lambda kv: self.excess(module, kv[0], kv[1])
+                       if math.isfinite(kv[1]) else math.inf)
+        verdict = "converges to the right" if self.converges(module) else "does not converge"
+        return f"; without d {min(self.settings.widths)}: {worst:+.2f} at t{t + 1}, {verdict}"
 
     @staticmethod
     def _steps_text(over: list[int]) -> str:
@@ -217,7 +255,8 @@ class CoordCheckResult:
                 "samples": {m: {str(w): v for w, v in bw.items()} for m, bw in self.samples.items()},
                 "slopes": self.slopes(),
                 "slope_standard_errors": {m: [se for se, _ in e] for m, e in self.slope_errors().items()},
-                "strict_output": self.settings.strict_output, "flagged": self.flagged()}
+                "strict_output": self.settings.strict_output, "flagged": self.flagged(),
+                "converging": [m for m in self.flagged() if self.converges(m)]}
 
 
 def model_at_width(model: Mapping[str, Any], width: int) -> dict[str, Any]:

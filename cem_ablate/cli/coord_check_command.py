@@ -9,6 +9,13 @@ slope lies beyond the bound and says whether each excess is resolved (one-sided 
 the table: 3 initializations showed a transient +0.16 that 10 put at +0.04), and draws
 one log-log panel per module (PNG and SVG). Exit status 1 when a module exceeds it.
 
+Under mup the check's base_d_model is the narrowest width unless --base-d-model says otherwise: the
+base sets muP's constants, the check tests its exponents, and a width below the base runs hotter
+attention and a larger per-entry lr than the base's (docs/results.md §18, "Coordinate check").
+A module over the bound is also fitted without the narrowest width: one within the bound there
+"converges to the right" (mup's README: a finite-width effect, not a wrong exponent); the exit
+status still counts it.
+
 The bound is muP's desiderata: |slope| <= --threshold for every module at every step, but the
 logits (the network output, O(1) in muP) may shrink with width before the last step, as muP's
 random readout makes them at init (m^-1/2); --strict-output bounds them two-sided at every step.
@@ -41,7 +48,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="initializations per width (default 10; their spread gives each slope's error)")
     parser.add_argument("--parametrization", choices=("standard", "mup"),
                         help="override model.parametrization (default: the config's)")
-    parser.add_argument("--base-d-model", type=int, help="override model.base_d_model (mup)")
+    parser.add_argument("--base-d-model", type=int,
+                        help="model.base_d_model for the check (mup; default: the narrowest width, so that every "
+                             "width checked is at m >= 1: the exponents, not the base's constants, are checked)")
     parser.add_argument("--threshold", type=float, default=0.1,
                         help="largest |slope| of log mean|activation| vs log width allowed (default 0.1)")
     parser.add_argument("--strict-output", action="store_true",
@@ -78,21 +87,36 @@ def run(args: argparse.Namespace) -> int:
         model["parametrization"] = args.parametrization
     if args.base_d_model is not None:
         model["base_d_model"] = args.base_d_model
-    parse_model_config({**model, "vocab_size": 256})  # one error: line naming the key, before any work
+    parsed = parse_model_config({**model, "vocab_size": 256})  # one error: line naming the key, before any work
+    base_note = ""
+    if parsed.parametrization == "mup":
+        base_note = f", base_d_model {parsed.base_d_model}"
+        if args.base_d_model is None and parsed.base_d_model != min(widths):
+            # The base sets muP's constants, not its exponents; below it a model runs hotter attention
+            # (tau = d_head / sqrt(d_head,base) < sqrt(d_head)) and a larger per-entry lr than the
+            # base's, whose finite-width effects the slope would read as an exponent (measured: the
+            # config's base 256 over widths 64-512 puts 1-7 modules of four of the five families over
+            # 0.1, CEM attention T = 2's second step -0.08 at init; docs/results.md §18).
+            model["base_d_model"] = min(widths)
+            base_note = (f", base_d_model {min(widths)} (the narrowest width; the config's is {parsed.base_d_model}: "
+                         f"--base-d-model {parsed.base_d_model} checks with it)")
     for width in widths:  # the very mapping each width runs (the config's heads: d_model must divide)
         parse_model_config(model_at_width(model, width), path=f"--widths {width}")
 
     settings = CoordCheckSettings(widths=widths, steps=args.steps, lr=args.lr, seeds=args.seeds,
                                   threshold=args.threshold, strict_output=args.strict_output)
     print(f"coordinate check: widths {','.join(map(str, widths))}, {args.steps} Adam steps at lr {args.lr:g}, "
-          f"{args.seeds} seeds", flush=True)
+          f"{args.seeds} seeds{base_note}", flush=True)
     result = run_coord_check(model, settings, progress=lambda w, s: print(f"  d_model {w}, seed {s}: done",
                                                                           flush=True))
     print(result.table(resolved=resolved_excess(result)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plot_coord_check(result, out / "coord_check.png")
-    (out / "coord_check.json").write_text(json.dumps(result.to_dict(), indent=1))
+    record = result.to_dict()
+    if parsed.parametrization == "mup":
+        record["base_d_model"] = model["base_d_model"]
+    (out / "coord_check.json").write_text(json.dumps(record, indent=1))
     print(f"figure: {out / 'coord_check.png'} (and .svg); data: {out / 'coord_check.json'}")
     return 1 if result.flagged() else 0
 

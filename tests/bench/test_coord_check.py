@@ -147,6 +147,45 @@ def test_the_table_says_at_which_steps_and_which_way_a_module_exceeds():
     assert rows["grows"].endswith("<- exceeds at t2-t3 (grows with width)")
 
 
+def test_an_excess_at_the_narrowest_width_alone_converges_and_a_power_law_does_not():
+    # narrow: 30% more at d 64 only, flat beyond (a finite-width effect: slope -0.114 over all four
+    # widths, 0 without d 64); power: w^-0.2 at every width (a wrong exponent: -0.2 either way)
+    settings = CoordCheckSettings(widths=(64, 128, 256, 512), steps=2, threshold=0.1)
+    result = CoordCheckResult(settings, "mup", {
+        "narrow": {64: [[1.0, 1.3]], 128: [[1.0, 1.0]], 256: [[1.0, 1.0]], 512: [[1.0, 1.0]]},
+        "power": {w: [[1.0, (w / 64) ** -0.2]] for w in (64, 128, 256, 512)},
+    })
+    assert result.slopes()["narrow"][1] == pytest.approx(-1.5 * math.log(1.3) / (5 * math.log(2)))
+    assert result.flagged() == ["narrow", "power"]
+    assert result.without_narrowest("narrow") == pytest.approx({1: 0.0}, abs=1e-12)
+    assert result.without_narrowest("power") == pytest.approx({1: -0.2})
+    assert result.converges("narrow") and not result.converges("power")
+    table = result.table().splitlines()
+    assert table[2].endswith("without d 64: +0.00 at t2, converges to the right")
+    assert table[3].endswith("without d 64: -0.20 at t2, does not converge")
+    assert table[-1].startswith("within the bound without d 64") and table[-1].endswith(": narrow")
+    assert result.to_dict()["converging"] == ["narrow"]
+    # three widths: two left without the narrowest, no fit to tell by
+    three = CoordCheckResult(CoordCheckSettings(widths=(64, 128, 256), steps=2), "mup",
+                             {"narrow": {w: result.samples["narrow"][w] for w in (64, 128, 256)}})
+    assert three.flagged() == ["narrow"] and three.without_narrowest("narrow") == {}
+    assert not three.converges("narrow") and "without d" not in three.table()
+
+
+def test_cli_checks_mup_from_the_narrowest_width_unless_told_the_base(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"model": {**SMALL, "parametrization": "mup", "base_d_model": 256}}))
+    common = ["--widths", "32,64", "--steps", "1", "--seeds", "1"]
+    main(["coord-check", str(config), *common, "--out", str(tmp_path / "a")])
+    out = capsys.readouterr().out
+    assert "base_d_model 32 (the narrowest width; the config's is 256: --base-d-model 256 checks with it)" in out
+    assert json.loads((tmp_path / "a" / "coord_check.json").read_text())["base_d_model"] == 32
+    main(["coord-check", str(config), *common, "--base-d-model", "256", "--out", str(tmp_path / "b")])
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.endswith("1 seeds, base_d_model 256"), header
+    assert json.loads((tmp_path / "b" / "coord_check.json").read_text())["base_d_model"] == 256
+
+
 WIDTHS = (64, 128, 256, 512)
 
 
