@@ -81,6 +81,14 @@ def test_dry_run_shows_proxy_target_and_full_grid_cost(tmp_path, corpus, capsys)
     assert "proxy trials" in out and "target trials" in out and "full grid trials" in out
     assert "transfer 12 proxy + 6 target trials" in out and "full grid 12 trials" in out
     assert not (tmp_path / "none.db").exists()  # a dry run creates nothing
+    assert "note: proxies at" not in out  # base_d_model 16 = the proxy's width
+
+
+def test_dry_run_notes_a_proxy_below_its_base(tmp_path, corpus, capsys):
+    path = _mup_study(tmp_path, corpus)
+    path.write_text(path.read_text().replace("base_d_model: 16", "base_d_model: 64"))
+    assert main(["study", str(path), "--dry-run", "--storage", f"sqlite:///{tmp_path}/none.db"]) == 0
+    assert "note: proxies at d_model 16 with base_d_model 64: the transfer evidence" in capsys.readouterr().out
 
 
 @pytest.mark.slow
