@@ -445,8 +445,10 @@ def plot_coord_check(result: CoordCheckResult, path: str, modules: Sequence[str]
         ax.set_xticks(widths, [str(w) for w in widths])
         ax.minorticks_off()
         worst = max((abs(v) for v in slopes[module] if math.isfinite(v)), default=0.0)
-        ax.set_title(f"{module}\nmax |slope| {worst:.2f}", fontsize=8,
-                     color="crimson" if module in flagged else "black")
+        converges = module in flagged and result.converges(module)
+        ax.set_title(f"{module}\nmax |slope| {worst:.2f}"
+                     + (f", converges (without d {min(widths)})" if converges else ""), fontsize=8,
+                     color="darkorange" if converges else "crimson" if module in flagged else "black")
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(modules):]:
         ax.axis("off")
