@@ -69,6 +69,9 @@ class CoordCheckSettings:
     eps: float = 1e-8
     threshold: float = 0.1
     strict_output: bool = False  # the logits' bound two-sided at every step, not only the last
+    # One batch repeated at every step (mup's get_coord_data default, fix_data=True), or a fresh
+    # batch per step (fix_data=False): docs/results.md section 18, "Coordinate check".
+    fresh_batches: bool = False
 
 
 @dataclass
@@ -275,7 +278,8 @@ def model_at_width(model: Mapping[str, Any], width: int) -> dict[str, Any]:
 
 
 def byte_batch(batch_size: int, seq_len: int) -> torch.Tensor:
-    """One fixed batch of byte tokens from the standard library's sources (offline)."""
+    """A fixed batch of byte tokens from the standard library's sources (offline), rows in
+    corpus order (so its first rows are the batch of any smaller batch_size)."""
     from cem_ablate.data.sources import stdlib_files, stdlib_root
 
     root, need = stdlib_root(), batch_size * (seq_len + 1)
@@ -362,8 +366,9 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
     """Train the model at every width for `settings.steps` Adam steps; record module outputs."""
     mapping = dict(model)
     parametrization = parse_model_config({**mapping, "vocab_size": BYTE_VOCAB}).parametrization
-    batch = byte_batch(settings.batch_size, settings.seq_len)
-    inputs, targets = batch[:, :-1], batch[:, 1:]
+    # (steps or 1, B, L + 1): consecutive batches of the corpus, or the first one at every step
+    batches = byte_batch(settings.batch_size * (settings.steps if settings.fresh_batches else 1),
+                         settings.seq_len).view(-1, settings.batch_size, settings.seq_len + 1)
     # module -> width -> (seeds x steps) mean |activation| of each initialization
     samples: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
     for width in settings.widths:
@@ -375,6 +380,8 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
             optimizer = build_adamw(net.parameter_groups(settings.weight_decay), lr=settings.lr,
                                     betas=(0.9, 0.95), eps=settings.eps, device="cpu")
             for t in range(settings.steps):
+                batch = batches[t % len(batches)]
+                inputs, targets = batch[:, :-1], batch[:, 1:]
                 recorder.step_reset()
                 logits = net(inputs)
                 loss = nn.functional.cross_entropy(logits.reshape(-1, BYTE_VOCAB), targets.reshape(-1))

@@ -56,6 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict-output", action="store_true",
                         help="bound the logits' |slope| at every step too (default: muP's O(1) output, "
                              "slope <= +threshold before the last step; only a zero readout passes strict)")
+    parser.add_argument("--fresh-batches", action="store_true",
+                        help="a new batch of the corpus at every step (mup's fix_data=False; default: one batch "
+                             "repeated, mup's default)")
     parser.add_argument("--out", default="reports/coord_check",
                         help="folder for coord_check.png/.svg and coord_check.json (default reports/coord_check)")
 
@@ -104,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
         parse_model_config(model_at_width(model, width), path=f"--widths {width}")
 
     settings = CoordCheckSettings(widths=widths, steps=args.steps, lr=args.lr, seeds=args.seeds,
-                                  threshold=args.threshold, strict_output=args.strict_output)
-    print(f"coordinate check: widths {','.join(map(str, widths))}, {args.steps} Adam steps at lr {args.lr:g}, "
-          f"{args.seeds} seeds{base_note}", flush=True)
+                                  threshold=args.threshold, strict_output=args.strict_output,
+                                  fresh_batches=args.fresh_batches)
+    print(f"coordinate check: widths {','.join(map(str, widths))}, {args.steps} Adam steps at lr {args.lr:g}"
+          f"{' (a fresh batch each)' if args.fresh_batches else ''}, {args.seeds} seeds{base_note}", flush=True)
     result = run_coord_check(model, settings, progress=lambda w, s: print(f"  d_model {w}, seed {s}: done",
                                                                           flush=True))
     print(result.table(resolved=resolved_excess(result)))

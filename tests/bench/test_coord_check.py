@@ -196,6 +196,17 @@ def test_converging_tells_a_narrowest_width_excess_from_a_power_law_by_simulatio
     assert flagged > 380 and share < 0.12
 
 
+def test_fresh_batches_train_on_a_new_batch_each_step_and_start_from_the_fixed_one():
+    model = {**SMALL, "parametrization": "mup", "base_d_model": 32}
+    settings = CoordCheckSettings(widths=(32, 64), steps=3, seeds=1, batch_size=2, seq_len=16)
+    fixed = run_coord_check(model, settings)
+    fresh = run_coord_check(model, CoordCheckSettings(**{**vars(settings), "fresh_batches": True}))
+    # step 1 sees the same batch from the same init; step 2 on sees what the step before trained on
+    assert fresh.samples["logits"][32][0][0] == fixed.samples["logits"][32][0][0]
+    assert fresh.samples["embedding"][32][0][1] != fixed.samples["embedding"][32][0][1]
+    assert fresh.to_dict()["settings"]["fresh_batches"] is True
+
+
 def test_cli_checks_mup_from_the_narrowest_width_unless_told_the_base(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"model": {**SMALL, "parametrization": "mup", "base_d_model": 256}}))
