@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"cem_ablate.cli.{name.replace('-', '_')}_command")
     sub_parser = argparse.ArgumentParser(prog=f"cem-ablate {name}", description=SUBCOMMANDS[name])
     module.configure(sub_parser)
-    args = sub_parser.parse_args(rest)
+    # intermixed: `key=value` overrides may follow options (`coord-check CONFIG --variant X
+    # model.steps=2`), as a researcher types them; plain parse_args stops at the first option
+    args = sub_parser.parse_intermixed_args(rest)
     from cem_ablate.config.errors import ConfigError
 
     try:
