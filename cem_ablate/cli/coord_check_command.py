@@ -93,18 +93,19 @@ def run(args: argparse.Namespace) -> int:
     if args.base_d_model is not None:
         model["base_d_model"] = args.base_d_model
     parsed = parse_model_config({**model, "vocab_size": 256})  # one error: line naming the key, before any work
-    base_note = ""
+    base_note, base = "", None  # base: the base_d_model the check runs with (mup only)
     if parsed.parametrization == "mup":
-        base_note = f", base_d_model {parsed.base_d_model}"
-        if args.base_d_model is None and parsed.base_d_model != min(widths):
+        base = parsed.base_d_model if args.base_d_model is not None else min(widths)
+        base_note = f", base_d_model {base}"
+        if base != parsed.base_d_model:
             # The base sets muP's constants, not its exponents; below it a model runs hotter attention
             # (tau = d_head / sqrt(d_head,base) < sqrt(d_head)) and a larger per-entry lr than the
             # base's, whose finite-width effects the slope would read as an exponent (measured: the
-            # config's base 256 over widths 64-512 puts 1-7 modules of four of the five families over
+            # config's base 256 over widths 64-512 puts 2-7 modules of four of the five families over
             # 0.1, CEM attention T = 2's second step -0.08 at init; docs/results.md §18).
-            model["base_d_model"] = min(widths)
-            base_note = (f", base_d_model {min(widths)} (the narrowest width; the config's is {parsed.base_d_model}: "
-                         f"--base-d-model {parsed.base_d_model} checks with it)")
+            model["base_d_model"] = base
+            base_note += (f" (the narrowest width; the config's is {parsed.base_d_model}: "
+                          f"--base-d-model {parsed.base_d_model} checks with it)")
     for width in widths:  # the very mapping each width runs (the config's heads: d_model must divide)
         parse_model_config(model_at_width(model, width), path=f"--widths {width}")
 
@@ -120,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plot_coord_check(result, out / "coord_check.png")
     record = result.to_dict()
-    if parsed.parametrization == "mup":
-        record["base_d_model"] = model["base_d_model"]
+    if base is not None:
+        record["base_d_model"] = base
     (out / "coord_check.json").write_text(json.dumps(record, indent=1))
     print(f"figure: {out / 'coord_check.png'} (and .svg); data: {out / 'coord_check.json'}")
     return 1 if result.flagged() else 0

@@ -224,6 +224,13 @@ def test_cli_checks_mup_from_the_narrowest_width_unless_told_the_base(tmp_path, 
     header = capsys.readouterr().out.splitlines()[0]
     assert header.endswith("1 seeds, base_d_model 256"), header
     assert json.loads((tmp_path / "b" / "coord_check.json").read_text())["base_d_model"] == 256
+    # a config that leaves base_d_model to its default (256) checked from 256 up: nothing to
+    # override, and the record still names the base (this once raised KeyError after the work)
+    config.write_text(yaml.safe_dump({"model": {**SMALL, "parametrization": "mup"}}))
+    assert main(["coord-check", str(config), "--widths", "256,512", "--steps", "1", "--seeds", "1",
+                 "--out", str(tmp_path / "c")]) in (0, 1)
+    assert capsys.readouterr().out.splitlines()[0].endswith("1 seeds, base_d_model 256")
+    assert json.loads((tmp_path / "c" / "coord_check.json").read_text())["base_d_model"] == 256
 
 
 WIDTHS = (64, 128, 256, 512)
