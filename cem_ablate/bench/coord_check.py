@@ -177,13 +177,14 @@ class CoordCheckResult:
         widths = sorted(self.settings.widths)[1:]
         if len(widths) < 3:
             return {}
-        return {t: self._fit(module, t, widths)[0] for t, v in enumerate(self.slopes()[module])
-                if self.exceeds(module, t, v)}
+        over = [t for t in range(self.settings.steps) if self.exceeds(module, t, self._fit(module, t)[0])]
+        return {t: self._fit(module, t, widths)[0] for t in over}
 
-    def converges(self, module: str) -> bool:
+    def converges(self, module: str, rest: Mapping[int, float] | None = None) -> bool:
         """Whether every excess of `module` falls within the bound without the narrowest width
-        (`without_narrowest`); False with fewer than 4 widths (nothing to tell it by)."""
-        rest = self.without_narrowest(module)
+        (`rest`, default `without_narrowest(module)`); False with fewer than 4 widths (nothing to
+        tell it by)."""
+        rest = self.without_narrowest(module) if rest is None else rest
         return bool(rest) and all(not self.exceeds(module, t, v) for t, v in rest.items())
 
     def table(self, resolved: Mapping[str, Sequence[int]] | None = None) -> str:
@@ -245,7 +246,7 @@ class CoordCheckResult:
             return ""
         t, worst = max(rest.items(), key=lambda kv: self.excess(module, kv[0], kv[1])
                        if math.isfinite(kv[1]) else math.inf)
-        verdict = "converges to the right" if self.converges(module) else "does not converge"
+        verdict = "converges to the right" if self.converges(module, rest) else "does not converge"
         return f"; without d {min(self.settings.widths)}: {worst:+.2f} at t{t + 1}, {verdict}"
 
     @staticmethod
@@ -262,13 +263,14 @@ class CoordCheckResult:
         return f"at {self._steps_text(over)}" + (f" ({' and '.join(sorted(ways))} with width)" if ways else "")
 
     def to_dict(self) -> dict[str, Any]:
+        flagged = self.flagged()
         return {"parametrization": self.parametrization, "settings": vars(self.settings),
                 "values": {m: {str(w): v for w, v in bw.items()} for m, bw in self.values.items()},
                 "samples": {m: {str(w): v for w, v in bw.items()} for m, bw in self.samples.items()},
                 "slopes": self.slopes(),
                 "slope_standard_errors": {m: [se for se, _ in e] for m, e in self.slope_errors().items()},
-                "strict_output": self.settings.strict_output, "flagged": self.flagged(),
-                "converging": [m for m in self.flagged() if self.converges(m)]}
+                "strict_output": self.settings.strict_output, "flagged": flagged,
+                "converging": [m for m in flagged if self.converges(m)]}
 
 
 def model_at_width(model: Mapping[str, Any], width: int) -> dict[str, Any]:
