@@ -73,11 +73,18 @@ def run(args: argparse.Namespace) -> int:
         print("this run already ended; its result follows (--fresh trains it again)")
     from cem_ablate.tracking.local_store import private_files
 
+    from cem_ablate.training.preemption import Preempted, exit_code
+
     with private_files():  # the MLflow store and the run folder: the user's only (0600/0700)
-        result = train_run(
-            cfg, run_dir=run_dir, tracking_uri=args.tracking_uri, experiment=args.experiment,
-            resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
-        )
+        try:
+            result = train_run(
+                cfg, run_dir=run_dir, tracking_uri=args.tracking_uri, experiment=args.experiment,
+                resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
+            )
+        except Preempted as stop:
+            if talk:
+                print(f"{stop}: checkpoint saved in {run_dir}; rerun the same command to resume", flush=True)
+            return exit_code(stop)
     if talk:
         print_summary(result)
     return 0 if result.status == TrialStatus.FINISHED else 1

@@ -2,7 +2,8 @@
 
     <run_dir>/checkpoints/last.ckpt       the newest step-boundary checkpoint
     <run_dir>/checkpoints/previous.ckpt   the one before it: the fallback
-    <run_dir>/checkpoints/digests.json    {"sha256": [newest, previous]}: what was written
+    <run_dir>/checkpoints/digests.json    {"sha256": [newest, previous], "step": [newest, previous]}:
+                                          what was written, and at which optimizer step
 
 A file that unpickles is not necessarily the file the run wrote: after a kill a torn or
 altered checkpoint resumed silently and its garbage weights became the trial's result.
@@ -53,6 +54,7 @@ class CheckpointFiles:
     def __init__(self, folder: Path, may_write: Callable[[], None] = lambda: None):
         self.folder = Path(folder)
         self.may_write = may_write  # raises (training.lease.LeaseLost) when this process must not write
+        self.saved_step: int | None = None  # the step this object saved last (None: none yet)
 
     @property
     def last(self) -> Path:
@@ -74,25 +76,37 @@ class CheckpointFiles:
             return []
         return [d for d in digests if isinstance(d, str)] if isinstance(digests, list) else []
 
+    def newest_step(self) -> int | None:
+        """The optimizer step of the newest checkpoint, as recorded with its digest (None:
+        none, or written before steps were recorded)."""
+        try:
+            step = json.loads(self.digests_file.read_text())["step"][0]
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None
+        return step if isinstance(step, int) else None
+
     def save(self, trainer) -> None:
         """Write the trainer's state as the newest checkpoint (collective: every rank calls it)."""
         tmp = self.folder / f"{LAST}.{os.getpid()}.tmp"  # private: a stale writer never shares it
         trainer.save_checkpoint(tmp, weights_only=False)
         if trainer.is_global_zero:
             try:
-                self.install(tmp)
+                self.install(tmp, trainer.global_step)
             finally:
                 tmp.unlink(missing_ok=True)
         trainer.strategy.barrier("checkpoint-rename")
+        self.saved_step = trainer.global_step
 
-    def install(self, tmp: Path) -> None:
-        """Make the file `tmp` (written by this process) the newest checkpoint, its digest recorded."""
+    def install(self, tmp: Path, step: int | None = None) -> None:
+        """Make the file `tmp` (written by this process) the newest checkpoint, its digest
+        (and the step it holds) recorded."""
         digest = file_digest(tmp)
         self.may_write()
         known = self.recorded()
         newest = known[:1] if self.last.exists() else []
         record = self.folder / f"{DIGESTS}.{os.getpid()}.tmp"
-        record.write_text(json.dumps({"sha256": [digest, *newest]}))
+        steps = [step, self.newest_step()][:len(newest) + 1]
+        record.write_text(json.dumps({"sha256": [digest, *newest], "step": steps}))
         os.replace(record, self.digests_file)
         if self.last.exists():
             os.replace(self.last, self.previous)

@@ -24,6 +24,10 @@ to `<run_dir>/result.json` and to MLflow.
   folder, checkpoints, `result.json`, MLflow) checks it first, and a run whose lease
   was lost raises `LeaseLost` having written nothing more. (A DDP run launched as a
   subprocess checks only before and after it.)
+- SIGTERM or SIGUSR1 (a cluster taking the machine back) stops the run at the next
+  optimizer step boundary with a verified checkpoint there and raises `Preempted`,
+  with no result written (`training.preemption`); a DDP run launched as a subprocess
+  gets the signal relayed and reports the same way (exit code `PREEMPTED_EXIT`).
 """
 
 from __future__ import annotations
@@ -45,8 +49,13 @@ from cem_ablate.training.budget import Budget, resolve_budget
 from cem_ablate.training.child_process import die_with_parent
 from cem_ablate.training.config import RunConfig, parse_run_config
 from cem_ablate.training.lease import Lease, LeaseLost
+from cem_ablate.training.preemption import STOP, Preempted, signal_name
 from cem_ablate.training.result import TrainResult
 from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
+
+# The exit code of `python -m cem_ablate.training.launch` for a preempted run (EX_TEMPFAIL:
+# "try again later"): the run saved its checkpoint and wrote no result.
+PREEMPTED_EXIT = 75
 
 
 @dataclass(frozen=True)
@@ -96,8 +105,9 @@ def train_run(
         folder.claim(cfg, resume)
     from cem_ablate.tracking.store import default_tracking_uri
 
-    return _Session(cfg, folder, tracking_uri or default_tracking_uri(), experiment or cfg.name,
-                    mlflow_run_id, list(extra_callbacks), resume, progress).run()
+    with STOP.listen():
+        return _Session(cfg, folder, tracking_uri or default_tracking_uri(), experiment or cfg.name,
+                        mlflow_run_id, list(extra_callbacks), resume, progress).run()
 
 
 class _Session:
@@ -115,6 +125,7 @@ class _Session:
         self.task = None
         self.trainer = None
         self.throughput = None
+        self.stopper = None
 
     def run(self) -> TrainResult:
         start = time.time()
@@ -122,6 +133,10 @@ class _Session:
         try:
             result = self._train()
         except LeaseLost:
+            raise
+        except Preempted:
+            if self.rank_zero:
+                self._mark_preempted()
             raise
         except Exception as err:  # noqa: BLE001 - a failed run is a result, with its reason
             from cem_ablate.config import ConfigError
@@ -144,6 +159,7 @@ class _Session:
         import torch
 
         from cem_ablate.training.callbacks import PeriodicCheckpoint, PrintProgress, ThroughputMonitor
+        from cem_ablate.training.preemption import StopAtStepBoundary
         from cem_ablate.training.hardware import total_peak_flops
         from cem_ablate.training.seeding import seed_run
         from cem_ablate.training.tasks import build_task
@@ -168,7 +184,9 @@ class _Session:
             peak_flops=total_peak_flops(device, precision, train.devices, train.num_nodes),
             log_every_n_steps=train.log_every_n_steps, ckpt_every_n_steps=train.ckpt_every_n_steps,
         )
-        callbacks = [self.throughput, PeriodicCheckpoint(self.folder.checkpoints, train.ckpt_every_n_steps)]
+        files = self.folder.checkpoints  # one object: a stop at a periodic step reuses its checkpoint
+        self.stopper = StopAtStepBoundary(files)
+        callbacks = [self.throughput, PeriodicCheckpoint(files, train.ckpt_every_n_steps), self.stopper]
         bar = self.progress and is_terminal()
         if self.progress and not bar:
             callbacks.append(PrintProgress(budget.steps, train.log_every_n_steps))
@@ -186,12 +204,38 @@ class _Session:
                                 error=f"non-finite training loss after {task.module.diverged_step} steps")
         if trainer.interrupted:
             raise KeyboardInterrupt
-        self.folder.checkpoints.save(trainer)
+        files.save(trainer)
+        self._stop_if_asked(trainer.global_step)  # a signal during the last step or the final validation
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
         metrics = _floats(trainer.callback_metrics)
-        if getattr(task.module, "last_val_step", None) != trainer.global_step:
-            metrics |= _floats(trainer.validate(task.module, datamodule=task.datamodule, verbose=False)[0])
-        metrics |= _floats(trainer.test(task.module, datamodule=task.datamodule, verbose=False)[0])
+        try:  # Lightning's own SIGTERM handling is back for these two (training.preemption)
+            if getattr(task.module, "last_val_step", None) != trainer.global_step:
+                metrics |= _floats(trainer.validate(task.module, datamodule=task.datamodule, verbose=False)[0])
+                self._stop_if_asked(trainer.global_step)
+            metrics |= _floats(trainer.test(task.module, datamodule=task.datamodule, verbose=False)[0])
+        except SIGTERMException:
+            raise Preempted("SIGTERM", trainer.global_step) from None
         return self._result(TrialStatus.FINISHED, metrics=metrics)
+
+    def _stop_if_asked(self, step: int) -> None:
+        """After training (checkpoint saved): stop here if a stop signal reached any rank
+        (one collective decision, as at every step boundary)."""
+        signum = self.stopper.decision()
+        if signum:
+            raise Preempted(signal_name(signum), step)
+
+    def _mark_preempted(self) -> None:
+        """A run the engine owns ends KILLED in MLflow (resumed by rerunning the command);
+        a handed-in run is its owner's to mark."""
+        if self.logger is None or not self.owns_run:
+            return
+        from cem_ablate.tracking.training_run import mark_killed
+
+        try:
+            mark_killed(self.logger)
+        except Exception as err:  # noqa: BLE001 - the checkpoint is what matters; the store may be busy
+            print(f"warning: could not mark the MLflow run killed: {err}", file=sys.stderr)
 
     def _open_tracking(self) -> None:
         """A run the engine owns gets params, config and (at the end) its outcome; a
@@ -292,7 +336,11 @@ def _train_in_subprocess(cfg: RunConfig, folder: RunDirectory, tracking_uri: str
         command.append("--fresh")
     if not progress:
         command.append("--no-progress")
-    code = subprocess.run(command, preexec_fn=die_with_parent).returncode
+    process = subprocess.Popen(command, preexec_fn=die_with_parent)
+    with STOP.relay_to(process):  # a signal to this process alone still stops the ranks
+        code = process.wait()
+    if code == PREEMPTED_EXIT:
+        raise Preempted(STOP.received or "a stop signal", folder.checkpoints.newest_step())
     result = folder.read_result()
     if result is None:
         return TrainResult(TrialStatus.FAILED, error=f"the DDP training process exited with code {code} and no result",

@@ -24,15 +24,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
-    from cem_ablate.training.engine import train_run
+    from cem_ablate.training.engine import PREEMPTED_EXIT, train_run
+    from cem_ablate.training.preemption import Preempted
     from cem_ablate.training.run_directory import RunDirectory
 
     folder = RunDirectory(args.run_dir)
-    result = train_run(
-        load_yaml(folder.config_file), run_dir=folder.path, tracking_uri=args.tracking_uri,
-        experiment=args.experiment, mlflow_run_id=args.mlflow_run_id,
-        resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
-    )
+    try:
+        result = train_run(
+            load_yaml(folder.config_file), run_dir=folder.path, tracking_uri=args.tracking_uri,
+            experiment=args.experiment, mlflow_run_id=args.mlflow_run_id,
+            resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
+        )
+    except Preempted:
+        return PREEMPTED_EXIT  # its checkpoint is saved; the caller reports it (training.engine)
     return 0 if result.status in SETTLED else 1
 
 
