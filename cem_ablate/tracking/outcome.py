@@ -21,13 +21,22 @@ MAX_REASON_CHARS = 5000
 def record_outcome(client, run_id: str, status: TrialStatus, reason: str | None,
                    metrics: Mapping[str, float | None], step: int = 0) -> None:
     """Log the finite `metrics` at `step`, tag status (its stored string) + reason and end
-    the run (FAILED for `failed`, FINISHED otherwise: diverged and pruned are results)."""
+    the run (FAILED for `failed`, FINISHED otherwise: diverged and pruned are results).
+    A metric the run's curves already hold at `step` (the engine logged the final test
+    and validation there) is not logged twice."""
     from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
-    batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
-             if v is not None and math.isfinite(float(v))]
+    finite = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+    held = _held_at(client, run_id, finite.keys(), step)
+    batch = [Metric(k, v, now, step) for k, v in finite.items() if k not in held]
     status = TrialStatus(status)
     tags = [RunTag(T.STATUS, status.value)] + ([RunTag(T.REASON, reason[:MAX_REASON_CHARS])] if reason else [])
     client.log_batch(run_id, metrics=batch, tags=tags)
     client.set_terminated(run_id, "FAILED" if status == TrialStatus.FAILED else "FINISHED")
+
+
+def _held_at(client, run_id: str, keys, step: int) -> set[str]:
+    """Those of `keys` the run already has a point of at `step`."""
+    logged = client.get_run(run_id).data.metrics.keys() & set(keys)
+    return {k for k in logged if any(m.step == step for m in client.get_metric_history(run_id, k))}

@@ -31,10 +31,11 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
 
     `guard` is called before every write (it raises when this process lost its claim on
     the run, `training.lease`): a fenced worker adds no point to the curves, and Lightning's
-    `finalize` after that error writes nothing either. On an existing run a metric is
-    logged only past the last step it already has: a resumed attempt replays the steps
-    between its checkpoint and the kill with the same values (exact resume), and the
-    curve keeps one point per step."""
+    `finalize` after that error writes nothing either. A metric is logged only past the
+    last step it already has, so every (metric, step) is recorded once: a resumed attempt
+    replays the steps between its checkpoint and the kill with the same values (exact
+    resume), and Lightning adds `epoch` to every dict it logs (the training step's and
+    the validation's at the same step)."""
     quiet_mlflow()
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -71,11 +72,13 @@ def _guarded_logger_class():
 
         def log_metrics(self, metrics, step=None):
             self.guard()
-            if step is not None and self.logged_through:
+            if step is not None:
                 metrics = {k: v for k, v in metrics.items() if step > self.logged_through.get(k, -1)}
                 if not metrics:
                     return
             super().log_metrics(metrics, step)
+            if step is not None:
+                self.logged_through = dict(self.logged_through) | dict.fromkeys(metrics, step)
 
         def log_hyperparams(self, params):
             self.guard()
@@ -130,3 +133,8 @@ def log_outcome(logger, status: TrialStatus, reason: str | None, metrics: Mappin
 
 def log_config_text(logger, text: str) -> None:
     logger.experiment.log_text(logger.run_id, text, "config.yaml")
+
+
+def mark_killed(logger) -> None:
+    """A run stopped before its end (preempted): KILLED, resumed by the same command."""
+    logger.experiment.set_terminated(logger.run_id, "KILLED")
