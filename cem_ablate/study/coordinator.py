@@ -15,10 +15,17 @@ says so in one line, starts a replacement when no live worker is left to do the
 remaining trials, and once every trial is done it kills the stalled ones and ends. A
 worker stopped while it holds a local store's lock (which every other process then
 waits on) is killed at once (`study.store_locks`).
-Ctrl-C ends the study at once: workers get SIGINT (their trials are freed for the
-rerun), those that do not exit within `STOP_WAIT_S` (a stopped one) are killed, and
-the report of what finished is printed. A press that Python swallows inside a garbage
-callback is honoured at the next poll (`study.interrupt_latch`).
+Ctrl-C ends the study at once: workers get SIGTERM (the trial each trains saves a
+checkpoint at its next step boundary and is queued again), those that do not exit
+within `STOP_WAIT_S` (a stopped one) are killed, and the report of what finished is
+printed. A press that Python swallows inside a garbage callback is honoured at the next
+poll (`study.interrupt_latch`).
+
+SIGTERM and SIGUSR1 (a cluster taking the machine back, training.preemption) stop the
+study the same way: each preempted trial is named in one line with its step, and the
+study exits with 128 + the signal's number. On SIGUSR1 inside a SLURM job (`#SBATCH
+--signal=USR1@90`, the time-limit warning) the study requeues its job
+(`study.requeue`), whose rerun resumes every preempted trial.
 
 The coordinator, not the workers, publishes the parents' statistics, plots and
 verdicts (`study.summary.StudyPublisher`) whenever a trial ends and once at the end:
@@ -49,13 +56,17 @@ from cem_ablate.study.store_locks import LockWatchdog
 from cem_ablate.study.summary import StudyPublisher
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import ExpandedStudy
-from cem_ablate.study.worker import quiet_lightning, set_torch_threads, write_plan
+from cem_ablate.study.worker import PREEMPTED, preempted_line, quiet_lightning, set_torch_threads, write_plan
 from cem_ablate.tracking.store import shown_url, sqlite_store_path
 from cem_ablate.training.child_process import die_with_parent
+from cem_ablate.training.preemption import STOP, Preempted, exit_code
 
 POLL_S = 2.0
-STOP_WAIT_S = 5.0  # after Ctrl-C: how long workers get to free their trials before they are killed
+# After Ctrl-C or a stop signal: how long workers get to checkpoint and free their trials
+# before they are killed; under SLURM's default KillWait (30 s) before its SIGKILL.
+STOP_WAIT_S = 20.0
 INTERRUPTED = 130  # the exit code of a study ended by Ctrl-C (the shell's 128 + SIGINT)
+STOPPED_BY_SIGNAL = tuple(128 + s for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT))  # a worker's exit codes
 
 
 def threads_per_worker(workers: int) -> int:
@@ -120,6 +131,16 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
         echo(after.line())
         echo(f"interrupted: {after.total - after.done} trials unfinished; rerun the same command to resume them")
         return StudyOutcome(INTERRUPTED, after.complete)
+    except Preempted as stop:
+        after = snapshot(session)
+        echo(after.line())
+        echo(f"stopped by {stop.signal_name}: {after.total - after.done} trials unfinished, every trial in "
+             "training saved a checkpoint; rerun the same command (or requeue the job) to resume them")
+        if stop.signal_name == "SIGUSR1":
+            from cem_ablate.study.requeue import requeue_slurm_job
+
+            requeue_slurm_job(echo)
+        return StudyOutcome(exit_code(stop), after.complete)
     publisher.publish()  # parents get the final fit, verdicts and status (a no-op if nothing changed)
     after = snapshot(session)
     echo(after.line())
@@ -155,9 +176,14 @@ def _run_here(session: StudySession, publisher: StudyPublisher, echo) -> None:
         publisher.publish()  # the variant's results changed
 
     try:
-        work(session, 0, on_start=report, on_end=ended)
+        outcomes = work(session, 0, on_start=report, on_end=ended)
     finally:
         torch.set_num_threads(previous_threads)
+    for outcome in outcomes:
+        if outcome.status == TrialStatus.WAITING:
+            echo(preempted_line(outcome))
+    if STOP.received is not None:
+        raise Preempted(STOP.received, None)
 
 
 def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int, echo) -> None:
@@ -172,10 +198,13 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     env = worker_env(threads)
     procs = []
 
+    log_starts: dict[int, int] = {}  # worker index -> where this run's lines begin in its log
+
     def start(i: int | None = None) -> int:
         i = len(procs) if i is None else i  # a replacement takes the next unused index
         cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(plan), "--index", str(i)]
         log = open(log_dir / f"worker-{i}.log", "a")
+        log_starts.setdefault(i, log.tell())
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        preexec_fn=die_with_parent), log, i))
         return i
@@ -195,11 +224,13 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     snap = snapshot(session)
     reported: set[int] = set()  # pids of stalled workers already said so
     try:
-        with watchdog, InterruptLatch() as latch:
+        with watchdog, InterruptLatch() as latch, STOP.listen():
             # The killed are reaped only at the end: an operator's SIGCONT still finds their pid.
             while any(p.poll() is None for p, _, _ in procs if p.pid not in watchdog.killed):
                 time.sleep(POLL_S)
                 latch.check()  # a Ctrl-C that landed in a garbage callback during the last pass
+                if STOP.received is not None:
+                    raise Preempted(STOP.received, None)
                 new = snapshot(session)
                 lines = changes(snap, new)
                 for line in lines:
@@ -212,8 +243,12 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
                 live = [entry for entry in procs if entry[0].pid not in watchdog.killed]
                 if _watch_stalls(session, live, reported, new.complete, start, echo):
                     break
-    except KeyboardInterrupt:
-        _stop(procs)
+    except (KeyboardInterrupt, Preempted) as stop:
+        _stop(procs, signal.SIGUSR1 if getattr(stop, "signal_name", "") == "SIGUSR1" else signal.SIGTERM)
+        for i, start_at in sorted(log_starts.items()):
+            for line in _lines_from(log_dir / f"worker-{i}.log", start_at):
+                if line.startswith(PREEMPTED):
+                    echo(line)
         raise
     finally:
         for p, _, _ in procs:
@@ -228,6 +263,10 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
         error = _error_line(log_dir / f"worker-{i}.log") if p.returncode == 2 else None
         if error:
             errors.append(error)
+        elif p.returncode in STOPPED_BY_SIGNAL:  # this worker alone was signalled: its lines say so
+            for line in _lines_from(log_dir / f"worker-{i}.log", log_starts.get(i, 0)):
+                if line.startswith(PREEMPTED):
+                    echo(line)
         elif p.returncode != 0 and not said_so:
             tail = _tail(log_dir / f"worker-{i}.log")
             echo(f"worker {i} exited with code {p.returncode}: {tail}")
@@ -260,12 +299,21 @@ def _watch_stalls(session, procs, reported: set[int], complete: bool, start, ech
     return True
 
 
-def _stop(procs) -> None:
-    """Ctrl-C: workers free their trials on SIGINT; those not gone within STOP_WAIT_S
+def _stop(procs, signum: int = signal.SIGTERM) -> None:
+    """Ctrl-C or a stop signal: workers checkpoint and queue their trials again on `signum`
+    (SIGTERM for a Ctrl-C: a worker that got the terminal's SIGINT too records one stop,
+    where a second SIGINT would interrupt it at once); those not gone within STOP_WAIT_S
     (a stopped or hung one) are killed, so the coordinator never waits on them."""
+    import psutil
+
     for p, _, _ in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGINT)
+            p.send_signal(signum)
+            try:
+                if psutil.Process(p.pid).status() == psutil.STATUS_STOPPED:
+                    p.kill()  # SIGSTOPped: it handles nothing until continued, so waiting is useless
+            except psutil.NoSuchProcess:
+                pass
     deadline = time.monotonic() + STOP_WAIT_S
     for p, _, _ in procs:
         try:
@@ -289,6 +337,16 @@ def _error_line(path: Path) -> str | None:
     except OSError:
         return None
     return found[-1] if found else None
+
+
+def _lines_from(path: Path, offset: int) -> list[str]:
+    """The lines of a worker's log written from `offset` on (this run's: logs are appended)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def _tail(path: Path, lines: int = 3) -> str:

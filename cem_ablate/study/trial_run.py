@@ -19,6 +19,10 @@ engine's lease (`training.lease`: the folder names the attempt holding it), syst
 metrics and the heartbeat likewise, and its Optuna facts and `tell` are refused by
 Optuna itself once the trial is finished. A fenced attempt stops at once and writes
 nothing more; the worker goes on with the next slot.
+
+Preemption (training.preemption): an attempt stopped by a signal has saved a verified
+checkpoint; its trial goes back to WAITING at once (the claim released, no grace
+period), its child run is marked KILLED, and its record says at which step it stopped.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from cem_ablate.tracking.disk_space import out_of_space
 from cem_ablate.tracking.run_context import system_metrics
 from cem_ablate.training.config import RunConfig
 from cem_ablate.training.lease import Lease, LeaseLost
+from cem_ablate.training.preemption import Preempted
 
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
 
@@ -95,7 +100,7 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
     where the trial was failed as stale meanwhile and nothing was recorded)."""
     from cem_ablate.study.pruning import pruning_callback
 
-    attempt = None
+    attempt, began = None, time.time()
     try:
         attempt = begin(session, variant, trial)
         original = session.finished_elsewhere(attempt.trial_key, attempt.trials.study.study_name)
@@ -108,6 +113,8 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
         seconds = time.time() - start
         pruned = pruner is not None and pruner.pruned_step is not None
         return finish(session, attempt, result, _outcome(result, pruned, error), seconds)
+    except Preempted as stop:
+        return attempt.record(TrialStatus.WAITING, None, str(stop), time.time() - began)
     except (LeaseLost, UpdateFinishedTrialError) as lost:
         # Stopped past the grace period and retried elsewhere (Optuna refuses a finished
         # trial's writes itself): this attempt writes nothing more.
@@ -170,6 +177,9 @@ def train(session, attempt: Attempt, pruner):
                                experiment=session.spec.name, mlflow_run_id=attempt.child,
                                extra_callbacks=[pruner] if pruner else [], resume=True,
                                progress=session.settings.progress, lease=lease)
+        except Preempted as stop:
+            release(session, attempt, stop)
+            raise
         except (KeyboardInterrupt, SystemExit):
             # Interrupted, not failed: free the slot now instead of after the grace period.
             if attempt.trials.finish(attempt.trial, TrialStatus.KILLED, None, {"reason": "interrupted"}):
@@ -205,6 +215,16 @@ def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialR
                                           step=result.steps if result is not None else 0)
         # The parent's statistics and verdicts: the coordinator's (study.summary), not every trial's.
     return attempt.record(status if recorded else TrialStatus.KILLED, value, reason, seconds)
+
+
+def release(session, attempt: Attempt, stop: Exception) -> None:
+    """Queue the stopped attempt's trial again now (WAITING; its checkpoint is saved)
+    and end its child run KILLED; nothing else is recorded."""
+    import contextlib
+
+    if attempt.trials.release(attempt.trial, reason=str(stop)):
+        with contextlib.suppress(Exception):  # a tracking server that is away: the run stays RUNNING
+            session.tracker.mark_killed(attempt.child)
 
 
 def _free_slot(session, trials, trial, child: str, reason: str) -> None:

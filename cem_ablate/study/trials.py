@@ -17,6 +17,8 @@ strings; every Optuna user attribute is read and written through `study.ledger`)
     FAIL  status=failed   the run raised: recorded with the error; retried once on the
                           next `cem-ablate study` invocation, not within one
     PRUNED                stopped early by the pruner
+    WAITING (again)       its attempt was preempted (SIGTERM, SIGUSR1, a worker's SIGINT)
+                          after saving a checkpoint: the same trial is claimed next
     FAIL  status=killed / no status
                           its worker died (stale heartbeat or dead local pid): the slot
                           is queued again with the same params, resuming its checkpoint
@@ -382,6 +384,20 @@ class VariantTrials:
     def record(self, trial, **facts: Any) -> None:
         """Record facts of a claimed trial (study.ledger; refused by Optuna once it is finished)."""
         record_trial(self.storage, trial._trial_id, **facts)
+
+    def release(self, trial, reason: str) -> bool:
+        """Queue a claimed trial again now: the same trial back to WAITING (same params,
+        same slot), for the next claim to resume its checkpoint without waiting out the
+        grace period (its attempt stopped on a signal, training.preemption). False if the
+        claim was already lost (the trial was failed as stale meanwhile)."""
+        import optuna
+        from optuna.trial import TrialState
+
+        try:
+            record_trial(self.storage, trial._trial_id, reason=reason)
+            return self.storage.set_trial_state_values(trial._trial_id, TrialState.WAITING)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
 
     def finish(self, trial, status: TrialStatus, value: float | None, facts: dict[str, Any]) -> bool:
         """Record the outcome; False if the trial was already failed as stale meanwhile."""

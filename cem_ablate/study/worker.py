@@ -9,6 +9,11 @@ Variants are visited round-robin, starting at a different one per worker, so
 results arrive for every variant early. When nothing is queued but trials are still
 running elsewhere, the worker waits: a running trial of a dead worker goes stale and
 is queued again, and this worker may be the one to retry it.
+
+SIGTERM, SIGUSR1 and SIGINT (training.preemption) stop the worker: the trial in training
+saves a checkpoint at its next step boundary and is queued again at once; no new trial
+is claimed. The worker prints one `preempted: ` line per such trial (the coordinator
+repeats it) and exits with 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -23,20 +29,36 @@ from pathlib import Path
 
 from cem_ablate import registry
 from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import HeartbeatThread, worker_identity
+from cem_ablate.training.preemption import STOP, STOP_SIGNALS
 
 IDLE_POLL_S = 2.0
+PREEMPTED = "preempted: "  # the first words of a worker's line for a preempted trial
+
+
+def preempted_line(outcome: TrialRecord) -> str:
+    """One line: which trial stopped on a signal, at which step (its reason says), and that it waits again."""
+    return (f"{PREEMPTED}{outcome.variant} {outcome.slot} (trial {outcome.number}) "
+            f"{outcome.reason.removeprefix('preempted ')}: checkpoint saved, trial queued again")
 
 
 def work(session, worker_index: int = 0,
          on_start: Callable[[str, object], None] | None = None,
          on_end: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
+    """Claim and train trials until none is left, or until a stop signal (then the trial
+    in training is queued again with its checkpoint, `STOP.received` says which signal)."""
+    with STOP.listen(STOP_SIGNALS + (signal.SIGINT,)):
+        return _work(session, worker_index, on_start, on_end)
+
+
+def _work(session, worker_index, on_start, on_end) -> list[TrialRecord]:
     identity = worker_identity()
     variants = session.variants
     outcomes: list[TrialRecord] = []
     turn = worker_index
-    while True:
+    while STOP.received is None:
         claimed = None
         for i in range(len(variants)):
             variant = variants[(turn + i) % len(variants)]
@@ -60,8 +82,9 @@ def work(session, worker_index: int = 0,
                 on_start(variant.name, trial)
             outcome = run_trial(session, variant, trial)
         outcomes.append(outcome)
-        if on_end is not None:
+        if on_end is not None and outcome.status != TrialStatus.WAITING:  # a preempted trial did not end
             on_end(outcome)
+    return outcomes
 
 
 def set_torch_threads(threads: int | None) -> None:
@@ -117,8 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         session = StudySession(expanded, settings, worker_index=args.index)
         for outcome in work(session, args.index):
+            if outcome.status == TrialStatus.WAITING:
+                print(preempted_line(outcome), flush=True)
+                continue
             print(f"{outcome.variant} {outcome.slot}: {outcome.status} {outcome.value or ''} "
                   f"{outcome.reason} ({outcome.seconds:.0f} s)", flush=True)
+        if STOP.signum is not None:
+            return 128 + STOP.signum  # stopped by a signal: the shell's convention
     except Exception as err:
         from cem_ablate.config import ConfigError
         from cem_ablate.tracking.disk_space import out_of_space, out_of_space_message

@@ -113,15 +113,16 @@ class StopRequest:
     @contextlib.contextmanager
     def relay_to(self, process) -> Iterator[StopRequest]:
         """While the block runs, a stop signal is recorded and sent on to `process` (a
-        training subprocess, which stops the same way); main thread only."""
+        training subprocess, which stops the same way; a SIGINT this process listens to
+        goes on as SIGTERM, which the subprocess stops on); main thread only."""
         def relay(signum, frame):
             self._handle(signum, frame)
             with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signum)
+                process.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
 
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
+            for signum in dict.fromkeys(STOP_SIGNALS + tuple(self._listening)):
                 if signal.getsignal(signum) is not signal.SIG_IGN:
                     previous[signum] = signal.signal(signum, relay)
         try:
@@ -142,12 +143,16 @@ STOP = StopRequest()
 
 class StopAtStepBoundary(L.Callback):
     """At every optimizer step boundary: if any rank was asked to stop, save a verified
-    checkpoint of this step (unless it was just saved) and raise `Preempted` on every rank."""
+    checkpoint of this step (unless it was just saved) and raise `Preempted` on every rank
+    as the next batch starts: after Lightning has logged the step's metrics (and run
+    the step's validation, when one is due), so the resumed attempt, which starts with
+    the next step, records every (metric, step) of the curves once."""
 
     def __init__(self, files, request: StopRequest = STOP):
         self.files = files  # training.checkpoints.CheckpointFiles, shared with PeriodicCheckpoint
         self.request = request
         self._group = None  # the CPU process group of the decision (None: one process)
+        self._stopped: Preempted | None = None  # decided, checkpoint saved: raised at the next batch
 
     def on_train_start(self, trainer, pl_module):
         self.request.reinstall()  # after Lightning's _SignalConnector took SIGTERM over (module docstring)
@@ -158,7 +163,7 @@ class StopAtStepBoundary(L.Callback):
             self._group = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.fit_loop._should_accumulate():  # mid-accumulation: not a step boundary
+        if self._stopped is not None or trainer.fit_loop._should_accumulate():  # mid-accumulation: not a boundary
             return
         signum = self.decision()
         if not signum:
@@ -166,7 +171,11 @@ class StopAtStepBoundary(L.Callback):
         step = trainer.global_step
         if self.files.saved_step != step:
             self.files.save(trainer)
-        raise Preempted(signal_name(signum), step)
+        self._stopped = Preempted(signal_name(signum), step)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self._stopped is not None:
+            raise self._stopped
 
     def decision(self) -> int:
         """The largest stop signal number any rank received (0: none), the same on every
