@@ -40,6 +40,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat", type=int, default=10, help="seconds between trial heartbeats (default 10)")
     parser.add_argument("--grace", type=int, default=60,
                         help="seconds without heartbeat before another machine retries a trial (default 60)")
+    parser.add_argument("--outage-wait", type=int, default=120, metavar="SECONDS",
+                        help="how long a database (--storage) or MLflow server (--tracking-uri) that went away "
+                             "mid-study is waited for before the trials in training stop and are queued again "
+                             "(default 120; MLflow's MLFLOW_HTTP_REQUEST_* variables, when set, win for MLflow)")
     parser.add_argument("--report-dir", default="reports",
                         help="where the final report goes: <report-dir>/<study>/report.md + PNGs (default reports)")
     parser.add_argument("--no-report", action="store_true", help="do not print/write the report at the end")
@@ -76,6 +80,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("--heartbeat", f"must be at least 1 second, got {args.heartbeat}.")
     if args.grace <= args.heartbeat:
         raise ConfigError("--grace", f"must exceed --heartbeat ({args.heartbeat} s), got {args.grace}.")
+    if not 10 <= args.outage_wait <= 1000:
+        raise ConfigError("--outage-wait", f"must be between 10 and 1000 seconds, got {args.outage_wait}.")
     if not 0 < args.mfu <= 1:
         raise ConfigError("--mfu", f"must be in (0, 1], got {args.mfu}.")
     if not args.gpu_tflops > 0:
@@ -170,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_eval(expanded.spec.eval)
     settings = StudySettings(
-        storage=StorageSettings(storage_url, args.heartbeat, args.grace),
+        storage=StorageSettings(storage_url, args.heartbeat, args.grace, args.outage_wait),
         tracking_uri=args.tracking_uri or default_tracking_uri(),
         workdir=Path(args.workdir).resolve(),
         threads=args.threads or execution.threads,
@@ -178,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
         reuse=not args.no_reuse,
     )
     from cem_ablate.tracking.local_store import private_files
+    from cem_ablate.tracking.store import set_mlflow_outage_window
 
+    set_mlflow_outage_window(args.outage_wait)  # this process's client and the workers it starts
     echo = lambda line: print(line, flush=True)  # noqa: E731
     # stores, run folders, logs, plan and the report's artifacts on the parents: the user's only (0600/0700)
     with private_files():

@@ -111,6 +111,9 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
     before = snapshot(session)
     echo(f"study {expanded.spec.name}: {len(session.variants)} variants, {before.total} trials; "
          f"storage {shown_url(settings.storage.url)}; tracking {shown_url(settings.tracking_uri)}")
+    servers = _outage_windows(settings)
+    if servers:
+        echo(f"a server that goes away is waited for: {servers}; longer, the trials in training are queued again")
     echo(before.line())
     if before.complete:
         echo("every trial is already done")
@@ -321,6 +324,19 @@ def _stop(procs, signum: int = signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def _outage_windows(settings: StudySettings) -> str:
+    """How long each server of the study is waited for when it goes away ('' for local stores)."""
+    from cem_ablate.tracking.credentials import is_http
+    from cem_ablate.tracking.store import mlflow_outage_window
+
+    windows = []
+    if sqlite_path(settings.storage.url) is None:
+        windows.append(f"storage {settings.storage.outage_s} s")
+    if is_http(settings.tracking_uri):
+        windows.append(f"MLflow {mlflow_outage_window():.0f} s")
+    return ", ".join(windows)
 
 
 def _ended(before, after) -> bool:

@@ -20,8 +20,9 @@ created 0600, its tables under a lock (two studies started together on an empty
 folder), and a damaged one is refused before it is touched (tracking.local_store).
 Pooled connections are pinged before use, so a database server that restarted between two queries of a
 long trial costs nothing. A server that goes away mid-study is waited for: every
-storage call retries for up to OUTAGE_S, saying so once on stderr; past that the
-worker stops with one `error: --storage:` line. Nothing is lost either way: a trial
+storage call retries for up to `StorageSettings.outage_s` (`--outage-wait`, 120 s by
+default), saying so once on stderr; past that the worker stops with one `error:
+--storage:` line (its trial, which it cannot write, goes stale and is retried). Nothing is lost either way: a trial
 whose result could not be recorded keeps it in its run folder, and the rerun study
 records it without training it again.
 """
@@ -51,7 +52,7 @@ CONNECT_TIMEOUT_S = 5  # per attempt, for server databases
 IDLE_IN_TRANSACTION_MS = 60_000
 CONNECT_ATTEMPTS = 3  # a server that is still starting gets ~10 s
 SCHEMA_ATTEMPTS = 4  # opening a fresh database from several machines at once
-OUTAGE_S = 120  # how long a worker waits for a database server that went away mid-study
+OUTAGE_S = 120  # how long a database server that went away is waited for, by default (--outage-wait)
 OUTAGE_RETRY_S = 2.0
 # SQLAlchemy 2.x dialect -> (module it imports, what to install)
 DRIVERS = {
@@ -84,6 +85,7 @@ class StorageSettings:
     url: str
     heartbeat_interval: int = 10  # seconds between heartbeats of a running trial
     grace_period: int = 60  # a RUNNING trial silent this long is stale (its worker died)
+    outage_s: int = OUTAGE_S  # how long a database server that went away is waited for (--outage-wait)
 
 
 def quiet_optuna() -> None:
@@ -157,7 +159,9 @@ def open_storage(settings: StorageSettings):
                                 {"connect_args": {"timeout": SQLITE_TIMEOUT_S}})
     check_driver(settings.url)
     check_server(settings.url)
-    return _open_schema(outage_tolerant_storage(), settings, _engine_kwargs(settings.url))
+    storage = _open_schema(outage_tolerant_storage(), settings, _engine_kwargs(settings.url))
+    storage.outage_s = settings.outage_s
+    return storage
 
 
 def close_storage(storage) -> None:
@@ -230,13 +234,14 @@ def _waits_out_outages(method, name: str):
                 if not isinstance(err, sqlalchemy.exc.OperationalError):
                     raise
                 now = time.monotonic()
+                window = getattr(self, "outage_s", OUTAGE_S)
                 if first_failure is None:
                     first_failure = now
                     print(f"storage {shown_url(self.url)} unreachable ({_first_line(err.orig)}); "
-                          f"retrying for up to {OUTAGE_S} s", file=sys.stderr, flush=True)
-                if now - first_failure >= OUTAGE_S:
-                    raise ConfigError("--storage", f"lost {shown_url(self.url)} for {OUTAGE_S} s ({name}): "
-                                                   f"{_first_line(err.orig)}") from None
+                          f"retrying for up to {window} s", file=sys.stderr, flush=True)
+                if now - first_failure >= window:
+                    raise ConfigError("--storage", f"lost {shown_url(self.url)} for {window} s ({name}, "
+                                                   f"--outage-wait): {_first_line(err.orig)}") from None
                 time.sleep(OUTAGE_RETRY_S)
                 continue
             if first_failure is not None:
@@ -249,7 +254,7 @@ def _waits_out_outages(method, name: str):
 
 @functools.cache
 def outage_tolerant_storage():
-    """RDBStorage whose public methods wait out a database server outage (OUTAGE_S).
+    """RDBStorage whose public methods wait out a database server outage (`outage_s`).
 
     A retried write may repeat one the server committed just before the connection
     broke; Optuna's own checks turn that into "already finished" / "not claimed",

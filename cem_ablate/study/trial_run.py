@@ -44,6 +44,7 @@ from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.disk_space import out_of_space
 from cem_ablate.tracking.run_context import system_metrics
+from cem_ablate.tracking.store import TrackingServerLost, lost_tracking_server
 from cem_ablate.training.config import RunConfig
 from cem_ablate.training.lease import Lease, LeaseLost
 from cem_ablate.training.preemption import Preempted
@@ -124,6 +125,14 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
             return TrialRecord(None, None, TrialStatus.KILLED, None, f"claim lost: {lost}", variant=variant.name,
                                study=session.trials[variant.key].study.study_name, number=trial.number)
         return attempt.record(TrialStatus.KILLED, None, f"claim lost: {lost}")
+    except Exception as err:
+        # The MLflow server away past its retry window, in training or around it: the
+        # trial is queued again, nothing recorded for it; the worker stops on the one line.
+        lost = lost_tracking_server(err, session.settings.tracking_uri)
+        if lost is None or attempt is None:
+            raise
+        release(session, attempt, lost)
+        raise lost from None
 
 
 def begin(session, variant: Variant, trial) -> Attempt:
@@ -185,7 +194,7 @@ def train(session, attempt: Attempt, pruner):
             if attempt.trials.finish(attempt.trial, TrialStatus.KILLED, None, {"reason": "interrupted"}):
                 session.tracker.mark_killed(attempt.child)
             raise
-        except LeaseLost:
+        except (LeaseLost, TrackingServerLost):
             raise
         except Exception as err:  # noqa: BLE001 - a broken trial must not stop the study
             if out_of_space(err, [attempt.run_dir]):  # the machine's failure, not the trial's (tracking.disk_space)

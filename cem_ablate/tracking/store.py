@@ -26,6 +26,21 @@ from cem_ablate.tracking.local_store import check_readable, create_store_file, c
 
 SERVER_TIMEOUT_S = 5  # per attempt
 SERVER_ATTEMPTS = 3  # a server still starting gets ~10 s
+# MLflow's client retries a request that finds no server with exponential backoff
+# (urllib3: no wait after the first failure, then factor x 2^(k-1) s, each wait at most
+# 120 s; MLflow allows at most 10 retries): the retry window a study sets from
+# --outage-wait, unless the environment already says (MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+# MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR: MLflow's own settings win).
+MLFLOW_RETRIES_VAR, MLFLOW_BACKOFF_VAR = "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
+_MAX_RETRIES, _MAX_WAIT_S, _BACKOFF = 10, 120, 2
+
+
+class TrackingServerLost(ConfigError):
+    """The MLflow server stayed away longer than the client's retry window."""
+
+    def __init__(self, uri: str, window_s: float, error: str):
+        super().__init__("--tracking-uri", f"lost the MLflow server {shown_url(uri)} for more than {window_s:.0f} s "
+                                           f"(--outage-wait): {error}")
 
 
 def default_tracking_uri(root: Path | None = None) -> str:
@@ -153,3 +168,47 @@ def _check_login(uri: str) -> None:
                                             "http://user:password@host:port") from None
     except OSError:
         return  # answered /health a moment ago: let MLflow's client retry
+
+
+def mlflow_retry_window(retries: int, factor: float) -> float:
+    """Seconds MLflow's client keeps retrying a request to a server that is away."""
+    return float(sum(min(_MAX_WAIT_S, factor * 2 ** (k - 1)) for k in range(2, retries + 1)))
+
+
+def mlflow_outage_window(env=None) -> float:
+    """The retry window MLflow's client runs with in this environment."""
+    env = os.environ if env is None else env
+    return mlflow_retry_window(int(env.get(MLFLOW_RETRIES_VAR, 7)), float(env.get(MLFLOW_BACKOFF_VAR, _BACKOFF)))
+
+
+def set_mlflow_outage_window(seconds: float, env=None) -> float:
+    """Set MLflow's retries so a server away for `seconds` is waited out (the fewest
+    retries whose window is at least that, the backoff factor raised past 10 of them),
+    for this process and the workers it starts; MLflow's own variables, when set, win.
+    The window in force."""
+    env = os.environ if env is None else env
+    if MLFLOW_RETRIES_VAR not in env and MLFLOW_BACKOFF_VAR not in env:
+        retries = next((n for n in range(2, _MAX_RETRIES + 1) if mlflow_retry_window(n, _BACKOFF) >= seconds),
+                       _MAX_RETRIES)
+        factor = _BACKOFF
+        while mlflow_retry_window(retries, factor) < seconds and factor < _MAX_WAIT_S:
+            factor += 1
+        env[MLFLOW_RETRIES_VAR], env[MLFLOW_BACKOFF_VAR] = str(retries), str(factor)
+    return mlflow_outage_window(env)
+
+
+def lost_tracking_server(err: BaseException, uri: str) -> TrackingServerLost | None:
+    """The error of an MLflow call that found no server after its retries (on an http(s)
+    tracking URI), as one line naming the server; None for any other error."""
+    if isinstance(err, TrackingServerLost):
+        return err
+    if not is_http(uri):
+        return None
+    seen = err
+    while seen is not None:
+        text = str(seen)
+        if "Max retries exceeded" in text or type(seen).__name__ in ("ConnectionError", "MaxRetryError"):
+            first = next((line.strip() for line in text.splitlines() if line.strip()), type(seen).__name__)
+            return TrackingServerLost(uri, mlflow_outage_window(), first[:300])
+        seen = seen.__cause__ or seen.__context__
+    return None

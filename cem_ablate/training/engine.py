@@ -141,9 +141,13 @@ class _Session:
         except Exception as err:  # noqa: BLE001 - a failed run is a result, with its reason
             from cem_ablate.config import ConfigError
             from cem_ablate.tracking.disk_space import out_of_space
+            from cem_ablate.tracking.store import lost_tracking_server
 
             if isinstance(err, ConfigError) or out_of_space(err, [self.folder.path]):
                 raise  # a full disk fails the machine, not the run: no FAILED result (tracking.disk_space)
+            lost = lost_tracking_server(err, self.tracking_uri)
+            if lost is not None:  # the server's failure, not the run's: no FAILED result either
+                raise lost from None
             self.folder.may_write()  # an error of a fenced run (e.g. Optuna refusing it) is not its result
             if self.rank_zero:
                 traceback.print_exc(file=sys.stderr)
