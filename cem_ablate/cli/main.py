@@ -68,7 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as err:
         from cem_ablate.tracking.disk_space import out_of_space, out_of_space_message
+        from cem_ablate.tracking.store import lost_tracking_server
 
+        lost = lost_tracking_server(err, getattr(args, "tracking_uri", None) or "")
+        if lost is not None:  # the MLflow server went away for longer than its retry window
+            print(f"error: {lost}", file=sys.stderr)
+            return 2
         places = _written_places(args)
         if not out_of_space(err, places):
             raise

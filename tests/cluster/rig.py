@@ -199,6 +199,7 @@ class Postgres:
     host: str
     port: int
     log: Path
+    addresses: str = "127.0.0.1"  # listen_addresses
 
     @classmethod
     def start(cls, listen: list[str], databases: tuple[str, ...] = ("optuna", "mlflow")) -> Postgres:
@@ -215,13 +216,18 @@ class Postgres:
             for address in listen:
                 hba.write(f"host all all {ipaddress.ip_network(address + '/24', strict=False)} scram-sha-256\n")
         port = free_port()
-        addresses = ",".join(["127.0.0.1", *listen])
-        server = cls(bin_dir, data, listen[0] if listen else "127.0.0.1", port, root / "server.log")
-        _as_postgres(f"{bin_dir}/pg_ctl -D {data} -l {server.log} -w -t 60 -o "
-                     f"\"-p {port} -k {root} -c listen_addresses='{addresses}' -c fsync=off "
-                     f"-c max_connections=200\" start")
+        server = cls(bin_dir, data, listen[0] if listen else "127.0.0.1", port, root / "server.log",
+                     ",".join(["127.0.0.1", *listen]))
+        server.start_server()
         server._create(databases)
         return server
+
+    def start_server(self) -> None:
+        """Start the server on its data folder (again, after `stop`: same port, same data)."""
+        root = self.data.parent
+        _as_postgres(f"{self.bin}/pg_ctl -D {self.data} -l {self.log} -w -t 60 -o "
+                     f"\"-p {self.port} -k {root} -c listen_addresses='{self.addresses}' -c fsync=off "
+                     f"-c max_connections=200\" start")
 
     def _create(self, databases: tuple[str, ...]) -> None:
         import psycopg
@@ -235,8 +241,8 @@ class Postgres:
             host: str | None = None) -> str:
         return f"postgresql://{user}:{password}@{host or self.host}:{self.port}/{database}"
 
-    def stop(self) -> None:
-        _as_postgres(f"{self.bin}/pg_ctl -D {self.data} -m immediate stop", check=False)
+    def stop(self, mode: str = "immediate") -> None:
+        _as_postgres(f"{self.bin}/pg_ctl -D {self.data} -m {mode} stop", check=False)
 
     def remove(self) -> None:
         self.stop()

@@ -148,3 +148,62 @@ def test_a_storage_outage_mid_study_is_waited_out(postgres, mlflow_server, rig_c
     assert len(runs.children) == len(grid)
     for child in runs.children:
         assert max(runs.child_steps(client, child).values()) == 1  # trained once
+
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL server of this test alone (on 127.0.0.1): it is stopped and started again."""
+    if rig.postgres_bin() is None:
+        pytest.fail("PostgreSQL server binaries missing: apt-get install -y postgresql (.ci/run does)")
+    server = rig.Postgres.start(listen=[], databases=("optuna",))
+    yield server
+    server.remove()
+
+
+def _states_and_values(storage_url: str) -> list[tuple[str, float | None]]:
+    import optuna
+
+    storage = optuna.storages.RDBStorage(storage_url)
+    try:
+        return [(t.state.name, t.value) for s in storage.get_all_studies() for t in storage.get_all_trials(s._study_id)]
+    finally:
+        storage.engine.dispose()
+
+
+def _restart_mid_trial(postgres_server, corpus, tmp_path, down_s: float) -> None:
+    """`pg_ctl stop` mid-trial, `pg_ctl start` `down_s` later (same port, same data): the
+    worker waits, and the study ends as if nothing happened: one trial, COMPLETE, with
+    the uninterrupted run's objective."""
+    from tests.study.test_preemption import _objectives, _run, _start, _study_file
+    from tests.tracking.test_server_outage import _after_a_checkpoint
+
+    path = _study_file(tmp_path, corpus, "pg-restart", [2e-3], steps=60)
+    storage = postgres_server.url("optuna")
+    tracking = f"sqlite:///{tmp_path / 'job' / 'mlflow.db'}"
+    proc = _start(path, tmp_path / "job", 1, None, "--storage", storage, "--tracking-uri", tracking)
+    try:
+        _after_a_checkpoint(proc, tmp_path / "job")
+        postgres_server.stop("fast")  # every connection dropped, nothing listens on the port
+        time.sleep(down_s)
+        postgres_server.start_server()
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert rig.PG_PASSWORD not in out
+    _run(path, tmp_path / "straight")
+    straight = list(_objectives(tmp_path / "straight").values())
+    assert _states_and_values(storage) == [("COMPLETE", straight[0])]  # nothing failed or retried; bit for bit
+
+
+@pytest.mark.slow
+def test_a_postgresql_restart_mid_study_is_waited_out(own_postgres, rig_corpus, tmp_path):
+    _restart_mid_trial(own_postgres, rig_corpus, tmp_path, down_s=2)
+
+
+@pytest.mark.slow
+@pytest.mark.soak
+def test_a_20_s_postgresql_restart_mid_study_is_waited_out(own_postgres, rig_corpus, tmp_path):
+    _restart_mid_trial(own_postgres, rig_corpus, tmp_path, down_s=20)

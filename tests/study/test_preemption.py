@@ -38,11 +38,11 @@ def _study_file(folder: Path, corpus, name: str, grid, steps: int) -> Path:
     return path
 
 
-def _start(path: Path, root: Path, workers: int = 1, env: dict | None = None) -> subprocess.Popen:
+def _start(path: Path, root: Path, workers: int = 1, env: dict | None = None, *options: str) -> subprocess.Popen:
     """`cem-ablate study` in its own process group (a batch job), its stores under `root`."""
     root.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "cem_ablate.cli.main", "study", str(path), "--no-report", "--workers",
-           str(workers)]
+           str(workers), *options]
     return subprocess.Popen(cmd, cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -79,9 +79,9 @@ def _objectives(root: Path) -> dict[str, float]:
             if t.state == TrialState.COMPLETE}
 
 
-def _child_histories(root: Path, experiment: str) -> dict[str, dict[str, Counter]]:
-    """slot -> metric -> how many points each step has, for every child run."""
-    client = make_client(f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
+def _child_histories(root: Path, experiment: str, tracking_uri: str | None = None) -> dict[str, dict[str, Counter]]:
+    """slot -> metric -> how many points each step has, for every child run (each FINISHED)."""
+    client = make_client(tracking_uri or f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     out = {}
     for run in runs:

@@ -1,0 +1,97 @@
+"""`cem-ablate train` stopped by a signal (training.preemption): real processes.
+
+SIGTERM mid-run: the run saves a verified checkpoint at its next optimizer step (newer
+than the last periodic one), exits 143 without a result, and the rerun ends exactly
+where the uninterrupted run does. With two DDP ranks a signal that reaches rank 1 alone
+still stops both at the same step (one collective decision), rank 0 writing.
+"""
+
+import json
+import signal
+import time
+
+import psutil
+import pytest
+import yaml
+
+from cem_ablate.training.checkpoints import CheckpointFiles
+from tests.cli.test_train_command import cli, write_config
+from tests.data.conftest import isolated_cache  # noqa: F401  (session-wide autouse fixture)
+
+CKPT_EVERY = 10
+
+
+def _signal_after_first_checkpoint(config, uri, tmp_path, cache, signum, target=lambda proc: proc.pid):
+    """Start `cem-ablate train`, send `signum` to `target(proc)` once a periodic checkpoint
+    exists; (exit code, seconds to exit, stderr, run folder)."""
+    proc = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=cache, wait=False)
+    deadline = time.monotonic() + 600
+    while True:
+        folders = list(tmp_path.glob("runs/cli-*/checkpoints"))
+        if folders and CheckpointFiles(folders[0]).newest_step() is not None:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.05)
+    psutil.Process(target(proc)).send_signal(signum)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, time.monotonic() - sent, err.decode(), folders[0].parent
+
+
+def _result(run_dir):
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def _preempted_checkpoint(run_dir) -> int:
+    files = CheckpointFiles(run_dir / "checkpoints")
+    step = files.newest_step()
+    assert step is not None and step % CKPT_EVERY != 0  # a step the periodic checkpoint does not write
+    assert files.verified(warn=False) == files.last
+    assert not (run_dir / "result.json").exists()
+    return step
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_and_the_rerun_is_exact(tmp_path, isolated_cache):
+    config = write_config(tmp_path / "run.yaml", max_steps=40, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=20)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code, seconds, err, run_dir = _signal_after_first_checkpoint(config, uri, tmp_path, isolated_cache,
+                                                                 signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    step = _preempted_checkpoint(run_dir)
+    print(f"cem-ablate train, SIGTERM: exited {seconds:.1f} s after the signal, checkpoint at step {step}")
+
+    rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    straight = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
+                   env_cache=isolated_cache)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    resumed, uninterrupted = _result(run_dir), _result(tmp_path / "straight")
+    for key in ("steps", "test_loss", "test_ppl", "val_loss", "train_loss"):
+        assert resumed[key] == uninterrupted[key], key  # bit for bit
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_ddp_rank_stops_every_rank_at_one_step(tmp_path, isolated_cache):
+    config = write_config(tmp_path / "ddp.yaml", max_steps=30, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=30,
+                          log_every_n_steps=2, devices=2)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def rank_1(proc):  # Lightning's launcher starts rank 1 as a child of rank 0
+        return psutil.Process(proc.pid).children()[0].pid
+
+    code, seconds, err, run_dir = _signal_after_first_checkpoint(config, uri, tmp_path, isolated_cache,
+                                                                 signal.SIGUSR1, target=rank_1)
+    assert code == 128 + signal.SIGUSR1, err[-3000:]
+    step = _preempted_checkpoint(run_dir)
+    print(f"DDP, SIGUSR1 to rank 1: exited {seconds:.1f} s after the signal, checkpoint at step {step}")
+    rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    straight = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
+                   env_cache=isolated_cache)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    resumed, uninterrupted = _result(run_dir), _result(tmp_path / "straight")
+    for key in ("steps", "test_loss", "test_ppl", "val_loss"):
+        assert resumed[key] == uninterrupted[key], key
+    assert yaml.safe_load(config.read_text())["train"]["devices"] == 2
