@@ -39,7 +39,7 @@ from cem_ablate.model.decoding import DecodingCache, decode, missing_hooks, new_
 
 MB = 1024 * 1024
 
-# Every built-in component and model option the issue names, paper defaults elsewhere
+# Every built-in component, plain reuse and the SPEC §11 model options, paper defaults elsewhere
 # (bench/variants.py: kq_diag shared, diag_lowrank preconditioners).
 DEFAULT_VARIANTS = (
     "llama", "cem_attn_t1", "cem_attn_t2", "cem_attn_t4", "cem_attn_t2_nodiag", "cem_attn_t2_perhead_exact",
@@ -122,7 +122,7 @@ def run_decode_bench(cfg: DecodeBenchConfig, log: Callable[[str], None] = print)
             except Exception as err:  # a variant that fails still gets its row
                 rows.append(DecodeRow(size, variant.label, 0, error=f"{type(err).__name__}: {err}"[:300]))
         # one phase per measure: prefill, then decode at each batch size from caches
-        # prefilled for that phase only (at 86M and batch 8 they hold ~0.35-0.7 GB per variant)
+        # prefilled for that phase only (at 86M and batch 8 each variant's caches are large)
         phases = [("prefill", None)] + [("decode", b) for b in sorted(set(cfg.batch_sizes))]
         shares = []
         for what, batch in phases:
