@@ -100,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
         if base != parsed.base_d_model:
             # The base sets muP's constants, not its exponents; below it a model runs hotter attention
             # (tau = d_head / sqrt(d_head,base) < sqrt(d_head)) and a larger per-entry lr than the
-            # base's, whose finite-width effects the slope would read as an exponent (measured: the
-            # config's base 256 over widths 64-512 puts 2-7 modules of four of the five families over
-            # 0.1, CEM attention T = 2's second step -0.08 at init; docs/results.md §18).
+            # base's, whose finite-width effects the slope would read as an exponent (measured: a base
+            # above the narrowest width puts modules of four of the five families over the bound;
+            # docs/results/, learning-rate transfer, "Coordinate check").
             model["base_d_model"] = base
             base_note += (f" (the narrowest width; the config's is {parsed.base_d_model}: "
                           f"--base-d-model {parsed.base_d_model} checks with it)")
