@@ -11,10 +11,10 @@ from __future__ import annotations
 from cem_ablate.config.trial_status import TrialStatus
 
 # Above this ratio of a proxy lr*'s 95% interval (high / low) the report says the transferred
-# rate is uncertain: measured, docs/results.md §18 (GPU, d 64 -> 256, five families, 3 seeds):
-# 5.7x and 2.6x missed the target's optimum by 1.6% and 2.0%; 1.46x, 1.58x, 1.87x landed
-# within 1%. CPU, CEM MLP T = 1 with 3, 5, 8 proxy seeds: 6.7x, 2.3x, 1.7x and +3.8%, +2.3%,
-# +0.74%. Five families: a note to the reader, not a test.
+# rate is uncertain: measured, the proxies whose intervals were wider than this missed the
+# target's optimum by more than those whose intervals were narrower, on GPU and on CPU (figures:
+# docs/results/, learning-rate transfer, and docs/lab-notes/from-code-comments.md). Five
+# families: a note to the reader, not a test.
 WIDE_PROXY_INTERVAL = 2.0
 
 
