@@ -1,6 +1,6 @@
 """`cem-ablate study FILE --dry-run`: the plan, its cost and its power; nothing is written anywhere.
 
-Power before compute (issue 18): for the study's seed design (`study.verdicts.design_of`,
+Power before compute (`analysis.power`): for the study's seed design (`study.verdicts.design_of`,
 the rule the study's verdicts use) the false-positive rate, simulated through the
 decision rule (`analysis.power`), and the smallest Δ detected with 80% power, in
 units of the seed-to-seed std (and in the objective's units where the storage holds

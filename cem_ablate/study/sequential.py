@@ -1,4 +1,4 @@
-"""Sequential seeds (`seeds: {min, max, until: resolved}`, issues 11 and 18).
+"""Sequential seeds (`seeds: {min, max, until: resolved}`).
 
 When every planned trial is final, each variant whose Δ against a baseline is still
 unresolved gets one more seed, and so does that baseline, up to `max`; the

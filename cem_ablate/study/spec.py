@@ -124,7 +124,7 @@ class ExecutionConfig:
 
 @dataclass(frozen=True)
 class SequentialSeeds(Sequence):
-    """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (issue 11).
+    """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (`study.sequential`).
 
     Every variant and its baseline start with seeds 0..min-1; while their Δ is
     unresolved (`study.sequential`: the report's verdict, the one decision rule at
@@ -261,7 +261,7 @@ def load_study_mapping(
     raw = load_yaml(path)
     if scale is not None:
         scales = raw.get("scale") or {}
-        if not scales:  # not "Allowed: ." (issue 30)
+        if not scales:  # say so: an unknown-scale error would list no allowed scales ("Allowed: .")
             raise ConfigError("--scale", f"the study file defines no scales (no `scale:` mapping), "
                                          f"so there is no {scale!r}.")
         if not isinstance(scales, dict) or scale not in scales:

@@ -11,7 +11,7 @@
 The run folder is fixed per trial key, so a retried trial resumes from the killed
 attempt's last verified checkpoint and logs into the same child run.
 
-Fencing (issue 28): the claim is the Optuna trial, live while it is RUNNING. A worker
+Fencing: the claim is the Optuna trial, live while it is RUNNING. A worker
 that was stopped past the grace period finds, when it wakes up, its trial failed as
 stale and the slot retried elsewhere; so every write of an attempt checks the claim
 first: its run folder, checkpoints, `result.json` and MLflow curves through the

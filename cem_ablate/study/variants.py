@@ -154,7 +154,7 @@ def _named_by_what_it_keeps(draft: _Draft, overrides: dict[str, Any]) -> _Draft:
     """A baseline named after the variant settings it keeps (`llama,d_model=32,d_mlp=88`):
     variants that set d_model themselves give one baseline per width, all `llama` by the
     axis-only name, and a name that stands for several configs merged them in the report
-    read by study name, the plots' legends and the tables (2026-11-26)."""
+    read by study name, the plots' legends and the tables."""
     def overridden(key: str) -> bool:
         return any(key == o or key.startswith(o + ".") for o in overrides)
 

@@ -53,7 +53,7 @@ def work(session, worker_index: int = 0,
         turn = variants.index(variant) + 1
         # Heartbeat from the claim on, not only while training: the trial's MLflow child,
         # imports and config come first, and a claimed trial that stays silent past the
-        # grace period is taken for dead and trained twice (seen on the issue-13 rig).
+        # grace period is taken for dead and trained twice (seen on the multi-host test rig).
         trials = session.trials[variant.key]
         with HeartbeatThread(session.storage, trial._trial_id, lambda: trials.is_live(trial)):
             if on_start is not None:
