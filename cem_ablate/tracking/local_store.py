@@ -75,7 +75,7 @@ def creation_lock(db: Path) -> Iterator[None]:
         os.close(fd)
 
 
-_CHECKED: set[Path] = set()  # once per process: quick_check reads the whole file (~2.6 s for 135 MB, loaded CPU)
+_CHECKED: set[Path] = set()  # once per process: quick_check reads the whole file (seconds for a large store)
 
 
 def check_readable(db: Path, option: str, what: str) -> None:
