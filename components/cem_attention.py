@@ -174,7 +174,7 @@ class CEMAttention(EnergyRecursion):
         readout = self.scaled_readout(self.readout())
         kernel = self.resolved_kernel(c.device)
         # flex adds ALiBi in its score_mod: the (K, J, J) bias would be built and never read
-        # (134 MB per layer at 8 heads x 2048^2 in fp32, issue 20)
+        # (134 MB per layer at 8 heads x 2048^2 in fp32)
         alibi = None if kernel == "flex" else causal_alibi(self.n_heads, j, c.dtype, c.device)
         return AttentionStepContext(c, kv, values, readout, alibi, kernel)
 

@@ -219,8 +219,8 @@ class EnergyRecursion(nn.Module):
 
         def plus_mu_times(base, v):
             """base + mu v in one pass over (B, J, D) (addcmul / add with alpha): a separate
-            mu * v costs a pass forward and one backward per step, measured 6% of a T = 4
-            step on CPU (benchmarks/results/energy_lens.md)."""
+            mu * v costs a pass forward and one backward per step, a measurable share of a
+            T = 4 step on CPU (docs/lab-notes/from-code-comments.md)."""
             if isinstance(mu, torch.Tensor):
                 return torch.addcmul(base, v, mu)
             return torch.add(base, v, alpha=mu)
