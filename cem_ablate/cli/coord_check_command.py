@@ -7,7 +7,7 @@ corpus (--fixed-batch: the first one at every step),
 mean |activation| of every module output before each step. Prints the slope of log mean|a| on
 log width per module and step with the worst step's 95% interval, names the modules whose
 slope lies beyond the bound and says whether each excess is resolved (one-sided t, Holm over
-the table: 3 initializations showed a transient +0.16 that 10 put at +0.04), and draws
+the table: 3 initializations showed a transient excess that 10 put within the bound), and draws
 one log-log panel per module (PNG and SVG). Exit status 1 when a module exceeds it.
 
 Under mup the check's base_d_model is the narrowest width unless --base-d-model says otherwise: the
