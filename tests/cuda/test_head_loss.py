@@ -1,5 +1,5 @@
-"""The head + loss unit and fused AdamW on CUDA (issue 20). NOT YET RUN: written in a
-session without a GPU; the CPU suite holds the unit to float64 (tests/training)."""
+"""The head + loss unit and fused AdamW on CUDA. NOT YET RUN: written on a machine
+without a GPU; the CPU suite holds the unit to float64 (tests/training)."""
 
 from __future__ import annotations
 

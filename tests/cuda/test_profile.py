@@ -1,4 +1,4 @@
-"""The bench's step profile on CUDA: kernels by their own durations (issue 14)."""
+"""The bench's step profile on CUDA: kernels by their own durations."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Training on CUDA through the real engine, CLI and study runner (issue 14).
+"""Training on CUDA through the real engine, CLI and study runner.
 
 - 30 bf16-mixed steps of every registered (attention, mlp) pair: finite, decreasing loss;
 - `cem-ablate train` with `devices: 1` on the GPU, MLflow run written;
@@ -158,7 +158,7 @@ def test_bench_peak_memory_is_the_cuda_allocator_peak():
 
 @pytest.mark.parametrize("attention", ["llama", "cem"])  # cem: ALiBi slopes now built on the device
 def test_ordinary_training_steps_do_not_synchronize_the_gpu(attention, tmp_path):
-    """Issue 20, training = bench: CUDA's sync debug mode flags every synchronizing call;
+    """Training = bench: CUDA's sync debug mode flags every synchronizing call;
     none may happen on an ordinary step (only on the first, warm-up step and on the
     logging, validation, checkpoint and last steps). The CPU twin of this test is
     tests/training/test_host_syncs.py. NOT YET RUN on a GPU (written without one)."""

@@ -1,4 +1,4 @@
-"""The paper's study files (issue 6): valid at every scale, the paper's recipe and
+"""The paper's study files (SPEC §6): valid at every scale, the paper's recipe and
 variants at paper scale, CPU-sized at the `cpu` and `smoke` scales.
 
 Paper scale is never run here (no GPU, no network for SlimPajama): it is checked

@@ -1,4 +1,4 @@
-"""A stopped worker in a real two-worker study (issue 28): real processes, real signals.
+"""A stopped worker in a real two-worker study: real processes, real signals.
 
 SIGSTOP one worker mid-trial: past the grace period the coordinator says so in one
 line, the other worker retrains the slot (resuming its checkpoint), and the study

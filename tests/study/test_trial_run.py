@@ -1,4 +1,4 @@
-"""Fencing (issue 28): an attempt whose claim was failed as stale writes nothing more.
+"""Fencing: an attempt whose claim was failed as stale writes nothing more.
 
 Real engine, real SQLite Optuna storage, real MLflow store. A claimed trial trains;
 once it has written a checkpoint its claim is failed as stale, exactly as another

@@ -1,4 +1,4 @@
-"""Checkpoint integrity (issue 28): a checkpoint altered after a crash is never resumed.
+"""Checkpoint integrity: a checkpoint altered after a crash is never resumed.
 
 A real run crashes between checkpoints (last.ckpt at step 10, previous.ckpt at 5); its
 folder is copied and `last.ckpt` is truncated, overwritten with random bytes, or

@@ -1,4 +1,5 @@
-"""No host sync on ordinary training steps (issue 20: training = bench).
+"""No host sync on ordinary training steps (training = bench: a sync makes
+the GPU wait for Python).
 
 On a GPU, reading a tensor's value (`.item()`, `float(t)`, `bool(t)`, `.tolist()`)
 makes Python wait for every queued kernel. The engine reads values only on check

@@ -1,4 +1,4 @@
-"""training/optimizer.py: the one place that picks AdamW's kernel (issue 20)."""
+"""training/optimizer.py: the one place that picks AdamW's kernel (SPEC §7)."""
 
 from __future__ import annotations
 
