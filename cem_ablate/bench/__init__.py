@@ -3,7 +3,7 @@
     config.py        BenchConfig: what to measure (validated once, from CLI flags)
     variants.py      variant names (llama, hf_llama, cem_attn_t2_ckpt, ...) -> model configs
     train_step.py    one training step: forward, head + loss (training.head_loss), backward, clip, AdamW
-    train_parity.py  `cem-ablate train` tokens/s next to the bench step's, same config (training must run as fast as the bench)
+    train_parity.py  `cem-ablate train` tokens/s next to the bench step's, same config (training = bench)
     measure.py       interleaved timing and per-step peak memory
     runner.py        builds every case, runs them side by side, collects rows
     results.py       rows, ratios, CPU and GPU targets, table, JSON and markdown
