@@ -112,7 +112,7 @@ MODEL_OPTIONS: dict[str, str] = {
     "stream_momentum": "initial mu of every sublayer's learnable stream momentum, in (0, 1)",
     "velocity_norm": "RMSNorm of the velocity after each update: none | rms",
     "block": "sequential (attention then MLP) | parallel (one joint step, SPEC §11.3)",
-    "parametrization": "standard (the paper's) | mup (learning rates transfer across width; README 'Transfer')",
+    "parametrization": "standard (the paper's) | mup (learning rates transfer across width; docs/guides/learning-rate-transfer.md)",
     "base_d_model": "under mup: the proxy width at which mup coincides with standard",
     "step_scaling": "none | inverse_steps: every recursive sublayer steps with eta / T instead of eta",
     "mup_readout": "under mup: the LM head's init, scaled (standard init x base_d_model / d_model) | zero",

@@ -28,7 +28,7 @@ outputs and trial keys are the paper's.
     low_rank_factor    m^-1/2                   m^-1/2      the D x r factors U, V of P = diag + UV^T + VU^T (r fixed)
     sqrt_width_vector  1                        m^-1/2      the preconditioner diagonal p, used as softplus(sqrt(D) p)
 
-Decisions for the energy-derived layers (README "Transfer" has the measurements):
+Decisions for the energy-derived layers (measured in docs/results/, learning-rate transfer):
 - Tied W_Q / W_K of CEM attention, used as W (queries, keys = values) and as W^T (the
   read-out W_Q^T o): square D x D, so fan-in and fan-out are both D in either use; one
   class, `hidden`, is right for both uses.

@@ -16,7 +16,7 @@ DEFAULT_GPU_TFLOPS = 312.0  # A100 dense bf16
 DEFAULT_MFU = 0.40
 # Training FLOPs per second of a CPU study on 2 cores, measured end to end: the
 # quickstart's 15 trials' training FLOPs (by this module) over their wall time on 2
-# otherwise idle cores (the README's quickstart time), each trial's startup and
+# otherwise idle cores (the quickstart time docs/getting-started.md gives), each trial's startup and
 # evaluation included. Conservative for larger models, whose fixed costs weigh less.
 CPU_TRAIN_FLOPS_PER_S = 3.59e12 / 137.0
 

@@ -168,7 +168,7 @@ def initial_seeds(seeds: list[int] | SequentialSeeds) -> list[int]:
 
 @dataclass(frozen=True)
 class StatisticsConfig:
-    """How verdicts are decided (`analysis.decision`, README "How sure is a verdict").
+    """How verdicts are decided (`analysis.decision`, docs/guides/studies-and-verdicts.md, "How sure is a verdict").
 
     `alpha` is the false-positive rate of a whole report: its comparisons are one family,
     Holm-adjusted (`correction: holm`), or each tested at `alpha` alone (`none`). The

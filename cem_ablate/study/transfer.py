@@ -7,7 +7,7 @@ A transfer study is two ordinary grid studies run one after the other:
    each on the full `grid` with `proxy_seeds` (default the study's seeds), fitted by Akima;
 2. the target study `<name>`: every variant at one learning rate only, its proxy's lr*
    (rounded to 3 significant digits), with the study's seeds; its comparisons are decided as
-   in any study (each variant at its own learning rate: the "optima" test, README).
+   in any study (each variant at its own learning rate: the "optima" test, docs/guides/learning-rate-transfer.md).
 
 Both are ordinary trials keyed by their run configs, so another study's proxy or target
 trials with the same keys are reused. The report states each variant's proxy, the proxy's lr*
