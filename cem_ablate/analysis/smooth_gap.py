@@ -4,8 +4,9 @@ A transfer check compares the perplexity at a transferred rate with the target's
 optimum. Taken point against point that comparison is dominated by trial noise: at d 256 on the
 width study's recipe one trial's perplexity scatters ~0.1-0.15 around a smooth curve in log lr,
 while the seed-to-seed std at the best grid point can be 0.04, and the best of nine grid means
-is biased low (the minimum of noisy means). Measured on a lent H100 (docs/results.md section 18,
-"Five proxy seeds, and the d 256 curve between the grid's rates"): Llama at 3.12e-3 came out
+is biased low (the minimum of noisy means). Measured on a lent H100 (docs/results/transfer.md;
+docs/lab-notes/results-log.md section 18, "Five proxy seeds, and the d 256 curve between the
+grid's rates"): Llama at 3.12e-3 came out
 worse than at both of its neighbours 2.83e-3 and 3.36e-3.
 
 So the cost of a rate is read off a fitted curve instead: a quadratic in log2(lr) plus one

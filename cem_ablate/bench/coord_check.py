@@ -18,7 +18,7 @@ threshold names the module that breaks transfer. Each (module, width, step) valu
 geometric mean over `seeds` initializations (the slope is fitted in log space).
 
 A slope from a few initializations is itself noisy: full CEM T = 2's second MLP measured +0.16
-at step 5 with 3 initializations and +0.04 with 10 (docs/results.md §18). So the slope is
+at step 5 with 3 initializations and +0.04 with 10 (docs/results/coordinate-check.md). So the slope is
 fitted to the mean over initializations of log mean|a| (each width's seeds averaged in log
 space), it comes with its standard error from each width's seed-to-seed spread, and with a
 one-sided t test of |slope| > threshold per (module, step) that `cem-ablate coord-check`
@@ -29,7 +29,7 @@ The bound, per module, is muP's own desiderata (Tensor Programs V; `mup`'s READM
 (pre)activation Theta(1), two-sided, |slope| <= threshold at every step; the network output
 O(1), one-sided, slope <= +threshold, and Theta(1) once trained, two-sided at the last step. So
 the logits may shrink with width before the last step: muP's readout at init var ∝ 1/fan_in^2
-makes them ∝ m^-1/2 at init, and that random part is load-bearing (docs/results.md §18, "The
+makes them ∝ m^-1/2 at init, and that random part is load-bearing (docs/results/readout.md, "The
 readout's init scale": zero costs 28-35% perplexity at the base width, x0.1 24%); growing logits
 (standard parametrization, a readout lr too large) and logits still shrinking at the last step
 (a readout lr too small) exceed it. `strict_output` applies the two-sided bound to the logits at
@@ -72,7 +72,7 @@ class CoordCheckSettings:
     strict_output: bool = False  # the logits' bound two-sided at every step, not only the last
     # A fresh batch of the corpus per step (mup's get_coord_data with fix_data=False), or one batch
     # repeated at every step (fix_data=True, mup's default). Fresh separates better, measured
-    # (docs/results.md section 18, "Coordinate check"; CEM attention T = 1, 10 initializations):
+    # (docs/results/coordinate-check.md; CEM attention T = 1, 10 initializations):
     # muP as built, fresh 0 modules over 0.1 (worst 0.046), fixed 1 (-0.12, ten steps on one batch
     # at d 64); hidden lr at m^-3/4, fresh 4 over (3 resolved, none converging without d 64), fixed
     # 4 (2 resolved, 1 converging); at m^-1/2 both 4 of 4 resolved.
@@ -170,7 +170,7 @@ class CoordCheckResult:
         as width grows, a wrong exponent does not): measured, CEM attention T = 1's second
         attention at step 10 is -0.12 over 64-512 and -0.06 over 128-512 (local slopes -0.22,
         -0.15, +0.02), while a hidden lr at m^-1/2 stays over the bound without d 64 too
-        (docs/results.md section 18, "Coordinate check"). A point estimate, not a test: simulated
+        (docs/results/coordinate-check.md). A point estimate, not a test: simulated
         (10 initializations, log spreads 0.1-0.2 per width, tests/bench/test_coord_check.py), a
         30-50% excess at d 64 alone reads as converging in 87-100% of flagged checks, a power law
         of slope 0.12 in 20-24%, 0.15 in 6-17%, 0.2 in 0-5%, 0.3 never."""

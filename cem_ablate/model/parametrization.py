@@ -7,7 +7,7 @@ that the optimal learning rate found at a proxy width holds at the target width.
 width (m = 1) every multiplier is 1 and the model is the standard one (with the default
 `model.mup_readout: scaled`; `zero` zero-inits the readout at every width).
 
-The readout (docs/results.md §18, measured): `zero` costs this platform's recipe (600 Adam
+The readout (docs/results/readout.md, measured): `zero` costs this platform's recipe (600 Adam
 steps, d 64, CPU) 5.53 -> 7.11 test perplexity at the base width, where it is the only
 difference from the standard model, and lr* is not identified under it (GPU, five families,
 3-seed intervals span the grid). `scaled` (muP's 1/fan_in^2 variance) trains as the standard
@@ -46,7 +46,7 @@ Decisions for the energy-derived layers (README "Transfer" has the measurements)
   attention temperature tau ∝ d_head (`ModelDims.attention_temperature`) keeps the sum Θ(1).
 - The recursion step size eta over T steps: `step_scaling: inverse_steps` divides eta by T
   (the 1/N residual scale of weight-tied loops); which keeps lr* fixed across T is measured
-  (docs/results.md, "Transfer").
+  (docs/results/transfer.md).
 
 Weight decay is decoupled from the lr multiplier: AdamW decays by lr·wd, so a group whose lr
 is scaled by k gets wd / k, and the decay per step is the same at every width.
