@@ -5,7 +5,7 @@ optimum. Taken point against point that comparison is dominated by trial noise: 
 study's recipe one trial's perplexity scatters around a smooth curve in log lr by more than the
 seed-to-seed std at the best grid point, and the best of nine grid means is biased low (the
 minimum of noisy means). Measured: a rate between two grid points came out worse than both of
-its neighbours (docs/results/, learning-rate transfer: "Five proxy seeds, and the d 256 curve
+its neighbours (docs/results/transfer.md: "Five proxy seeds, and the d 256 curve
 between the grid's rates").
 
 So the cost of a rate is read off a fitted curve instead: a quadratic in log2(lr) plus one

@@ -18,7 +18,7 @@ threshold names the module that breaks transfer. Each (module, width, step) valu
 geometric mean over `seeds` initializations (the slope is fitted in log space).
 
 A slope from a few initializations is itself noisy: one module's slope measured over the
-threshold with 3 initializations and well within it with 10 (measured: docs/results/,
+threshold with 3 initializations and well within it with 10 (measured: docs/results/coordinate-check.md,
 learning-rate transfer, "Coordinate check"). So the slope is
 fitted to the mean over initializations of log mean|a| (each width's seeds averaged in log
 space), it comes with its standard error from each width's seed-to-seed spread, and with a
@@ -31,8 +31,7 @@ The bound, per module, is muP's own desiderata (Tensor Programs V; `mup`'s READM
 O(1), one-sided, slope <= +threshold, and Theta(1) once trained, two-sided at the last step. So
 the logits may shrink with width before the last step: muP's readout at init var ∝ 1/fan_in^2
 makes them ∝ m^-1/2 at init, and that random part is load-bearing (zeroing or shrinking it
-costs perplexity at the base width; measured: docs/results/, learning-rate transfer, "The
-readout's init scale"); growing logits
+costs perplexity at the base width; measured: docs/results/readout.md); growing logits
 (standard parametrization, a readout lr too large) and logits still shrinking at the last step
 (a readout lr too small) exceed it. `strict_output` applies the two-sided bound to the logits at
 every step too (only the zero readout passes that).
@@ -75,8 +74,7 @@ class CoordCheckSettings:
     # A fresh batch of the corpus per step (mup's get_coord_data with fix_data=False), or one batch
     # repeated at every step (fix_data=True, mup's default). Fresh separates better: it passes
     # muP as built where one repeated batch flags a module, and it resolves more of the modules a
-    # wrong hidden-lr exponent breaks (measured: docs/results/, learning-rate transfer,
-    # "Coordinate check").
+    # wrong hidden-lr exponent breaks (measured: docs/results/coordinate-check.md).
     fresh_batches: bool = True
 
 
@@ -170,10 +168,10 @@ class CoordCheckResult:
         reads a check by whether the curves "converge to the right" (a finite-width effect fades
         as width grows, a wrong exponent does not): measured, a module over the bound because of
         d 64 alone falls within it without d 64, while a wrong hidden-lr exponent stays over the
-        bound without d 64 too (docs/results/, learning-rate transfer, "Coordinate check"). A
+        bound without d 64 too (docs/results/coordinate-check.md). A
         point estimate, not a test: in simulation (tests/bench/test_coord_check.py) an excess at
         d 64 alone mostly reads as converging, and a true power law rarely does, the less so the
-        steeper it is (figures: docs/results/, "Coordinate check")."""
+        steeper it is (figures: docs/results/coordinate-check.md)."""
         widths = sorted(self.settings.widths)[1:]
         if len(widths) < 3:
             return {}

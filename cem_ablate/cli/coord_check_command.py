@@ -12,7 +12,7 @@ one log-log panel per module (PNG and SVG). Exit status 1 when a module exceeds 
 
 Under mup the check's base_d_model is the narrowest width unless --base-d-model says otherwise: the
 base sets muP's constants, the check tests its exponents, and a width below the base runs hotter
-attention and a larger per-entry lr than the base's (docs/results.md §18, "Coordinate check").
+attention and a larger per-entry lr than the base's (docs/results/coordinate-check.md).
 A module over the bound is also fitted without the narrowest width: one within the bound there
 "converges to the right" (mup's README: a finite-width effect, not a wrong exponent); the exit
 status still counts it.
@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fixed-batch", action="store_true",
                         help="train on one batch repeated at every step (mup's default, fix_data=True); default: a "
                              "fresh batch of the corpus at every step, which separates right from wrong exponents "
-                             "better here (docs/results.md §18)")
+                             "better here (docs/results/coordinate-check.md)")
     parser.add_argument("--out", default="reports/coord_check",
                         help="folder for coord_check.png/.svg and coord_check.json (default reports/coord_check)")
 
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             # (tau = d_head / sqrt(d_head,base) < sqrt(d_head)) and a larger per-entry lr than the
             # base's, whose finite-width effects the slope would read as an exponent (measured: a base
             # above the narrowest width puts modules of four of the five families over the bound;
-            # docs/results/, learning-rate transfer, "Coordinate check").
+            # docs/results/coordinate-check.md).
             model["base_d_model"] = base
             base_note += (f" (the narrowest width; the config's is {parsed.base_d_model}: "
                           f"--base-d-model {parsed.base_d_model} checks with it)")

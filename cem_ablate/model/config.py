@@ -90,14 +90,12 @@ class ModelOptions:
     step_scaling: Literal["none", "inverse_steps"] = "none"  # inverse_steps: eta / T in every recursion
     # The readout's init under mup (parametrization.py): the standard init x m^-1 (muP's
     # 1/fan_in^2 variance; the standard model at the base width), or zero, which costs test
-    # perplexity at the base width and leaves lr* unidentified (measured: docs/results/,
-    # learning-rate transfer).
+    # perplexity at the base width and leaves lr* unidentified (measured: docs/results/readout.md).
     mup_readout: Literal["scaled", "zero"] = "scaled"
     # A multiplier on the LM head's init std (init_std x this; under mup the scaled readout x
     # this, a width-independent constant as mup's authors advise tuning at the base width). The
     # readout's random init is load-bearing on this platform's recipe: shrinking it costs test
-    # perplexity and enlarging it gains some (measured: docs/results/, learning-rate transfer,
-    # "The readout's init scale").
+    # perplexity and enlarging it gains some (measured: docs/results/readout.md).
     readout_init_scale: float = 1.0
 
     @property

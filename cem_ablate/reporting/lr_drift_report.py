@@ -6,7 +6,7 @@ A study gets this section when some of its variants differ in width alone: the s
 the Akima lr* at each width (with its 95% interval from 3 seeds on, `analysis.optimum`),
 and the drift, max lr* / min lr* over the widths -- the number muP should keep near 1
 (the bar this project holds it to: 1.5x) and standard parametrization does not (measured
-several times larger: docs/results/, learning-rate transfer).
+several times larger: docs/results/transfer.md).
 
 An lr* at an edge of the grid is not bracketed: the drift is then a lower bound, and the
 table says so rather than print a number that looks like a measurement. The drift is a

@@ -293,9 +293,9 @@ def print_transfer_plan(expanded: ExpandedStudy, gpu_tflops: float, mfu: float, 
                        if d.parametrization == "mup" and d.d_model != d.base_d_model})
     if off_base:  # advice, not an error: muP transfers from any base, the evidence is for this one
         console.print("note: proxies at " + ", ".join(f"d_model {d} with base_d_model {b}" for d, b in off_base)
-                      + ": the transfer evidence (docs/results.md §18) sets base_d_model to the proxy's width, where "
-                        "mup is the standard model; a proxy below its base runs hotter attention and a larger "
-                        "per-entry lr than the base's", markup=False, highlight=False)
+                      + ": the transfer evidence (docs/results/coordinate-check.md) sets base_d_model to the "
+                        "proxy's width, where mup is the standard model; a proxy below its base runs hotter "
+                        "attention and a larger per-entry lr than the base's", markup=False, highlight=False)
     total = {k: sum(r[k] for r in rows) for k in rows[0] if k.endswith(("_hours", "_trials"))}
     transfer_gpu = total["proxy_gpu_hours"] + total["target_gpu_hours"]
     transfer_cpu = total["proxy_cpu_hours"] + total["target_cpu_hours"]

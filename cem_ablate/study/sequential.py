@@ -8,7 +8,7 @@ Holm at `statistics: {alpha, correction}`) on p-values corrected for the seed
 design's looks (`study.verdicts.design_of`: every look is tested at α / K, K = looks
 × tests per look, `at: both` testing two grid points). A pair whose own test passes
 α / K but whose Holm-adjusted p does not is therefore bought another seed rather
-than stopped and then printed unresolved (seen in Fig. 2c and Fig. 4, docs/results.md).
+than stopped and then printed unresolved (seen in Fig. 2c and Fig. 4, docs/results/figure-2.md).
 
 Why stopping on the family verdict keeps the error rates: each test's design p,
 K·p at the look where its pair stopped, is at least K·min over looks of p, so under
