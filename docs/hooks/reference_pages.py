@@ -354,15 +354,28 @@ def components_markdown() -> str:
             if spec.options is None:
                 parts += ["No options.", ""]
                 continue
-            # an option named after a kind holds a component of that kind (`preconditioner: {name: diag}`)
-            by_kind = {f.name: f"{f.name} components" for f in dataclasses.fields(spec.options) if f.name in kinds}
-            keys = dataclass_keys(spec.options)
-            keys = [key._replace(meaning=f"{key.meaning} ([{by_kind[key.name]}](#{key.name}))".strip())
-                    if key.name in by_kind else key for key in keys]
-            parts += [key_table(keys), ""]
+            parts += [key_table(option_keys(spec.options, kinds)), ""]
     for failure in registry.failures():
         parts += [f"!!! warning \"A plugin failed to load\"", "", f"    {cell(failure.describe())}", ""]
     return "\n".join(parts)
+
+
+def option_keys(options: type, kinds: list[str]) -> list[Key]:
+    """A component's options; a mapping-valued option's own keys follow it, dotted. An
+    option named after a kind holds a component of that kind (`preconditioner: {name: diag}`)."""
+    hints = typing.get_type_hints(options)
+    out = []
+    for key in dataclass_keys(options):
+        tp = hints[key.name]
+        if key.name in kinds:
+            key = key._replace(meaning=f"{key.meaning} ([{key.name} components](#{key.name}))".strip())
+        out.append(key)
+        if dataclasses.is_dataclass(tp):
+            for sub in dataclass_keys(tp):
+                if key.name in kinds and sub.name == "name" and not sub.meaning:
+                    sub = sub._replace(meaning=f"the {key.name} component ([{key.name}](#{key.name}))")
+                out.append(sub._replace(name=f"{key.name}.{sub.name}"))
+    return out
 
 
 # -- study file ----------------------------------------------------------------------------
