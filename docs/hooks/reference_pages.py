@@ -21,6 +21,9 @@ A key's type and default are read from its dataclass; its meaning is the comment
 code gives it (the comment lines right above the field and the comment on its line), or
 for the model-wide options their one description, `MODEL_OPTIONS`. An unknown marker
 fails the build.
+
+The hook also warns (failing `--strict`) on a link to a file that `exclude_docs` keeps
+out of the site, which MkDocs itself only logs at INFO.
 """
 
 from __future__ import annotations
