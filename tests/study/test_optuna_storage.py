@@ -14,14 +14,14 @@ from packaging.specifiers import SpecifierSet
 import cem_ablate
 from cem_ablate.study import optuna_storage
 from cem_ablate.study.optuna_storage import (
-    PRIVATE_NAMES, RDB_STORAGE, STORAGE_METHODS_CALLED_BY_OPTUNA, STUDY, SUPPORTED_OPTUNA, TRIAL,
+    FROZEN_TRIAL, PRIVATE_NAMES, RDB_STORAGE, STORAGE_METHODS_CALLED_BY_OPTUNA, STUDY, SUPPORTED_OPTUNA, TRIAL,
     UnsupportedOptuna, check_private_api, missing_private_names, storage_of, trial_for_id, trial_id_of,
     wrapped_rdb_storage)
 from cem_ablate.study.storage import StorageSettings, open_storage, outage_tolerant_storage
 
 PACKAGE = Path(cem_ablate.__file__).resolve().parent
 ADAPTER = Path(optuna_storage.__file__).resolve()
-OWNERS = {STUDY: optuna.study.Study, TRIAL: optuna.trial.Trial, "optuna.trial.FrozenTrial": optuna.trial.FrozenTrial,
+OWNERS = {STUDY: optuna.study.Study, TRIAL: optuna.trial.Trial, FROZEN_TRIAL: optuna.trial.FrozenTrial,
           RDB_STORAGE: optuna.storages.RDBStorage}
 
 
@@ -111,7 +111,8 @@ def test_every_private_storage_method_optuna_calls_outside_its_rdb_module_is_wra
                 if name in private:
                     found.setdefault(name, []).append(f"optuna/{where}:{number}")
     unwrapped = {name: lines for name, lines in found.items() if name not in STORAGE_METHODS_CALLED_BY_OPTUNA}
-    assert not unwrapped, f"Optuna {optuna.__version__} calls private RDBStorage methods the adapter does not wrap: {unwrapped}"
+    assert not unwrapped, (f"Optuna {optuna.__version__} calls private RDBStorage methods "
+                           f"the adapter does not wrap: {unwrapped}")
     assert found, "the scan found no call at all: its pattern no longer fits Optuna's source"
 
 
