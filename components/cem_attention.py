@@ -74,8 +74,8 @@ class AttentionDecodeContext(NamedTuple):
 @dataclass(frozen=True)
 class CEMAttentionOptions(RecursionOptions):
     preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
-    kq_diag: Literal["none", "shared", "per_head"] = "none"
-    diag_update: Literal["paper", "exact"] = "paper"
+    kq_diag: Literal["none", "shared", "per_head"] = "none"  # the KQ diagonal delta: none, one for all heads, one per head
+    diag_update: Literal["paper", "exact"] = "paper"  # exact adds the diagonal's gradient term (Algorithm 1 leaves it out)
     impl: Literal["fast", "reference"] = "fast"  # reference: explicit scores, for tests and debugging
     kernel: Literal["auto", "blocked", "sdpa", "flex"] = "auto"  # fast path only; auto: flex on CUDA, else blocked
 

@@ -63,7 +63,7 @@ class RecursionOptions:
     momentum: float = 0.5  # mu in [0, 1); heavy_ball and nesterov only
     learnable_momentum: bool = False  # mu = sigmoid(momentum_logit), init logit(momentum)
     step_size: float = 1.0  # eta (SPEC §2)
-    learnable_step_size: bool = False
+    learnable_step_size: bool = False  # eta is a parameter, initialised at step_size
     checkpoint_steps: bool = False  # recompute each recursion step in backward (memory-lean, T >= 3)
 
     def validate_recursion(self, path: str) -> None:

@@ -130,15 +130,15 @@ def format_model_options() -> str:
 
 @dataclass(frozen=True)
 class ModelConfig(ModelOptions):
-    size: str | None = None
-    d_model: int | None = None
-    n_layers: int | None = None
-    n_heads: int | None = None
-    d_mlp: int | None = None
+    size: str | None = None  # a size preset (SIZE_PRESETS): the paper's 86M-162M (SPEC Table 1) or tiny/mini/small
+    d_model: int | None = None  # residual width D (overrides the preset's)
+    n_layers: int | None = None  # blocks (overrides the preset's)
+    n_heads: int | None = None  # attention heads; must divide d_model (overrides the preset's)
+    d_mlp: int | None = None  # MLP hidden width D_m (overrides the preset's)
     vocab_size: int | None = None  # None: 32000, or the tokenizer's size when training
-    max_seq_len: int = 2048
-    norm_eps: float = 1e-5
-    init_std: float = 0.02
+    max_seq_len: int = 2048  # longest sequence the model takes (positions)
+    norm_eps: float = 1e-5  # RMSNorm epsilon
+    init_std: float = 0.02  # std of the N(0, std^2) init of every matrix (SPEC §7)
     attention: SublayerConfig = field(default_factory=lambda: SublayerConfig("attention", "llama"))
     mlp: SublayerConfig = field(default_factory=lambda: SublayerConfig("mlp", "llama"))
 

@@ -49,19 +49,19 @@ TRIAL_KEYS = ("train.lr", "train.seed")
 class LrSearchConfig:
     """How learning rates are chosen per variant (SPEC §8)."""
 
-    method: Literal["grid", "tpe", "random", "transfer"] = "grid"
-    grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))
+    method: Literal["grid", "tpe", "random", "transfer"] = "grid"  # grid; tpe / random: Optuna samplers; transfer: tune a proxy
+    grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))  # grid / transfer: the learning rates tried
     # transfer (study/transfer.py): run-config overrides that turn each variant into its proxy
     # (e.g. {model.d_model: 64, model.d_mlp: 176}); the proxy is tuned on `grid` with
     # `proxy_seeds` (default: the study's seeds), the variant trained at the proxy's lr* only
     proxy: dict[str, Any] | None = None
-    proxy_seeds: list[int] | None = None
+    proxy_seeds: list[int] | None = None  # transfer: the proxy's seeds; null: the study's
     low: float | None = None  # tpe / random: log-uniform range and trial count
-    high: float | None = None
-    n_trials: int | None = None
-    pruner: Literal["none", "median", "successive_halving"] = "none"
-    interpolation: Literal["akima", "makima"] = "akima"
-    sampler_seed: int = 0
+    high: float | None = None  # tpe / random: the range's upper end
+    n_trials: int | None = None  # tpe / random: learning rates drawn per seed
+    pruner: Literal["none", "median", "successive_halving"] = "none"  # Optuna pruner stopping unpromising trials early
+    interpolation: Literal["akima", "makima"] = "akima"  # the fit over log2(lr) that gives lr* and ppl* (SPEC §8)
+    sampler_seed: int = 0  # tpe / random: the sampler's seed (plus the worker's index)
 
     def validate(self, path: str) -> None:
         if self.method != "transfer":
@@ -138,10 +138,10 @@ class SequentialSeeds(Sequence):
     Checked in `StudySpec.validate`, where an error keeps its key path.
     """
 
-    min: int = 2
-    max: int | None = None
-    until: Literal["resolved"] | None = None
-    at: Literal["baseline", "own", "both"] = "baseline"
+    min: int = 2  # seeds every variant and baseline trains first: 0..min-1
+    max: int | None = None  # at most seeds 0..max-1
+    until: Literal["resolved"] | None = None  # add seeds until the comparison is resolved (required)
+    at: Literal["baseline", "own", "both"] = "baseline"  # the lr* grid point whose Δ decides
 
     @property
     def initial(self) -> list[int]:
@@ -175,8 +175,8 @@ class StatisticsConfig:
     sequential seed rule spends the same `alpha` over its looks.
     """
 
-    alpha: float = 0.05
-    correction: Literal["holm", "none"] = "holm"
+    alpha: float = 0.05  # the false-positive rate of the whole report
+    correction: Literal["holm", "none"] = "holm"  # holm: the comparisons are one family; none: each at alpha
 
     def validate(self, path: str) -> None:
         # Above 0.5 a "verdict" is closer to a coin flip than to evidence.
@@ -190,9 +190,9 @@ class EvalConfig:
     per task (null: all). Not part of any variant's identity: it adds metrics, never
     changes training."""
 
-    tasks: list[str] = field(default_factory=list)
-    limit: int | None = None
-    include_path: str | None = None
+    tasks: list[str] = field(default_factory=list)  # harness task names (or local tasks under include_path)
+    limit: int | None = None  # documents per task; null: all
+    include_path: str | None = None  # a folder of local task YAML
 
     def validate(self, path: str) -> None:
         require(len(self.tasks) > 0, join(path, "tasks"), "must name at least one task.")
@@ -201,8 +201,8 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class VariantSpec:
-    name: str
-    set: dict[str, Any] = field(default_factory=dict)
+    name: str  # letters, digits, '_', '.' or '-'
+    set: dict[str, Any] = field(default_factory=dict)  # dotted run-config keys -> values, over base
 
     def validate(self, path: str) -> None:
         require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),
@@ -211,18 +211,18 @@ class VariantSpec:
 
 @dataclass(frozen=True)
 class StudySpec:
-    name: str
-    base: dict[str, Any]
-    description: str = ""
-    variants: list[VariantSpec] = field(default_factory=list)
-    axes: dict[str, list[Any]] = field(default_factory=dict)
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    name: str  # names the MLflow experiment and the Optuna studies
+    base: dict[str, Any]  # one run config (as `cem-ablate train` reads), shared by every variant
+    description: str = ""  # the MLflow experiment's note
+    variants: list[VariantSpec] = field(default_factory=list)  # named overrides of base
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # dotted run-config key -> values: a cartesian product
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> overrides turning a variant into it
     lr_search: LrSearchConfig = field(default_factory=LrSearchConfig)
-    seeds: list[int] | SequentialSeeds = field(default_factory=lambda: [0])
-    scale: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seeds: list[int] | SequentialSeeds = field(default_factory=lambda: [0])  # a list, or sequential seeds
+    scale: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> dotted study-file overrides (--scale)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     statistics: StatisticsConfig = field(default_factory=StatisticsConfig)
-    eval: EvalConfig | None = None
+    eval: EvalConfig | None = None  # lm-evaluation-harness on every finished trial
 
     def validate(self, path: str) -> None:
         require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),

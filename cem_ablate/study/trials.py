@@ -49,6 +49,7 @@ from typing import Any
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.ledger import enqueue, record_study, record_trial, study_facts, trial_facts
+from cem_ablate.study.optuna_storage import storage_of, trial_for_id, trial_id_of
 from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds
 from cem_ablate.study.storage import claim_lock
 
@@ -178,7 +179,7 @@ class VariantTrials:
         self.study = study
         self._trial_key = trial_key  # (lr, seed) -> the current RunConfig.trial_key(); None: never stale
         self._keys: dict[tuple[float, int], str] = {}
-        self.storage = study._storage
+        self.storage = storage_of(study)
         self.storage_url = storage_url
         self._slots = slots  # with sequential seeds: the slots of every seed up to max
         self.lr_search = lr_search
@@ -320,8 +321,8 @@ class VariantTrials:
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             if is_dead_here(trial_facts(t).worker):
                 try:
-                    record_trial(self.storage, t._trial_id, status=TrialStatus.KILLED.value)
-                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                    record_trial(self.storage, trial_id_of(t), status=TrialStatus.KILLED.value)
+                    self.storage.set_trial_state_values(trial_id_of(t), TrialState.FAIL)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass
 
@@ -336,18 +337,19 @@ class VariantTrials:
             for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.WAITING,)):
                 # Heartbeat first: a claimed trial never exists without one, so a worker
                 # killed right after claiming still leaves a trial that goes stale.
-                self.storage.record_heartbeat(t._trial_id)
+                trial_id = trial_id_of(t)
+                self.storage.record_heartbeat(trial_id)
                 try:
-                    if not self.storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):
+                    if not self.storage.set_trial_state_values(trial_id, TrialState.RUNNING):
                         continue
                 except optuna.exceptions.UpdateFinishedTrialError:
                     continue
-                record_trial(self.storage, t._trial_id, worker=identity)
+                record_trial(self.storage, trial_id, worker=identity)
                 if self._is_duplicate(t):
-                    record_trial(self.storage, t._trial_id, status=TrialStatus.DUPLICATE.value)
-                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                    record_trial(self.storage, trial_id, status=TrialStatus.DUPLICATE.value)
+                    self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
                     continue
-                return optuna.trial.Trial(self.study, t._trial_id)
+                return trial_for_id(self.study, trial_id)
         return None
 
     def _is_duplicate(self, claimed) -> bool:
@@ -377,11 +379,11 @@ class VariantTrials:
         is FAIL for good; its slot was queued as a new trial)."""
         from optuna.trial import TrialState
 
-        return self.storage.get_trial(trial._trial_id).state == TrialState.RUNNING
+        return self.storage.get_trial(trial_id_of(trial)).state == TrialState.RUNNING
 
     def record(self, trial, **facts: Any) -> None:
         """Record facts of a claimed trial (study.ledger; refused by Optuna once it is finished)."""
-        record_trial(self.storage, trial._trial_id, **facts)
+        record_trial(self.storage, trial_id_of(trial), **facts)
 
     def finish(self, trial, status: TrialStatus, value: float | None, facts: dict[str, Any]) -> bool:
         """Record the outcome; False if the trial was already failed as stale meanwhile."""
@@ -389,7 +391,7 @@ class VariantTrials:
         from optuna.trial import TrialState
 
         try:
-            record_trial(self.storage, trial._trial_id, **facts, status=TrialStatus(status).value)
+            record_trial(self.storage, trial_id_of(trial), **facts, status=TrialStatus(status).value)
             if status == TrialStatus.FINISHED:
                 self.study.tell(trial, value)
             elif status == TrialStatus.PRUNED:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cem_ablate import registry
 from cem_ablate.config.trial_record import TrialRecord
+from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import HeartbeatThread, worker_identity
 
@@ -55,7 +56,7 @@ def work(session, worker_index: int = 0,
         # imports and config come first, and a claimed trial that stays silent past the
         # grace period is taken for dead and trained twice (seen on the multi-host test rig).
         trials = session.trials[variant.key]
-        with HeartbeatThread(session.storage, trial._trial_id, lambda: trials.is_live(trial)):
+        with HeartbeatThread(session.storage, trial_id_of(trial), lambda: trials.is_live(trial)):
             if on_start is not None:
                 on_start(variant.name, trial)
             outcome = run_trial(session, variant, trial)
