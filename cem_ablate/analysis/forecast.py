@@ -43,11 +43,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 from scipy import optimize, stats
 
-FORMS = ("power", "power_shared", "saturating_shared", "floor_shared")
+FormName = Literal["power", "power_shared", "saturating_shared", "floor_shared"]
+FORMS: tuple[str, ...] = get_args(FormName)
 # The form the held-out errors of the measured ladders chose (docs/results/forecast.md).
 DEFAULT_FORM = "power_shared"
 DEFAULT_LEVEL = 0.90

@@ -13,6 +13,7 @@ created: a bad file exits with one `error:` line and leaves the stores untouched
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from cem_ablate.config import ConfigError
@@ -117,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
     # workers inherit, and never reaches a file (tracking.credentials).
     args.storage, args.tracking_uri = without_password(args.storage), without_password(args.tracking_uri)
     expanded = load_expanded(args.file, args.scale, args.set)
+    from cem_ablate.study.trusted_widths import trust_warning
+
+    warning = trust_warning(expanded)  # a proxy or ladder width outside the trusted range, before training
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
 
     from rich.console import Console
 

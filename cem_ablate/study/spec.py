@@ -19,6 +19,9 @@
     execution: {workers: 2, threads: 1}          # defaults for --workers / --threads
     statistics: {alpha: 0.05, correction: holm}  # the report's family-wise error rate
     eval: {tasks: [hellaswag], limit: 500}       # lm-evaluation-harness on every finished trial
+    forecast:                                    # lr_search method transfer under mup: every variant
+      ladder: [{model.d_model: 64, model.d_mlp: 176}, ...]   # at each width, the objective
+      target: {model.d_model: 1024, model.d_mlp: 2736}       # forecast at the target's size
 
 Dotted keys in `set`, `axes`, `baselines` address the run config (`model.mlp.name`);
 in `scale` and `--set` they address the study file itself (`base.train.lr`,
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from cem_ablate.analysis.forecast import DEFAULT_FORM, DEFAULT_LEVEL, MIN_RUNGS, FormName
 from cem_ablate.config import apply_overrides, load_yaml, parse, require
 from cem_ablate.config.errors import ConfigError, unknown
 from cem_ablate.config.loading import set_dotted
@@ -200,6 +204,61 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class ForecastConfig:
+    """`forecast:` every variant (baselines included) trained at each width of `ladder`, at its
+    proxy's transferred lr* (lr_search method transfer, parametrization mup), and its objective
+    forecast at `target`, a size never trained (`analysis.forecast`, reporting/forecast_report.py).
+
+    Checked here and in `StudySpec.validate` (the method and the parametrization)."""
+
+    # run-config overrides of each width, narrowest first; each sets model.d_model
+    # (e.g. [{model.d_model: 64, model.d_mlp: 176}, {model.d_model: 128, model.d_mlp: 344}, ...])
+    ladder: list[dict[str, Any]] = field(default_factory=list)
+    target: dict[str, Any] = field(default_factory=dict)  # run-config overrides of the size forecast; sets model.d_model
+    form: FormName = DEFAULT_FORM  # the law of objective against parameters (analysis.forecast)
+    level: float = DEFAULT_LEVEL  # the prediction intervals' level; a verdict needs the Δ's to exclude 0
+
+    @property
+    def widths(self) -> list[int]:
+        return [rung["model.d_model"] for rung in self.ladder]
+
+    def validate(self, path: str) -> None:
+        ladder = join(path, "ladder")
+        require(len(self.ladder) >= MIN_RUNGS, ladder,
+                f"needs at least {MIN_RUNGS} widths (a law and its residual), got {len(self.ladder)}.")
+        for i, rung in enumerate(self.ladder):
+            _check_width_overrides(rung, join(ladder, i))
+        widths = self.widths
+        for i in range(1, len(widths)):
+            require(widths[i] > widths[i - 1], join(join(ladder, i), "model.d_model"),
+                    f"the ladder's widths must increase, narrowest first: got {widths}.")
+        keys = set(self.ladder[0])
+        for i, rung in enumerate(self.ladder):
+            require(set(rung) == keys, join(ladder, i),
+                    f"every width sets the same keys ({', '.join(sorted(keys))}), got {', '.join(sorted(rung))}.")
+        _check_width_overrides(self.target, join(path, "target"))
+        missing = sorted(keys - set(self.target))
+        require(not missing, join(path, "target"),
+                f"sets the keys every ladder width sets; missing {', '.join(missing)}.")
+        require(self.target["model.d_model"] > widths[-1], join(join(path, "target"), "model.d_model"),
+                f"the target ({self.target['model.d_model']}) must be wider than the ladder's widest width "
+                f"({widths[-1]}): a forecast extrapolates past the ladder.")
+        require(0.0 < self.level < 1.0, join(path, "level"), f"must be in (0, 1), got {self.level}.")
+
+
+def _check_width_overrides(overrides: Any, path: str) -> None:
+    """A ladder width or the target: run-config overrides of the model that set model.d_model."""
+    require(isinstance(overrides, dict), path,
+            f"expected a mapping of model overrides, e.g. {{model.d_model: 64, model.d_mlp: 176}}, got {overrides!r}.")
+    for key in overrides:
+        require(isinstance(key, str) and key.startswith("model."), join(path, key),
+                "must be a dotted key of the model (model.d_model, model.d_mlp, ...): a ladder varies the size only.")
+    width = overrides.get("model.d_model")
+    require(isinstance(width, int) and not isinstance(width, bool) and width > 0, join(path, "model.d_model"),
+            f"is required: the width, a positive integer (got {width!r}).")
+
+
+@dataclass(frozen=True)
 class VariantSpec:
     name: str  # letters, digits, '_', '.' or '-'
     set: dict[str, Any] = field(default_factory=dict)  # dotted run-config keys -> values, over base
@@ -223,6 +282,7 @@ class StudySpec:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     statistics: StatisticsConfig = field(default_factory=StatisticsConfig)
     eval: EvalConfig | None = None  # lm-evaluation-harness on every finished trial
+    forecast: ForecastConfig | None = None  # a width ladder and the size its comparisons are forecast at
 
     def validate(self, path: str) -> None:
         require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),
@@ -252,6 +312,44 @@ class StudySpec:
                     "is set per trial: use lr_search for the learning rate and seeds for the seed.")
             require(key.split(".")[0] in ("model", "train", "data"), join(path, where),
                     "must be a dotted key of the run config, starting with model., train. or data.")
+        if self.forecast is not None:
+            self._validate_forecast(path, run_keys)
+
+    def _validate_forecast(self, path: str, run_keys: list[tuple[str, str]]) -> None:
+        """A forecast trains each width at its proxy's lr*, which holds across width under mup only
+        (SPEC §12); the ladder owns the width."""
+        where = join(path, "forecast")
+        require(self.lr_search.method == "transfer", join(path, "lr_search.method"),
+                "a forecast trains every width at its proxy's transferred lr*: it needs method transfer "
+                f"(lr_search: {{method: transfer, proxy: {{model.d_model: ...}}, grid: [...]}}), got {self.lr_search.method}.")
+        model = self.base.get("model") if isinstance(self.base, dict) else None
+        base_parametrization = model.get("parametrization", "standard") if isinstance(model, dict) else "standard"
+        require(base_parametrization == "mup", join(path, "base.model.parametrization"),
+                f"a forecast needs parametrization: mup (lr* transfers across width under mup only, SPEC §12), "
+                f"got {base_parametrization}.")
+        overrides = list(run_keys) + [(f"forecast.target.{k}", k) for k in self.forecast.target]
+        overrides += [(f"forecast.ladder[{i}].{k}", k) for i, rung in enumerate(self.forecast.ladder) for k in rung]
+        for place, key in overrides:
+            if key == "model.parametrization":
+                value = self._override_value(place, key)
+                require(value == "mup", join(path, place), f"a forecast needs parametrization: mup, got {value}.")
+        for place, key in run_keys:
+            require(key not in ("model.d_model", "model.size"), join(path, place),
+                    f"the forecast's ladder sets the width ({join(where, 'ladder')}); "
+                    "variants, axes and baselines may not.")
+
+    def _override_value(self, place: str, key: str) -> Any:
+        head, _, rest = place.partition(".")
+        if head == "axes":
+            return next((v for v in self.axes[key] if v != "mup"), "mup")
+        if head.startswith("variants["):
+            return self.variants[int(head[len("variants["):-1])].set[key]
+        if head == "baselines":
+            return self.baselines[rest.split(".")[0]][key]
+        if head == "forecast" and rest.startswith("target."):
+            return self.forecast.target[key]
+        index = int(rest[len("ladder["):rest.index("]")])
+        return self.forecast.ladder[index][key]
 
 
 def load_study_mapping(

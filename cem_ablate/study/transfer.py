@@ -49,7 +49,8 @@ def proxy_study(expanded: ExpandedStudy) -> ExpandedStudy:
     """Phase 1: the proxies on the full grid, an ordinary grid study named `<name>_proxy`."""
     spec = expanded.spec
     search = dataclasses.replace(spec.lr_search, method="grid", proxy=None, proxy_seeds=None)
-    proxy_spec = dataclasses.replace(spec, name=f"{spec.name}_proxy", lr_search=search, seeds=proxy_seeds(expanded))
+    proxy_spec = dataclasses.replace(spec, name=f"{spec.name}_proxy", lr_search=search, seeds=proxy_seeds(expanded),
+                                     forecast=None)  # the proxies are tuned, not forecast
     return ExpandedStudy(proxy_spec, list(expanded.proxies), expanded.mapping)
 
 
