@@ -355,9 +355,10 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     if note is not None and console is not None:  # one line; in report.md first under the title
         console.print(note, markup=False, highlight=False)
     path = write_report(records, study_name, out_dir, scaling, comparisons, lead=note, published=published)
-    # The sections of a transfer study, a width study, a study over widths (lr* drift), a GP
+    # The sections of a transfer study, a forecast, a width study, a study over widths (lr* drift), a GP
     # study with several draws and a study with downstream tasks (each [] for other studies;
     # they need the study file's configs, `expanded`).
+    from cem_ablate.reporting.forecast_report import forecast_section
     from cem_ablate.reporting.gp_draws_report import gp_draws_section
     from cem_ablate.reporting.lr_drift_report import lr_drift_section
     from cem_ablate.reporting.transfer_report import transfer_section
@@ -366,6 +367,7 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     from cem_ablate.reporting.eval_report import eval_section
 
     extra = (transfer_section(records, expanded, tracking_uri, metric, console)
+             + forecast_section(records, expanded, metric, console)
              + width_section(records, expanded, tracking_uri, out_dir, metric, console, published)
              + lr_drift_section(records, expanded, metric, console, published)
              + gp_draws_section(records, expanded, metric, console, published)
