@@ -17,6 +17,10 @@ Ladders:
   T = 2 at d 32, 64, 128 -> d 192, each width at its own best grid rate (no transfer under
   standard parametrization). Comparisons: T = 1 and T = 2 against Llama, T = 2 against T = 1.
 
+- `mup_gpu` (not CPU, an extra check; not used to choose the form): the same muP ladders from the
+  GPU leases (docs/figures/mup_width_gpu_scaled/trials.csv, trials_lease2.csv), held out at the
+  GPU transfer study's d 256 targets (3 proxy seeds).
+
 Each ladder is forecast from d 32 on (three rungs; the trusted-width rule flags d 32, d_head 8:
 `cem_ablate/study/trusted_widths.py`) and from d 64 on (two rungs: the trusted widths; below
 the study key's minimum of three, so only forms with a shared exponent are identifiable).
@@ -51,6 +55,8 @@ from cem_ablate.analysis.forecast import (  # noqa: E402
 FIGURES = ROOT / "docs" / "figures"
 MUP_CSVS = (FIGURES / "cpu_217a9b8_trials.csv", FIGURES / "cpu_70eff9c_trials.csv")
 MUP_TRANSFERS = "transfer_cpu_first,transfer_cpu_attention_T2,transfer_cpu_full_cem"  # 3 proxy seeds each
+GPU = FIGURES / "mup_width_gpu_scaled"
+GPU_CSVS = (GPU / "trials.csv", GPU / "trials_lease2.csv")  # H200 and H100 leases, the GPU machine's corpus
 MUP_FAMILIES = ("llama", "cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full_cem_T2")
 WIDTH_REPORTS = (FIGURES / "width_cpu" / "report.md", FIGURES / "width_wide_cpu" / "report.md")
 WIDTH_FAMILIES = ("llama", "T1", "T2")
@@ -88,11 +94,11 @@ def _params(study: str, scale: str) -> dict[str, float]:
     return {v.name: float(estimate(v.run_config(lr, seed)).params_total) for v in expanded.variants}
 
 
-def mup_ladder() -> Ladder:
+def mup_ladder(name: str = "mup", csvs=MUP_CSVS, transfers: str = MUP_TRANSFERS, studies: str = "mup_width_cpu",
+               proxies: str = "none") -> Ladder:
     from mup_width_csv_report import read_trials
 
-    values, targets = read_trials([str(p) for p in MUP_CSVS], None, transfer=MUP_TRANSFERS,
-                                  studies="mup_width_cpu", proxies="none")
+    values, targets = read_trials([str(p) for p in csvs], None, transfer=transfers, studies=studies, proxies=proxies)
     params = _params("mup_width.yaml", "cpu")
     rungs, counts, rates = defaultdict(dict), defaultdict(dict), defaultdict(dict)
     for family in MUP_FAMILIES:
@@ -106,7 +112,7 @@ def mup_ladder() -> Ladder:
         rates[family][256] = lr
         for d in (32, 64, 128, 256):
             counts[family][d] = params[f"d{d}_{family}"]
-    return Ladder("mup", (32, 64, 128, 256), dict(rungs), dict(counts),
+    return Ladder(name, (32, 64, 128, 256), dict(rungs), dict(counts),
                   tuple((f, "llama") for f in MUP_FAMILIES[1:]), dict(rates))
 
 
@@ -237,13 +243,33 @@ def summary(name: str, totals: dict) -> None:
              if totals["unresolved_forecast"] else ""))
 
 
+def trust_table() -> None:
+    """The trusted-width rule's evidence on this recipe: each family's lr* per width (Akima on the
+    3-seed mean, as the reports fit it) and its drift over every width against the drift over the
+    trusted widths (d_head >= 16: d 64 up)."""
+    from mup_width_csv_report import _stats, read_trials
+
+    values, _ = read_trials([str(p) for p in MUP_CSVS], None, transfer=MUP_TRANSFERS, studies="mup_width_cpu",
+                            proxies="none")
+    print("| family | lr* d 32 (d_head 8) | d 64 | d 128 | d 256 | drift d 32-256 | drift d 64-256 | "
+          "d 32's lr* / d 64's |")
+    print("|---|---|---|---|---|---|---|---|")
+    for family in MUP_FAMILIES:
+        stars = {d: _stats(values[f"d{d}_{family}"]).optimum.lr_star for d in (32, 64, 128, 256)}
+        every, trusted = stars.values(), [stars[d] for d in (64, 128, 256)]
+        print(f"| {family} | " + " | ".join(f"{stars[d]:.3g}" for d in (32, 64, 128, 256))
+              + f" | {max(every) / min(every):.2f}x | {max(trusted) / min(trusted):.2f}x | {stars[32] / stars[64]:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--form", choices=FORMS, help="score this form (default: the one chosen by held-out error)")
     args = parser.parse_args(argv)
+    print("## Which proxies to trust: lr* across width, 600 steps (`mup` ladder's recipe)\n")
+    trust_table()
     ladders = [mup_ladder(), width_ladder()]
     chosen, lines = choose_form(ladders)
-    print("## Choosing the form (forecast d 128 from d 32, 64; the held-out widths below take no part)\n")
+    print("\n## Choosing the form (forecast d 128 from d 32, 64; the held-out widths below take no part)\n")
     print("\n".join(lines))
     form = args.form or chosen
     print(f"\nChosen: {chosen}" + (f"; scored: {form} (--form)" if form != chosen else ""))
@@ -253,6 +279,13 @@ def main(argv: list[str] | None = None) -> None:
         for ladder in ladders:
             print_cases(ladder, ladder.widths[start:-1], form, totals)
         summary(label, totals)
+    print("\n## Not CPU: the GPU leases' muP ladders (the same recipe on the GPU machine's corpus; the form as "
+          "chosen above)")
+    gpu = mup_ladder("mup_gpu", GPU_CSVS, "transfer_gpu_scaled", "mup_width_gpu", "transfer_gpu")
+    for label, start in (("three rungs, from d 32", 0), ("two rungs, from d 64", 1)):
+        totals = defaultdict(list)
+        print_cases(gpu, gpu.widths[start:-1], form, totals)
+        summary(f"GPU, {label}", totals)
     print("\n## Every form on the held-out widths (RMS error of the perplexity forecasts, log units; coverage of "
           "all 90% intervals)\n")
     print("| form | " + " | ".join(f"{ladder.name} from d {ladder.widths[s]}" for s in (0, 1) for ladder in ladders)
