@@ -209,7 +209,9 @@ class ForecastConfig:
     proxy's transferred lr* (lr_search method transfer, parametrization mup), and its objective
     forecast at `target`, a size never trained (`analysis.forecast`, reporting/forecast_report.py).
 
-    Checked here and in `StudySpec.validate` (the method and the parametrization)."""
+    Checked once with the study file: at least three increasing widths, a wider target, method
+    transfer under mup (`StudySpec.validate`). A width outside the range where transfer has
+    been shown to hold gets a warning (study/trusted_widths.py; docs/results/forecast.md)."""
 
     # run-config overrides of each width, narrowest first; each sets model.d_model
     # (e.g. [{model.d_model: 64, model.d_mlp: 176}, {model.d_model: 128, model.d_mlp: 344}, ...])

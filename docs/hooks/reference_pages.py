@@ -388,7 +388,7 @@ def study_file_markdown() -> str:
     from cem_ablate.study import spec
 
     sections = {"variants": "variants", "lr_search": "lr_search", "execution": "execution",
-                "statistics": "statistics", "eval": "eval"}
+                "statistics": "statistics", "eval": "eval", "forecast": "forecast"}
 
     def section(title: str, anchor: str, cls: type, prefix: str) -> list[str]:
         return [f"## `{title}` {{ #{anchor} }}", "", own_doc(cls), "", key_table(dataclass_keys(cls), prefix), ""]
@@ -404,6 +404,7 @@ def study_file_markdown() -> str:
         *section("execution", "execution", spec.ExecutionConfig, "execution."),
         *section("statistics", "statistics", spec.StatisticsConfig, "statistics."),
         *section("eval", "eval", spec.EvalConfig, "eval."),
+        *section("forecast", "forecast", spec.ForecastConfig, "forecast."),
     ])
 
 
