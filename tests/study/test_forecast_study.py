@@ -116,3 +116,22 @@ def test_a_transfer_studys_proxy_outside_the_range_is_named(tmp_path):
     widths = untrusted_widths(expanded)
     assert [(w.role, w.d_model, w.reasons) for w in widths] == [("proxy", 16, ("d_head 8 < 16",))]
     assert trust_warning(expanded).startswith("warning: ") and "proxy d_model 16 (d_head 8 < 16)" in trust_warning(expanded)
+
+
+@pytest.mark.slow
+def test_a_forecast_study_runs_the_ladder_at_the_transferred_rate_and_reports_the_forecast(tmp_path, corpus,
+                                                                                           monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = forecast_study(tmp_path, corpus=corpus, seeds=[0, 1])
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = ["study", str(path), "--storage", f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", uri,
+            "--workdir", str(tmp_path / "work"), "--report-dir", str(tmp_path / "reports")]
+    assert main(args) == 0
+    from cem_ablate.tracking.readback import read_study
+
+    rungs = read_study(uri, "fc")
+    assert len(rungs) == 6  # two families x three widths
+    assert {len({t.lr for t in r.trials}) for r in rungs} == {1}  # each at its proxy's lr* only
+    report = (tmp_path / "reports" / "fc" / "report.md").read_text()
+    assert "## Forecast" in report and "**An extrapolation, not a measurement.**" in report
+    assert "| cem_attention vs llama |" in report
