@@ -10,8 +10,9 @@ The page's code blocks are of four kinds:
 
 The run happens as a newcomer's would, with the environment kept apart from the
 machine's: `pip install` goes into a temporary folder (PIP_TARGET) on PYTHONPATH, never
-into site-packages, and downloads nothing (PIP_NO_INDEX); the token cache, the Hugging
-Face caches and every store live in the temporary folder; `python`, `pip` and
+into site-packages, and downloads nothing (PIP_NO_INDEX); pip's wheel cache, the token
+cache, the Hugging Face caches (remote code included) and every store live in the
+temporary folder; `python`, `pip` and
 `cem-ablate` run on this interpreter with this checkout first on PYTHONPATH.
 """
 
@@ -108,6 +109,7 @@ def tutorial(tmp_path_factory):
         "PATH": f"{_wrappers(root / 'bin')}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",  # the plugin, then this checkout's cem_ablate
         "PIP_TARGET": str(site), "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_CACHE_DIR": str(root / "pip-cache"),  # the plugin's wheel, built once, stays here too
         "CEM_ABLATE_CACHE": str(root / "cache"), "HF_HOME": str(root / "hf"),
         "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PS4": "$ ",
     }
