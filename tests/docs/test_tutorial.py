@@ -59,8 +59,10 @@ def page_script() -> str:
     return "".join(b.code for b in page_blocks() if b.language == "bash" and not b.title)
 
 
-def printed_samples() -> list[str]:
-    return [b.code for b in page_blocks() if b.language == "text" and not b.title]
+def printed_sample(marker: str) -> str:
+    """The page's one ```text block (what a command prints) that contains `marker`."""
+    [sample] = [b.code for b in page_blocks() if b.language == "text" and not b.title and marker in b.code]
+    return sample
 
 
 def test_every_code_block_is_a_file_a_command_or_output():
@@ -124,8 +126,7 @@ def tutorial(tmp_path_factory):
 def test_plugin_is_listed_and_installed_only_in_the_temporary_folder(tutorial):
     _, output = tutorial
     assert "[plugin gelu_mlp (gelu_mlp)]" in output
-    listing = printed_samples()[0]
-    assert "gelu" in listing
+    listing = printed_sample("[plugin gelu_mlp")
     for line in listing.splitlines():
         assert line.rstrip() in output, f"the page shows a line the listing did not print: {line!r}"
     alone = subprocess.run([sys.executable, "-c", "import gelu_mlp"], capture_output=True, text=True,
@@ -154,7 +155,7 @@ def test_report_has_both_variants_and_the_verdict(tutorial):
     assert "| llama (baseline) |" in report and "| gelu |" in report
     assert "9/9 finished" in report
     assert _report_verdict(report) in VERDICTS
-    sample = printed_samples()[1]
+    sample = printed_sample("| vs baseline |")
     assert sample.splitlines()[0] in report.splitlines(), "the page's report excerpt has other columns"
     assert (work / "reports" / STUDY / "ppl_vs_lr.png").is_file()
 
