@@ -137,8 +137,8 @@ def begin(session, variant: Variant, trial) -> Attempt:
     _check_claim(trials, trial)
     child = session.tracker.ensure_trial_run(
         parent, trial_key, f"{variant.name} lr={lr:.3g} seed={seed}",
-        tags={"lr": repr(lr), "seed": str(seed), T.SLOT: slot, T.VARIANT_KEY: variant.key, T.VARIANT: variant.name,
-              "optuna.study": trials.study.study_name, "optuna.trial": str(trial.number)})
+        tags={"lr": repr(lr), "seed": str(seed), T.SLOT: slot, T.RUN_DIR: str(run_dir), T.VARIANT_KEY: variant.key,
+              T.VARIANT: variant.name, "optuna.study": trials.study.study_name, "optuna.trial": str(trial.number)})
     session.tracker.log_trial_params(child, flatten_dotted(cfg.to_mapping()))
     session.tracker.log_trial_code(child, code.digest, code.parts)
     trials.record(trial, trial_key=trial_key, code_fingerprint=code.digest, code_parts=dict(code.parts),

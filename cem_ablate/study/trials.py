@@ -148,17 +148,17 @@ class HeartbeatThread:
     trial was failed as stale touches nothing in Optuna)."""
 
     def __init__(self, storage, trial_id: int, is_live: Callable[[], bool] = lambda: True):
-        self._storage, self._trial_id, self._is_live = storage, trial_id, is_live
+        self._heartbeat_storage, self._heartbeat_trial, self._is_live = storage, trial_id, is_live
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="optuna-heartbeat", daemon=True)
 
     def _run(self) -> None:
-        interval = self._storage.get_heartbeat_interval()
+        interval = self._heartbeat_storage.get_heartbeat_interval()
         while not self._stop.wait(interval):
             try:
                 if not self._is_live():
                     return
-                self._storage.record_heartbeat(self._trial_id)
+                self._heartbeat_storage.record_heartbeat(self._heartbeat_trial)
             except Exception:  # a busy database must not kill the training run
                 pass
 

@@ -12,6 +12,7 @@ from cem_ablate.study.spec import LrSearchConfig
 from cem_ablate.study.storage import StorageSettings, open_storage
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.trials import VariantTrials, plan_slots, worker_identity
+from cem_ablate.study.optuna_storage import trial_id_of
 
 GRID = LrSearchConfig(grid=[1e-3, 2e-3, 4e-3])
 
@@ -97,7 +98,7 @@ def test_a_trial_of_a_dead_local_process_is_requeued_with_its_params(url, tmp_pa
     claimed = [claim_and_suggest(vt, worker_identity()) for _ in range(3)]
     assert vt.claim(worker_identity()) is None
     assert sorted(lr for _, lr, _ in claimed) == [1e-3, 2e-3, 4e-3]
-    dead = vt.storage.get_trial(running[0]._trial_id)
+    dead = vt.storage.get_trial(trial_id_of(running[0]))
     assert dead.state == TrialState.FAIL and dead.user_attrs["status"] == TrialStatus.KILLED
     assert killed_lr in [lr for _, lr, _ in claimed]
 
@@ -115,7 +116,7 @@ def test_a_silent_trial_goes_stale_after_the_grace_period(url):
     time.sleep(3.5)
     retry = vt.claim(worker_identity())
     assert retry is not None and retry.number != trial.number
-    assert vt.storage.get_trial(trial._trial_id).state == TrialState.FAIL
+    assert vt.storage.get_trial(trial_id_of(trial)).state == TrialState.FAIL
 
 
 def _claim_all(url, out, delay):
