@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from cem_ablate.config import apply_overrides, load_yaml
+    from cem_ablate.training.config import parse_run_config
     from cem_ablate.training.engine import plan_run
     from cem_ablate.training.run_directory import default_run_dir, is_rank_zero_process
 
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     mapping = load_yaml(args.config)
     mapping.setdefault("name", Path(args.config).stem)
     mapping = apply_overrides(mapping, args.overrides)
-    plan = plan_run(mapping)  # validates everything before anything is written
+    plan = plan_run(parse_run_config(mapping))  # validates everything before anything is written
     cfg = plan.config
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg, args.runs_root)
     talk = is_rank_zero_process()  # DDP ranks > 0 re-run this command silently

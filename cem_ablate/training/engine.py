@@ -43,7 +43,7 @@ from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget, resolve_budget
 from cem_ablate.training.child_process import die_with_parent
-from cem_ablate.training.config import RunConfig, parse_run_config
+from cem_ablate.training.config import RunConfig
 from cem_ablate.training.lease import Lease, LeaseLost
 from cem_ablate.training.result import TrainResult
 from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
@@ -64,16 +64,15 @@ class RunPlan:
         return self.report.train_flops_per_token * self.budget.tokens
 
 
-def plan_run(cfg: RunConfig | Mapping[str, Any]) -> RunPlan:
+def plan_run(cfg: RunConfig) -> RunPlan:
     from cem_ablate.training.networks import plan_network
 
-    cfg = parse_run_config(cfg)
     report, model_config = plan_network(cfg)
     return RunPlan(cfg, resolve_budget(cfg), report, model_config)
 
 
 def train_run(
-    cfg: RunConfig | Mapping[str, Any],
+    cfg: RunConfig,
     *,
     run_dir: str | Path,
     tracking_uri: str | None = None,
@@ -85,7 +84,6 @@ def train_run(
     ddp_in_process: bool = False,
     lease: Lease | None = None,
 ) -> TrainResult:
-    cfg = parse_run_config(cfg)
     folder = RunDirectory(run_dir, lease)
     if resume and (ended := folder.finished_result(cfg)) is not None:
         return ended

@@ -23,7 +23,7 @@ def build_network(cfg: RunConfig, vocab_size: int | None = None) -> tuple[nn.Mod
         from cem_ablate.training.gp_regressor import GPRegressor
 
         return GPRegressor(cfg.model, cfg.data.gp.dim), None
-    from cem_ablate import build_model
+    from cem_ablate.model.assembly import build_model
 
     model_config = cfg.training_model(vocab_size)
     return build_model(model_config), model_config

@@ -14,7 +14,7 @@ import pytest
 
 from cem_ablate.cli.main import main
 from cem_ablate.cli.study_command import load_expanded
-from cem_ablate.model.config import llama_baseline_params
+from cem_ablate.model.config import llama_baseline_params, parse_model_config
 from cem_ablate.study.estimates import estimate
 from cem_ablate.study.spec import PAPER_LR_GRID
 
@@ -79,9 +79,10 @@ def test_chinchilla_budget_is_twenty_tokens_per_llama_parameter():
     for size in PAPER_SIZES:
         cem, llama = (estimate(run_config(by_name[f"{n},size={size}"])) for n in ("cem_attention", "llama"))
         tokens_per_step = 128 * 2048
-        expected = math.ceil(20 * llama_baseline_params({"size": size}) / tokens_per_step) * tokens_per_step
+        baseline = llama_baseline_params(parse_model_config({"size": size}))
+        expected = math.ceil(20 * baseline / tokens_per_step) * tokens_per_step
         assert cem.tokens == llama.tokens == expected
-        assert cem.params_total < llama.params_total == llama_baseline_params({"size": size})
+        assert cem.params_total < llama.params_total == baseline
 
 
 def _role(name, scale=None):
