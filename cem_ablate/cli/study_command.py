@@ -132,14 +132,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.dry_run:
         from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
-        from cem_ablate.study.reuse import dry_run_reads, planned_reuse
+        from cem_ablate.study.reuse import dry_run_reads, expected_reuse
         from cem_ablate.study.storage import default_storage_url
 
         rows = plan(expanded)
         # the storage, read once (read only; nothing is created without one): the planned
         # trials it holds settled, and how many this study finished under other code
         grid, stale = dry_run_reads(expanded, args.storage or default_storage_url())
-        reused, done = planned_reuse(expanded, grid)  # by other studies (reused), by this one
+        reused, done = expected_reuse(expanded, grid)  # by other studies (reused), by this one
         retrain = sum(stale.values())
         finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
         if not args.no_reuse:
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.tracking.local_store import private_files
 
     echo = lambda line: print(line, flush=True)  # noqa: E731
-    # stores, run folders, logs, plan and the report's artifacts on the parents: the user's only (0600/0700)
+    # stores, run folders, logs, worker payload and the report's artifacts on the parents: the user's only (0600/0700)
     with private_files():
         if is_transfer(expanded):
             code = _run_transfer(expanded, settings, workers, echo)

@@ -2,7 +2,7 @@
 
 With one worker the trials run in this process (the engine's progress bar shows).
 With `--workers N` this process starts N worker processes (`python -m
-cem_ablate.study.worker <plan> --index i`, the plan being the validated study pickled
+cem_ablate.study.worker <payload> --index i`, the payload being the validated study pickled
 once: workers parse nothing again), each with its share of the CPU threads and its
 output in `<workdir>/<study>/logs/worker-<i>.log`, and prints study-level progress read
 from the storage. Workers die with the coordinator (Linux: PR_SET_PDEATHSIG), so a killed study
@@ -49,7 +49,7 @@ from cem_ablate.study.store_locks import LockWatchdog
 from cem_ablate.study.summary import StudyPublisher
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import ExpandedStudy
-from cem_ablate.study.worker import quiet_lightning, set_torch_threads, write_plan
+from cem_ablate.study.worker import quiet_lightning, set_torch_threads, write_worker_payload
 from cem_ablate.tracking.store import shown_url, sqlite_store_path
 from cem_ablate.training.child_process import die_with_parent
 
@@ -166,15 +166,16 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     log_dir.mkdir(parents=True, exist_ok=True)
     settings = session.settings
     threads = settings.threads or threads_per_worker(workers)
-    # One plan per coordinator (machines may share --workdir), removed when its workers end.
-    plan = write_plan(study_dir / f"plan-{session.expanded.study_hash}-{socket.gethostname()}-{os.getpid()}.pkl",
-                      session.expanded, dataclasses.replace(settings, threads=threads, progress=False))
+    # One payload per coordinator (machines may share --workdir), removed when its workers end.
+    name = f"worker-payload-{session.expanded.study_hash}-{socket.gethostname()}-{os.getpid()}.pkl"
+    payload = write_worker_payload(study_dir / name, session.expanded,
+                                   dataclasses.replace(settings, threads=threads, progress=False))
     env = worker_env(threads)
     procs = []
 
     def start(i: int | None = None) -> int:
         i = len(procs) if i is None else i  # a replacement takes the next unused index
-        cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(plan), "--index", str(i)]
+        cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(payload), "--index", str(i)]
         log = open(log_dir / f"worker-{i}.log", "a")
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        preexec_fn=die_with_parent), log, i))
@@ -221,7 +222,7 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
                 p.wait()
         for _, log, _ in procs:
             log.close()
-        plan.unlink(missing_ok=True)
+        payload.unlink(missing_ok=True)
     errors = []  # the one `error:` line of each worker that ended on one (a full disk, a damaged store)
     for p, _, i in procs:
         said_so = (p.pid in reported or p.pid in watchdog.killed) and p.returncode == -signal.SIGKILL

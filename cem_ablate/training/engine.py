@@ -53,8 +53,9 @@ if TYPE_CHECKING:  # Lightning loads only when a run trains (dry runs stay fast)
 
 
 @dataclass(frozen=True)
-class RunPlan:
-    """What a run will do, known without training: for printing and dry runs."""
+class ResolvedRun:
+    """A validated run with what it resolves to before training (token budget, model
+    report): for `cem-ablate train --dry-run` and the study's cost estimates."""
 
     config: RunConfig
     budget: Budget
@@ -67,11 +68,11 @@ class RunPlan:
         return self.report.train_flops_per_token * self.budget.tokens
 
 
-def plan_run(cfg: RunConfig) -> RunPlan:
-    from cem_ablate.training.networks import plan_network
+def resolve_run(cfg: RunConfig) -> ResolvedRun:
+    from cem_ablate.training.networks import describe_network
 
-    report, model_config = plan_network(cfg)
-    return RunPlan(cfg, resolve_budget(cfg), report, model_config)
+    report, model_config = describe_network(cfg)
+    return ResolvedRun(cfg, resolve_budget(cfg), report, model_config)
 
 
 def train_run(

@@ -97,8 +97,8 @@ def test_bad_config_is_one_line_and_touches_nothing(tmp_path, isolated_cache):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlruns").exists()
 
 
-def test_dry_run_prints_the_plan(tmp_path, isolated_cache):
-    config = write_config(tmp_path / "plan.yaml")
+def test_dry_run_prints_the_resolved_run(tmp_path, isolated_cache):
+    config = write_config(tmp_path / "dry.yaml")
     done = cli(config, "model.size=86M", "model.vocab_size=32000", "train.max_steps=null",
                "train.token_budget=chinchilla", "--dry-run", cwd=tmp_path, env_cache=isolated_cache)
     assert done.returncode == 0, done.stderr

@@ -180,10 +180,10 @@ def test_cpu_scales_are_cpu_sized_and_offline(name, scale):
     trials = len(expanded.spec.lr_search.grid) * len(expanded.spec.seeds)
     for v in expanded.variants:
         cfg = run_config(v)
-        plan = estimate(cfg)
+        cost = estimate(cfg)
         assert cfg.train.devices == 1 and cfg.train.num_nodes == 1 and cfg.train.precision == "auto"
-        assert plan.steps <= MAX_STEPS[scale, cfg.data.task]
-        assert plan.params_total < 2_000_000
+        assert cost.steps <= MAX_STEPS[scale, cfg.data.task]
+        assert cost.params_total < 2_000_000
         if cfg.data.task == "text":
             assert (cfg.data.source, cfg.data.tokenizer, cfg.data.streaming) == ("stdlib", "byte", False)
             assert cfg.model.size == "tiny" and cfg.data.block_size <= 128

@@ -8,7 +8,7 @@ from mlflow import MlflowClient
 
 from cem_ablate.config import ConfigError
 from cem_ablate.training.config import parse_run_config
-from cem_ablate.training.engine import plan_run, train_run
+from cem_ablate.training.engine import resolve_run, train_run
 from tests.training.helpers import UNIFORM_BYTE_PPL, CrashAt, RecordLosses, tiny_run
 
 
@@ -22,7 +22,7 @@ def test_tiny_run_learns_and_logs_to_mlflow(tmp_path, tracking_uri):
     assert math.isclose(result.test_loss, math.log(result.test_ppl), rel_tol=1e-5)
     assert sum(list(losses.losses.values())[-10:]) < sum(list(losses.losses.values())[:10])
     assert result.tokens_seen == 60 * 8 * 64 and result.tokens_per_sec > 0 and 0 < result.mfu < 1
-    assert result.params == plan_run(cfg).report.params_total
+    assert result.params == resolve_run(cfg).report.params_total
 
     client = MlflowClient(tracking_uri)
     run = client.get_run(result.mlflow_run_id)
@@ -102,7 +102,7 @@ def test_gp_regression_with_recursive_cem_mlps(tmp_path, tracking_uri):
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and 0 < result.rmse < 1.0  # the prior std is ~0.88
     assert result.objective == result.rmse and math.isnan(result.test_ppl)
-    report = plan_run(cfg).report
+    report = resolve_run(cfg).report
     assert report.params_by_component["mlp"] == 2 * 2 * 32 * 64  # two tied D x D_m matrices per layer
 
 
@@ -133,7 +133,7 @@ def test_mfu_counts_the_backward_pass_that_truncated_backprop_runs(tmp_path, tra
     cfg = tiny_run(name="mfu-truncated", max_steps=4, val_every_n_steps=4, val_batches=1, test_batches=1)
     cfg["model"]["attention"] = {"name": "cem", "steps": 4, "backprop_steps": 1}
     cfg = parse_run_config(cfg)
-    report = plan_run(cfg).report
+    report = resolve_run(cfg).report
     assert report.train_flops_per_token < 0.9 * 3 * report.flops_per_token
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished"
