@@ -69,6 +69,8 @@ class ResolvedRun:
 
 
 def resolve_run(cfg: RunConfig) -> ResolvedRun:
+    """`cfg` with its token budget and model report (the model built on the meta device: no
+    memory, no training)."""
     from cem_ablate.training.networks import describe_network
 
     report, model_config = describe_network(cfg)
