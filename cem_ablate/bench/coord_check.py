@@ -377,7 +377,7 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
     # module -> width -> (seeds x steps) mean |activation| of each initialization
     samples: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
     for width in settings.widths:
-        cfg = model_at_width(mapping, width)
+        cfg = parse_model_config(model_at_width(mapping, width))
         for seed in range(settings.seeds):
             torch.manual_seed(seed)
             net = build_model(cfg)

@@ -34,7 +34,7 @@ from cem_ablate.bench.measure import CPUContention, step_peak_bytes, time_interl
 from cem_ablate.bench.variants import BASELINE, SIZES, Variant, model_mapping, parse_variant
 from cem_ablate.config.errors import unknown
 from cem_ablate.config.schema import join, require
-from cem_ablate.model import build_model
+from cem_ablate.model import build_model, parse_model_config
 from cem_ablate.model.decoding import DecodingCache, decode, missing_hooks, new_cache
 
 MB = 1024 * 1024
@@ -147,7 +147,8 @@ class _Case:
     def __init__(self, variant: Variant, size: str, cfg: DecodeBenchConfig, device: torch.device):
         torch.manual_seed(cfg.seed)
         self.cfg, self.device = cfg, device
-        self.model = build_model(model_mapping(variant, size, cfg.max_seq_len, cfg.vocab_size)).to(device).eval()
+        config = parse_model_config(model_mapping(variant, size, cfg.max_seq_len, cfg.vocab_size))
+        self.model = build_model(config).to(device).eval()
         params = sum(p.numel() for p in self.model.parameters())
         self.row = DecodeRow(size, variant.label, params, recomputes=bool(missing_hooks(self.model)))
         g = torch.Generator().manual_seed(cfg.seed)

@@ -102,6 +102,7 @@ def measure_parity(variant: str = "llama", size: str = "86M", seq_len: int = 204
     from cem_ablate.bench.config import BenchConfig
     from cem_ablate.bench.runner import run_bench
     from cem_ablate.config.schema import parse
+    from cem_ablate.training.config import parse_run_config
     from cem_ablate.training.engine import train_run
 
     bench_cfg = parse(BenchConfig, {
@@ -120,8 +121,8 @@ def measure_parity(variant: str = "llama", size: str = "86M", seq_len: int = 204
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
 
-    cfg = train_config(variant, size, seq_len, batch_size, precision, mode, device, steps, vocab_size,
-                       log_every_n_steps)
+    cfg = parse_run_config(train_config(variant, size, seq_len, batch_size, precision, mode, device, steps,
+                                        vocab_size, log_every_n_steps))
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         result = train_run(cfg, run_dir=Path(tmp) / "run", tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
                            resume=False, progress=False)

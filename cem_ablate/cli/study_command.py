@@ -129,43 +129,51 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if not console.is_terminal:  # logs and pipes: don't squeeze tables to 80 columns
         console = Console(width=160)
+    if args.dry_run:
+        return _dry_run(expanded, args, console)
+    return _run_study(expanded, args, console)
+
+
+def _dry_run(expanded, args: argparse.Namespace, console) -> int:
+    """Print the plan: what the study will run and cost, and its power; nothing is written."""
     from cem_ablate.study.transfer import is_transfer
 
-    if args.dry_run and is_transfer(expanded):
+    if is_transfer(expanded):
         from cem_ablate.study.dry_run import print_transfer_plan
 
         print_transfer_plan(expanded, args.gpu_tflops, args.mfu, console, args.cpu_gflops)
         return 0
-    if args.dry_run:
-        from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
-        from cem_ablate.study.reuse import dry_run_reads, planned_reuse
-        from cem_ablate.study.storage import default_storage_url
+    from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
+    from cem_ablate.study.reuse import dry_run_reads, expected_reuse
+    from cem_ablate.study.storage import default_storage_url
 
-        rows = plan(expanded)
-        # the storage, read once (read only; nothing is created without one): the planned
-        # trials it holds settled, and how many this study finished under other code
-        grid, stale = dry_run_reads(expanded, args.storage or default_storage_url())
-        reused, done = planned_reuse(expanded, grid)  # by other studies (reused), by this one
-        retrain = sum(stale.values())
-        finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
-        if not args.no_reuse:
-            for key, n in reused.items():
-                finished[key] = finished.get(key, 0) + n
-        workers = args.workers or expanded.spec.execution.workers  # what a run would start
-        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
-                   args.cpu_gflops, measured_seconds(grid), workers)
-        if not args.no_reuse:
-            _print_reuse(rows, reused, done, retrain, args, console)
-        return 0
+    rows = plan(expanded)
+    # the storage, read once (read only; nothing is created without one): the planned
+    # trials it holds settled, and how many this study finished under other code
+    grid, stale = dry_run_reads(expanded, args.storage or default_storage_url())
+    reused, done = expected_reuse(expanded, grid)  # by other studies (reused), by this one
+    retrain = sum(stale.values())
+    finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
+    if not args.no_reuse:
+        for key, n in reused.items():
+            finished[key] = finished.get(key, 0) + n
+    workers = args.workers or expanded.spec.execution.workers  # what a run would start
+    print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
+               args.cpu_gflops, measured_seconds(grid), workers)
+    if not args.no_reuse:
+        _print_reuse(rows, reused, done, retrain, args, console)
+    return 0
 
-    from cem_ablate.study.coordinator import run_study
+
+def _study_settings(expanded, args: argparse.Namespace, workers: int, console):
+    """The run's settings, once every store, server, tokenizer and eval task it needs
+    has been checked (before anything is created)."""
     from cem_ablate.study.session import StudySettings
     from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
     from cem_ablate.tracking.store import check_tracking_server
     from cem_ablate.tracking.store import default_tracking_uri
 
     execution = expanded.spec.execution
-    workers = args.workers or execution.workers
     storage_url = args.storage or default_storage_url()
     sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created
     if args.tracking_uri:
@@ -175,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         from cem_ablate.study.trial_eval import check_eval
 
         check_eval(expanded.spec.eval)
-    settings = StudySettings(
+    return StudySettings(
         storage=StorageSettings(storage_url, args.heartbeat, args.grace),
         tracking_uri=args.tracking_uri or default_tracking_uri(),
         workdir=Path(args.workdir).resolve(),
@@ -183,10 +191,18 @@ def run(args: argparse.Namespace) -> int:
         progress=workers == 1 and console.is_terminal,
         reuse=not args.no_reuse,
     )
+
+
+def _run_study(expanded, args: argparse.Namespace, console) -> int:
+    """Run (or resume) the study, then print and write its report."""
+    from cem_ablate.study.coordinator import run_study
+    from cem_ablate.study.transfer import is_transfer
     from cem_ablate.tracking.local_store import private_files
 
+    workers = args.workers or expanded.spec.execution.workers
+    settings = _study_settings(expanded, args, workers, console)
     echo = lambda line: print(line, flush=True)  # noqa: E731
-    # stores, run folders, logs, plan and the report's artifacts on the parents: the user's only (0600/0700)
+    # stores, run folders, logs, worker payload and the report's artifacts on the parents: the user's only (0600/0700)
     with private_files():
         if is_transfer(expanded):
             code = _run_transfer(expanded, settings, workers, echo)

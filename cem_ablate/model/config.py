@@ -317,12 +317,12 @@ def _check_dims(cfg: ModelConfig, path: str) -> None:
         protocol.check_dims(sub.options, dims, join(path, sub.kind))
 
 
-def llama_baseline_params(cfg: ModelConfig | Mapping[str, Any]) -> int:
+def llama_baseline_params(cfg: ModelConfig) -> int:
     """Parameters of the Llama baseline of the same size (SPEC §1, Table 1).
 
     The Chinchilla budget of every variant is 20 x this number (SPEC §7), so a CEM
     variant trains on the same tokens as its baseline.
     """
-    d = parse_model_config(cfg).dims
+    d = cfg.dims
     per_layer = 4 * d.d_model**2 + 3 * d.d_model * d.d_mlp + 2 * d.d_model
     return 2 * d.vocab_size * d.d_model + d.n_layers * per_layer + d.d_model

@@ -21,7 +21,7 @@ from cem_ablate.analysis.statistics import OBJECTIVE_NAMES
 from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S, VariantEstimate, estimate
 from cem_ablate.study.spec import SequentialSeeds, initial_seeds
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.trials import plan_slots
+from cem_ablate.study.trials import trial_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant
 
 
@@ -35,8 +35,8 @@ class PlanRow:
 
 def plan(expanded: ExpandedStudy) -> list[PlanRow]:
     spec = expanded.spec
-    n_trials = len(plan_slots(spec.lr_search, list(spec.seeds)))
-    n_min = len(plan_slots(spec.lr_search, initial_seeds(spec.seeds)))
+    n_trials = len(trial_slots(spec.lr_search, list(spec.seeds)))
+    n_min = len(trial_slots(spec.lr_search, initial_seeds(spec.seeds)))
     return [PlanRow(v, estimate(v.run_config(spec.lr_search.lr_range[0], spec.seeds[0])), n_trials, n_min)
             for v in expanded.variants]
 

@@ -3,7 +3,7 @@
 Parameters and forward FLOPs per token come from `model_report` (recursion steps
 counted T times); training FLOPs per token are 3x forward (SPEC §7 recipe, backward
 = 2x forward). The token budget is the training engine's own resolution
-(`plan_run`: max_steps, a token count, or Chinchilla = 20 x the Llama baseline's
+(`resolve_run`: max_steps, a token count, or Chinchilla = 20 x the Llama baseline's
 parameters). GPU-hours assume a dense bf16 peak and an MFU, both options
 of `cem-ablate study --dry-run` (defaults: A100, 312 TFLOP/s, 40% MFU).
 """
@@ -54,12 +54,12 @@ class VariantEstimate:
 
 
 def estimate(run_config) -> VariantEstimate:
-    """The engine's own plan of a run (model on the meta device: no memory, no init)."""
+    """The engine's own resolution of a run (model on the meta device: no memory, no init)."""
     from cem_ablate.model.config import llama_baseline_params
-    from cem_ablate.training.engine import plan_run
+    from cem_ablate.training.engine import resolve_run
 
-    run_plan = plan_run(run_config)
-    report, budget = run_plan.report, run_plan.budget
+    resolved = resolve_run(run_config)
+    report, budget = resolved.report, resolved.budget
     return VariantEstimate(
         params_total=report.params_total,
         params_by_component=dict(report.params_by_component),

@@ -44,7 +44,7 @@ def unresolved(tests: list[Test], variant: str, baseline: str, at: str) -> bool:
 
 
 def add_seeds(session, publisher=None) -> list[str]:
-    """Plan the next seed where a Δ is unresolved; one line per variant that got one.
+    """Activate the next seed where a Δ is unresolved; one line per variant that got one.
 
     `publisher` (`study.summary.StudyPublisher`) gives the pairings checked this run;
     without one every pair is tested unpaired (Welch)."""
@@ -71,6 +71,6 @@ def add_seeds(session, publisher=None) -> list[str]:
     lines = []
     names = {v.key: v.name for v in session.variants}
     for key, n in targets.items():
-        if session.trials[key].plan_seeds(n):
+        if session.trials[key].grow_active_seeds(n):
             lines.append(f"{names[key]}: a Δ is unresolved, now seeds 0..{n - 1} (max {seeds.max})")
     return lines

@@ -69,7 +69,7 @@ class Slot:
     lr: float | None  # None: drawn by the sampler when the trial starts
 
 
-def plan_slots(lr_search: LrSearchConfig, seeds: list[int]) -> list[Slot]:
+def trial_slots(lr_search: LrSearchConfig, seeds: list[int]) -> list[Slot]:
     if lr_search.method == "grid":
         return [Slot(f"lr={float(lr)!r},seed={seed}", seed, float(lr))
                 for lr in lr_search.grid for seed in seeds]
@@ -195,13 +195,13 @@ class VariantTrials:
         return [s for s in self._slots if s.seed < n]
 
     def active_seeds(self) -> int:
-        """Sequential seeds: seeds 0..n-1 are planned (stored in the Optuna study, so every
+        """Sequential seeds: seeds 0..n-1 are active (stored in the Optuna study, so every
         worker and a rerun see the same number)."""
         seeds = study_facts(self.storage, self.study_id).seeds_active
         return seeds if seeds is not None else self.sequential.min
 
-    def plan_seeds(self, n: int) -> bool:
-        """Plan seeds 0..n-1 (never fewer than now, never more than max); True if it grew."""
+    def grow_active_seeds(self, n: int) -> bool:
+        """Activate seeds 0..n-1 (never fewer than now, never more than max); True if it grew."""
         target = min(n, self.sequential.max)
         if target <= self.active_seeds():
             return False
@@ -222,7 +222,7 @@ class VariantTrials:
         except optuna.exceptions.DuplicatedStudyError:
             study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
         sequential = seeds if isinstance(seeds, SequentialSeeds) else None
-        return cls(study, storage_url, plan_slots(lr_search, seeds), lr_search, sequential, trial_key), created
+        return cls(study, storage_url, trial_slots(lr_search, seeds), lr_search, sequential, trial_key), created
 
     # -- reading ---------------------------------------------------------------------
 

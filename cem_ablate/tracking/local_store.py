@@ -1,7 +1,7 @@
 """The local SQLite stores (`mlruns/mlflow.db`, `mlruns/optuna.db`) and the files beside
 them: private, created once under a lock, and refused with one line when damaged.
 
-- Private: a study writes its stores, artifacts, run folders, logs and plan with the
+- Private: a study writes its stores, artifacts, run folders, logs and worker payload with the
   user's permissions only (`private_files`: umask 077, so files 0600 and folders 0700;
   they hold configurations, user names and paths), and a store file made by an older
   version is narrowed to 0600 when opened (`make_private`).

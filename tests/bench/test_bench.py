@@ -20,7 +20,7 @@ from cem_ablate.bench.config import BenchConfig
 from cem_ablate.bench.variants import model_mapping, parse_variant
 from cem_ablate.cli.main import main
 from cem_ablate.config.errors import ConfigError
-from cem_ablate.model import build_model
+from cem_ablate import build_model
 
 
 def test_variant_names_map_to_model_configs():

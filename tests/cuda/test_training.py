@@ -26,6 +26,7 @@ import torch
 import yaml
 
 from cem_ablate import registry
+from cem_ablate.training.config import parse_run_config
 from tests.data.conftest import isolated_cache  # noqa: F401  (session-wide autouse fixture)
 from tests.study.tiny_study import write_study
 from tests.training.helpers import RecordLosses, tiny_run
@@ -65,8 +66,8 @@ def test_bf16_mixed_training_of_every_sublayer_pair(attention, mlp, tmp_path):
     cfg["model"].update(attention=sublayer("attention", attention), mlp=sublayer("mlp", mlp))
     losses = RecordLosses()
     torch.cuda.reset_peak_memory_stats()
-    result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                       progress=False, extra_callbacks=[losses])
+    result = train_run(parse_run_config(cfg), run_dir=tmp_path / "run",
+                       tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False, extra_callbacks=[losses])
     peak = torch.cuda.max_memory_allocated()
     print(f"[{attention}+{mlp}] peak {peak / 2**20:.1f} MiB, loss {losses.losses[1]:.3f} -> "
           f"{losses.losses[STEPS]:.3f}, {result.tokens_per_sec:.0f} tokens/s, MFU {result.mfu:.2%}")
@@ -185,8 +186,9 @@ def test_ordinary_training_steps_do_not_synchronize_the_gpu(attention, tmp_path)
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                               progress=False, extra_callbacks=[windows])
+            result = train_run(parse_run_config(cfg), run_dir=tmp_path / "run",
+                               tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False,
+                               extra_callbacks=[windows])
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert result.status == "finished", result.error

@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from cem_ablate.study.spec import LrSearchConfig
 from cem_ablate.study.storage import StorageSettings, open_storage
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.trials import VariantTrials, plan_slots, worker_identity
+from cem_ablate.study.trials import VariantTrials, trial_slots, worker_identity
 from cem_ablate.study.optuna_storage import trial_id_of
 
 GRID = LrSearchConfig(grid=[1e-3, 2e-3, 4e-3])
@@ -36,12 +36,12 @@ def url(tmp_path):
     return f"sqlite:///{tmp_path / 'optuna.db'}"
 
 
-def test_plan_slots():
-    assert [s.key for s in plan_slots(GRID, [0, 1])] == [
+def test_trial_slots():
+    assert [s.key for s in trial_slots(GRID, [0, 1])] == [
         "lr=0.001,seed=0", "lr=0.001,seed=1", "lr=0.002,seed=0", "lr=0.002,seed=1", "lr=0.004,seed=0",
         "lr=0.004,seed=1"]
     tpe = LrSearchConfig(method="tpe", grid=[], low=1e-4, high=1e-2, n_trials=3)
-    slots = plan_slots(tpe, [0])
+    slots = trial_slots(tpe, [0])
     assert len(slots) == 3 and all(s.lr is None for s in slots)
 
 
