@@ -1,4 +1,4 @@
-"""Streamed data (issue 13): tokenizing throughput per core, and the cost of resuming.
+"""Streamed data: tokenizing throughput per core, and the cost of resuming.
 
     python benchmarks/stream_tokens.py --json benchmarks/results/stream_tokens.json \
         --markdown benchmarks/results/stream_tokens.md
@@ -9,7 +9,7 @@ Corpus: the Python standard library's sources as a local jsonl file, read throug
 1. Tokens/s of the tokenizing pipeline on one core (RAYON_NUM_THREADS=1), byte and
    bpe:4096 (trained here on the corpus; the Llama tokenizer is measured only when a
    copy is in the local Hugging Face cache: this machine is offline):
-   - before: the pre-issue-13 `StreamedBlocks`, one `encode_batch` call per document,
+   - before: the earlier `StreamedBlocks`, one `encode_batch` call per document,
      re-done by every rank;
    - after: `build_stream_cache`, batched pieces of 256 documents into the token cache,
      1/W of the documents per rank (a 2-rank gloo run is timed too).

@@ -22,6 +22,7 @@ import torch
 
 from cem_ablate.config.errors import ConfigError
 from cem_ablate.model.assembly import build_model
+from cem_ablate.model.config import parse_model_config
 from cem_ablate.model.transformer import CEMTransformer
 
 
@@ -86,7 +87,7 @@ def _name_map(n_layers: int) -> dict[str, str]:
 
 def from_hf_llama(hf_model) -> CEMTransformer:
     """A Llama baseline with the weights of a `transformers.LlamaForCausalLM`."""
-    model = build_model(model_config_from_hf(hf_model.config))
+    model = build_model(parse_model_config(model_config_from_hf(hf_model.config)))
     theirs = hf_model.state_dict()
     state = {ours: theirs[hf] for ours, hf in _name_map(model.dims.n_layers).items()}
     model.load_state_dict(state, strict=True)

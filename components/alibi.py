@@ -16,8 +16,8 @@ from torch import nn
 def alibi_slopes(n_heads: int, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None) -> torch.Tensor:
     """m_k = 2^(-8k/K), k = 1..K (SPEC §2), built on `device` by arange arithmetic:
-    no host tensor copied to the GPU on every forward (a synchronizing copy, issue 20),
-    and no cache to hold. Computed in float64, then cast: a float32 computation would
+    no host tensor copied to the GPU on every forward (a copy that synchronizes
+    host and device), and no cache to hold. Computed in float64, then cast: a float32 computation would
     cost float64 models 1e-8 of accuracy (on the CPU the values are those of the former
     host computation, bit for bit)."""
     k = torch.arange(1, n_heads + 1, dtype=torch.float64, device=device)

@@ -74,8 +74,8 @@ class AttentionDecodeContext(NamedTuple):
 @dataclass(frozen=True)
 class CEMAttentionOptions(RecursionOptions):
     preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
-    kq_diag: Literal["none", "shared", "per_head"] = "none"
-    diag_update: Literal["paper", "exact"] = "paper"
+    kq_diag: Literal["none", "shared", "per_head"] = "none"  # the KQ diagonal delta: none, one for all heads, one per head
+    diag_update: Literal["paper", "exact"] = "paper"  # exact adds the diagonal's gradient term (Algorithm 1 leaves it out)
     impl: Literal["fast", "reference"] = "fast"  # reference: explicit scores, for tests and debugging
     kernel: Literal["auto", "blocked", "sdpa", "flex"] = "auto"  # fast path only; auto: flex on CUDA, else blocked
 
@@ -174,7 +174,7 @@ class CEMAttention(EnergyRecursion):
         readout = self.scaled_readout(self.readout())
         kernel = self.resolved_kernel(c.device)
         # flex adds ALiBi in its score_mod: the (K, J, J) bias would be built and never read
-        # (134 MB per layer at 8 heads x 2048^2 in fp32, issue 20)
+        # (134 MB per layer at 8 heads x 2048^2 in fp32)
         alibi = None if kernel == "flex" else causal_alibi(self.n_heads, j, c.dtype, c.device)
         return AttentionStepContext(c, kv, values, readout, alibi, kernel)
 

@@ -351,7 +351,7 @@ def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
     heads, j = q.shape[1], q.shape[2]
     k, v = k.to(q.dtype), v.to(q.dtype)  # autocast may leave c-derived values in float32
     sdtype = torch.float32 if _low_precision(q.dtype) else q.dtype
-    slopes = alibi_slopes(heads, sdtype, q.device)  # on the device: no host copy per call (issue 20)
+    slopes = alibi_slopes(heads, sdtype, q.device)  # on the device: no host copy (a sync) per call
     beta = self_bias.to(sdtype)
     e = None if qe is None else torch.matmul(qe, ce.unsqueeze(1).transpose(-1, -2)).to(sdtype)  # (B, 1|K, J, J)
     attend = _flex_with_bias

@@ -63,7 +63,7 @@ class RecursionOptions:
     momentum: float = 0.5  # mu in [0, 1); heavy_ball and nesterov only
     learnable_momentum: bool = False  # mu = sigmoid(momentum_logit), init logit(momentum)
     step_size: float = 1.0  # eta (SPEC §2)
-    learnable_step_size: bool = False
+    learnable_step_size: bool = False  # eta is a parameter, initialised at step_size
     checkpoint_steps: bool = False  # recompute each recursion step in backward (memory-lean, T >= 3)
 
     def validate_recursion(self, path: str) -> None:
@@ -219,8 +219,8 @@ class EnergyRecursion(nn.Module):
 
         def plus_mu_times(base, v):
             """base + mu v in one pass over (B, J, D) (addcmul / add with alpha): a separate
-            mu * v costs a pass forward and one backward per step, measured 6% of a T = 4
-            step on CPU (benchmarks/results/energy_lens.md)."""
+            mu * v costs a pass forward and one backward per step, a measurable share of a
+            T = 4 step on CPU (docs/lab-notes/from-code-comments.md)."""
             if isinstance(mu, torch.Tensor):
                 return torch.addcmul(base, v, mu)
             return torch.add(base, v, alpha=mu)

@@ -37,7 +37,7 @@ class LlamaDecodeContext(NamedTuple):
 
 @dataclass(frozen=True)
 class LlamaAttentionOptions:
-    rope_theta: float = 10000.0
+    rope_theta: float = 10000.0  # RoPE's base frequency
 
     def validate(self, path: str) -> None:
         require(self.rope_theta > 0, f"{path}.rope_theta", f"must be > 0, got {self.rope_theta}.")

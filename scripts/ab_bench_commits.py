@@ -1,4 +1,4 @@
-"""Training-step speed of two checkouts of cem-ablate, side by side (issue 27: "the training
+"""Training-step speed of two checkouts of cem-ablate, side by side ("the training
 step's speed is unchanged under standard").
 
 `cem-ablate bench` compares variants within one process; two versions of the code cannot

@@ -1,5 +1,5 @@
 """The coordinate check with one muP class's exponents replaced: the check's power against a
-wrong parametrization (docs/results.md section 18, "Coordinate check").
+wrong parametrization (docs/results/coordinate-check.md).
 
     python scripts/coord_check_wrong_rule.py CLASS INIT_EXPONENT LR_EXPONENT -- coord-check ARGS...
 

@@ -5,7 +5,7 @@
 
 Two trees print the same digest when their models give bit-identical logits and
 gradients (float32 and float64, seed 0) for every variant of
-tests/model/test_decoding.py: how issue 29 checked that adding the decoding hooks left
+tests/model/test_decoding.py: how it was checked that adding the decoding hooks left
 the training path unchanged (config/fingerprint.py digests these files, so results
 trained before stay valid only if it is). The variants are read from that test file's
 text, so a tree without the decoding module can run it too.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issues 14 and 20 in ONE device call of at most 10 minutes, from the repo root:
+# The GPU check in ONE device call of at most 10 minutes, from the repo root:
 #
 #   source scripts/gpu_env.sh && scripts/gpu_check.sh      # (gpu_env: where optuna/mlflow are missing)
 #
@@ -7,15 +7,15 @@
 # (`timeout`), each writing its log and results as it goes (PARTS="bench86 parity ..." picks some):
 #   bench86   `cem-ablate bench --gpu --sizes 86M`: sequence 2048, batch 8, bf16, eager and
 #             compiled, HF Llama (SDPA) reference, each case profiled for 2 steps (kernels by
-#             category, GPU busy fraction), the issue-14/20 targets;
+#             category, GPU busy fraction), the GPU targets;
 #   parity    `python -m cem_ablate.bench.train_parity`: `cem-ablate train` (Lightning) vs the
-#             bench step, Llama 86M compiled bf16, the same batch (issue 20: >= 0.95);
+#             bench step, Llama 86M compiled bf16, the same batch (target >= 0.95);
 #   bench162  `cem-ablate bench --gpu --sizes 162M` (the references, CEM attention T = 1, full CEM T = 2);
-#   tests     `pytest -m cuda tests/cuda`, issue 20's files first: the flex fp32 gap table
-#             (issue 20 item 4), the chunked head + loss unit and fused AdamW, the profile's
+#   tests     `pytest -m cuda tests/cuda`, the training-step files first: the flex fp32 gap table
+#            , the chunked head + loss unit and fused AdamW, the profile's
 #             categories, no GPU sync on ordinary training steps, then kernels vs the float64
 #             reference, fullgraph compile, bf16-mixed training (the whole set took 295 s cold
-#             on an H100 in issue 14: with the default budgets it may be cut short; the table
+#             on an H100: with the default budgets it may be cut short; the table
 #             says so, and PARTS=tests runs it in a call of its own);
 #   kernels   (only with time left) the CEM attention kernels side by side at 86M, eager.
 # Every part runs whatever happened before it (the exit status is 1 if any part failed); a part that fails or runs out of time is
@@ -123,8 +123,8 @@ if wants bench162; then
   sections+=("$out/bench-162M.md")
 fi
 
-# 4. CUDA tests, issue 20's first (pytest keeps the files' order; per-test timeout where installed).
-#    Issue 14 measured 295 s for the whole set on a cold cache: a cut-short run lists what ran;
+# 4. CUDA tests, the training-step files first (pytest keeps the files' order; per-test timeout where installed).
+#    A cold run measured 295 s for the whole set on a cold cache: a cut-short run lists what ran;
 #    PARTS=tests gives them a call of their own.
 if wants tests; then
   per_test=$(python3 -c "import pytest_timeout" 2>/dev/null && echo --timeout=120 || true)

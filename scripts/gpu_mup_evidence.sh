@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 27's evidence on a lent GPU machine, in one call of its device tool (one lease is
+# The learning-rate transfer evidence on a lent GPU machine, in one call of its device tool (one lease is
 # ~15 min): the studies run one after another under one deadline, then their reports and a
 # CSV of every trial are packed into $OUT. Everything that finished is in the reports; the
 # studies resume from the store if run again on the same machine.

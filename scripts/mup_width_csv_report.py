@@ -64,37 +64,7 @@ WIDTHS = (32, 64, 128, 256)
 def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None, plot: str | None = None,
          transfer: str = "transfer_gpu_scaled", studies: str = "mup_width_gpu",
          proxies: str = "transfer_gpu") -> None:
-    values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
-    # a family's targets come from the first named transfer study that has any (a later study
-    # that retrains one family, e.g. with more proxy seeds, is named first to replace it)
-    order = transfer.split(",")
-    by_study: dict[str, dict] = {name: defaultdict(lambda: defaultdict(dict)) for name in order}
-    for path in paths:
-        for row in csv.DictReader(open(path)):
-            if row["state"] != "COMPLETE":
-                continue
-            study = row["study"].split("/")[0]
-            if study.startswith("transfer") and not study.endswith("_proxy"):
-                if study in by_study:  # the named transfer studies' targets
-                    by_study[study][row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
-                continue
-            if row["study"].startswith(studies):
-                variant = row["variant"]
-            elif row["study"].startswith(proxies) and "_proxy/" in row["study"]:
-                variant = f"d64_{row['variant'].removesuffix('@proxy')}"
-            else:
-                continue
-            if seeds is None or int(row["seed"]) in seeds:
-                values[variant][int(row["seed"])][float(row["lr"])] = float(row["value"])
-    targets = {}
-    for name in reversed(order):
-        targets.update(by_study[name])
-    for variant, per_seed in values.items():
-        grid, kept = complete_rectangle(per_seed)
-        values[variant] = {seed: {lr: v for lr, v in per_seed[seed].items() if lr in grid} for seed in kept}
-    for variant in [v for v, per_seed in values.items() if len(set().union(*per_seed.values())) < 3]:
-        print(f"({variant}: fewer than 3 rates, no fit)")
-        del values[variant]
+    values, targets = read_trials(paths, seeds, transfer, studies, proxies)
     # each variant's fit and intervals, once (the report's own: analysis.statistics.variant_stats)
     stats = {variant: _stats(per_seed) for variant, per_seed in values.items() if per_seed}
     print("| family | d_model | seeds | lr* (Akima, seed mean) [95%] | per-seed argmin | test ppl at lr* |")
@@ -126,6 +96,48 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
         transfer_check(stats, targets, at, values)
     if plot is not None:
         plot_families(values, stats, plot)
+
+
+def read_trials(paths: list[str], seeds: set[int] | None = None, transfer: str = "transfer_gpu_scaled",
+                studies: str = "mup_width_gpu", proxies: str = "transfer_gpu"):
+    """The width grids and the transfer targets of the CSVs at `paths`.
+
+    Returns (values, targets): values[variant][seed][lr] for every `d<width>_<family>` variant
+    of the width studies (names starting with `studies`; the `proxies` transfer studies' proxy
+    trials count as d 64), cut to its largest complete seeds x rates block and left out with
+    fewer than 3 rates; targets[family][seed][lr] of the named `transfer` studies (a family's
+    targets from the first named study that has any: a later study that retrains one family,
+    e.g. with more proxy seeds, is named first to replace it)."""
+    values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
+    order = transfer.split(",")
+    by_study: dict[str, dict] = {name: defaultdict(lambda: defaultdict(dict)) for name in order}
+    for path in paths:
+        for row in csv.DictReader(open(path)):
+            if row["state"] != "COMPLETE":
+                continue
+            study = row["study"].split("/")[0]
+            if study.startswith("transfer") and not study.endswith("_proxy"):
+                if study in by_study:  # the named transfer studies' targets
+                    by_study[study][row["variant"]][int(row["seed"])][float(row["lr"])] = float(row["value"])
+                continue
+            if row["study"].startswith(studies):
+                variant = row["variant"]
+            elif row["study"].startswith(proxies) and "_proxy/" in row["study"]:
+                variant = f"d64_{row['variant'].removesuffix('@proxy')}"
+            else:
+                continue
+            if seeds is None or int(row["seed"]) in seeds:
+                values[variant][int(row["seed"])][float(row["lr"])] = float(row["value"])
+    targets = {}
+    for name in reversed(order):
+        targets.update(by_study[name])
+    for variant, per_seed in values.items():
+        grid, kept = complete_rectangle(per_seed)
+        values[variant] = {seed: {lr: v for lr, v in per_seed[seed].items() if lr in grid} for seed in kept}
+    for variant in [v for v, per_seed in values.items() if len(set().union(*per_seed.values())) < 3]:
+        print(f"({variant}: fewer than 3 rates, no fit)")
+        del values[variant]
+    return values, targets
 
 
 def complete_rectangle(per_seed: dict[int, dict[float, float]]) -> tuple[set[float], list[int]]:

@@ -1,7 +1,7 @@
 """The trials of a written report (`cem-ablate report ... --out DIR`: DIR/report.md), one CSV row
 each, in scripts/store_trials_csv.py's columns: for a store that is gone.
 
-The CPU width studies of 2026-11-26 (docs/results.md section 18, the code of commit 217a9b8) ran
+The CPU width studies of 2026-11-26 (docs/lab-notes/results-log.md section 18, the code of commit 217a9b8) ran
 in a store lost with that machine; their reports' "Trials" tables kept every trial (learning
 rate as printed, 3 significant digits, which is how the study files write their grids; test
 perplexity to 6). scripts/mup_width_csv_report.py pools such CSVs with live stores' by (variant,

@@ -9,7 +9,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-# --- Tests write only into their temporary folders (issue 30) -----------------------------
+# --- Tests write only into their temporary folders ----------------------------------------
 # The default MLflow/Optuna stores, run folders and reports are relative to the working
 # directory (`tracking/store.py`, `study/storage.py`), and tests start the CLI with
 # cwd = the repository: a test that forgets `--tracking-uri`/`tmp_path` writes into the

@@ -1,10 +1,11 @@
-"""The README's architecture table is the import-linter contract `.importlinter`, and
-the code keeps it (layers, a leaf `tracking`, the zoo only through the registry, MLflow
-only in tracking, Optuna only in study, no import cycles in any package).
+"""The architecture page's layer table (docs/architecture.md) is the import-linter
+contract `.importlinter`, and the code keeps it (layers, a leaf `tracking`, the zoo
+only through the registry, MLflow only in tracking, Optuna only in study, no import
+cycles in any package).
 
 Also checked here, because import-linter cannot: every package of the core is a
 regular package (a namespace package is invisible to it, so its imports would go
-unchecked) and is placed by a contract, and the README's table lists exactly the
+unchecked) and is placed by a contract, and the page's table lists exactly the
 contract's layers, in order.
 """
 
@@ -93,11 +94,11 @@ def test_every_core_package_is_regular_and_placed():
             assert child.stem in placed, f"cem_ablate.{child.stem} is in no contract (.importlinter)"
 
 
-def test_readme_table_is_the_contract():
-    """The README's Architecture table lists the contract's layers top to bottom (an
-    optional layer once its package exists), then tracking and the zoo."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+def test_architecture_table_is_the_contract():
+    """The layer table of docs/architecture.md lists the contract's layers top to bottom
+    (an optional layer once its package exists), then tracking and the zoo."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    section = page.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     names = [re.findall(r"`([\w/]+)`", row.split("|")[1]) for row in rows]
     listed = [name.rstrip("/") for cell in names for name in cell]

@@ -2,8 +2,8 @@
 module plus a `*.dist-info` with an entry point in `cem_ablate.components`, in a temp
 site folder put on PYTHONPATH (nothing is left behind). The CLI runs as a subprocess.
 
-- The README's plugin example (read from the README, so the two cannot drift) is
-  listed by `cem-ablate components`, built by `build_model` and trained.
+- The plugin example of docs/reference/components.md (read from the page, so the two
+  cannot drift) is listed by `cem-ablate components`, built by `build_model` and trained.
 - A plugin that fails to import, or breaks the component contract, costs only its own
   components: one warning line, the listing and a built-in study still work, and a
   config naming its components gets one `error:` line naming the plugin and entry point.
@@ -25,11 +25,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _readme_files() -> dict[str, str]:
-    """The files of the README's section "Components and plugins", verbatim: every code
-    block whose first line names its path (`# my-mlp/pyproject.toml`, `# squared_relu.yaml: ...`)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Components and plugins", 1)[1].split("\n## ", 1)[0]
+def _documented_files() -> dict[str, str]:
+    """The files of docs/reference/components.md's section "A complete plugin package",
+    verbatim: every code block whose first line names its path (`# my-mlp/pyproject.toml`,
+    `# squared_relu.yaml: ...`)."""
+    page = (ROOT / "docs" / "reference" / "components.md").read_text()
+    section = page.split("## A complete plugin package", 1)[1].split("\n## ", 1)[0]
     files = {}
     for code in re.findall(r"```\w+\n(.*?)```", section, re.S):
         named = re.match(r"# ([\w./-]+\.(?:py|toml|yaml))\b", code)
@@ -38,9 +39,9 @@ def _readme_files() -> dict[str, str]:
     return files
 
 
-def _readme_plugin() -> tuple[str, dict[str, str]]:
-    """The README's plugin module and its entry points (section "Components and plugins")."""
-    files = _readme_files()
+def _documented_plugin() -> tuple[str, dict[str, str]]:
+    """The documented plugin module and its entry points (docs/reference/components.md)."""
+    files = _documented_files()
     toml = tomllib.loads(files["my-mlp/pyproject.toml"])
     return files["my-mlp/my_mlp.py"], toml["project"]["entry-points"]["cem_ablate.components"]
 
@@ -74,8 +75,8 @@ def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
-def test_readme_plugin_is_listed_built_and_trained(tmp_path):
-    module, entry_points = _readme_plugin()
+def test_documented_plugin_is_listed_built_and_trained(tmp_path):
+    module, entry_points = _documented_plugin()
     _install(tmp_path, "my-mlp", {"my_mlp": module}, entry_points)
     listing = _cli(["components", "--kind", "mlp"], tmp_path)
     assert listing.returncode == 0, listing.stderr
@@ -206,11 +207,11 @@ def test_plugins_that_break_the_contract_cost_only_their_components(tmp_path):
 
 
 @pytest.mark.soak
-def test_readme_plugin_package_installs_with_pip_and_trains_the_readme_study(tmp_path):
-    """The README's package (pyproject and module) and study file, copied verbatim, in a
+def test_documented_plugin_package_installs_with_pip_and_trains_the_documented_study(tmp_path):
+    """The documented package (pyproject and module) and study file, copied verbatim, in a
     fresh virtual environment on this interpreter's packages (cem-ablate, torch: nothing
     downloaded): `pip install -e`, listed, and the study trained at its smoke scale."""
-    files = _readme_files()
+    files = _documented_files()
     assert {"my-mlp/pyproject.toml", "my-mlp/my_mlp.py", "squared_relu.yaml"} <= set(files)
     assert all("..." not in code for code in files.values())  # complete, not abbreviated
     for path, code in files.items():

@@ -1,4 +1,4 @@
-"""The analysis of a study: pure functions of observations (issue 18).
+"""The analysis of a study: pure functions of observations.
 
 No I/O, no Optuna, no MLflow, no Lightning, no torch: numbers in, numbers out.
 - `akima`: lr* and objective* of one curve (SPEC §8);

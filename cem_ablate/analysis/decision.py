@@ -1,4 +1,4 @@
-"""The one decision rule: is a variant better or worse than its baseline (issue 18)?
+"""The one decision rule: is a variant better or worse than its baseline?
 
 Every report, the sequential seed rule, the dry run and the MLflow verdict tags call
 `decide` (one comparison) and `adjust` (a report's comparisons as one family). The
@@ -19,8 +19,9 @@ objective is minimized, so Δ = variant − baseline < 0 means better.
   Why not a sharper (Pocock-type) constant threshold: one calibrated by simulation
   holds the false-positive rate at α only, while K·p is a valid p-value at every level
   -- which Holm over the report's family needs. At the study's stop-when-resolved rule
-  the simulated rates are 0.041 (paired, 2..5 seeds), 0.036 (3..6) and 0.013 (2..5,
-  `at: both`): Bonferroni costs some power there, never calibration.
+  the simulated false-positive rates stay under α (figures in
+  docs/lab-notes/from-code-comments.md): Bonferroni costs some power there, never
+  calibration.
 - The interval of Δ is the t-interval at the design's level 1 − look_alpha: it
   excludes 0 exactly when p_design <= α, and covers the true Δ with probability
   >= 1 − α at whichever look the seeds stopped (same union bound).

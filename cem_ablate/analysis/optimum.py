@@ -1,4 +1,4 @@
-"""Intervals of lr* and objective* that cover (issue 18).
+"""Intervals of lr* and objective* that cover: their coverage is checked by simulation.
 
 The estimate is the minimum of the Akima curve through the seed means (SPEC §8,
 `analysis.akima`). Its 95% interval, on log2(lr) for lr* (the axis of the fit):
@@ -13,14 +13,15 @@ The estimate is the minimum of the Akima curve through the seed means (SPEC §8,
   optimum of the mean curve is also located with the two other standard interpolants
   (of Akima, modified Akima "makima" and a not-a-knot cubic spline, the two the fit
   did not use), and their distances to the estimate are added. Where the truth is
-  skewed (perplexity rises faster towards divergence), the t term alone covered 87%
-  in simulation and the spline alone 87-91%; the two together >= 0.90 throughout.
+  skewed (perplexity rises faster towards divergence), either term alone under-covered
+  in simulation; the two together reach the bar below throughout (measured: see
+  docs/lab-notes/from-code-comments.md).
 The lr* interval is clipped to the sampled range (the estimate is the minimum over
 that range; beyond it the grid says nothing); where lr* sits on the grid's edge the
 true optimum may lie beyond it, and no lr* interval is given.
 
-Replaces the percentile bootstrap over seeds, which covered the true optimum in about
-51% (2 seeds), 75% (3) and 83% (5) of simulated studies while printed as 95%. This
+Replaces the percentile bootstrap over seeds, which covered the true optimum in far
+fewer simulated studies than the 95% it printed (figures in the lab notes). This
 interval's coverage is checked by simulation in tests/analysis/test_optimum_coverage.py
 (curves quadratic-ish in log2 lr, optimum at several positions, per-seed level shifts,
 tilts and per-trial noise): >= 0.90 at nominal 0.95 for n >= 3. With fewer seeds no

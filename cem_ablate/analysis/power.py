@@ -1,4 +1,4 @@
-"""Power before compute: what a seed design can detect, and how often it errs (issue 18).
+"""Power before compute: what a seed design can detect, and how often it errs.
 
 All effects are in units of the seed-to-seed standard deviation: paired, the std of
 the per-seed differences variant − baseline; Welch, the std of each side's values

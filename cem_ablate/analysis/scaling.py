@@ -39,10 +39,10 @@ PARAMS, FLOPS = "parameters", "training FLOPs"
 SATURATING, LOG_LOG = "a*(x/x0)^-b + c", "a*(x/x0)^-b (log-log linear)"
 MIN_SATURATING_POINTS = 4
 # No multiplier intervals by default: an interval is printed only where its coverage
-# has been checked (issue 18), and this percentile bootstrap covered the true
-# multiplier in 85% of simulated 4-size studies of 3 seeds each (236 intervals,
-# seed std 0.3 on objectives 5-10) while printed as 95%. n_resamples > 0 still
-# computes it (each resample refits every law with curve_fit: ~1-3 ms).
+# has been checked, and this percentile bootstrap covered the true multiplier in clearly
+# fewer simulated 4-size studies of 3 seeds each than the 95% it printed (figures in
+# docs/lab-notes/from-code-comments.md). n_resamples > 0 still computes it (each
+# resample refits every law with curve_fit).
 N_RESAMPLES = 0
 BOOTSTRAP_SEED = 0
 
@@ -138,7 +138,7 @@ def fit_power_law(xs: list[float], ys: list[float]) -> PowerLaw | None:
             warnings.simplefilter("error", OptimizeWarning)
             c_start = 0.5 * float(y.min())
             p0 = (max(float(y[0]) - c_start, 1e-9), max(float(-slope), 0.05), c_start)
-            # Unbounded Levenberg-Marquardt (5x faster than the bounded solver, and the
+            # Unbounded Levenberg-Marquardt (several times faster than the bounded solver, and the
             # bootstrap refits it ~1000 times); a law outside a > 0, b > 0, 0 <= c < min L
             # is rejected below instead.
             (a, b, c), _ = curve_fit(law, x, y, p0=p0, maxfev=2000)
@@ -185,7 +185,7 @@ def summarize_scaling(inputs: list[ScalingInput], n_resamples: int = N_RESAMPLES
                       rng_seed: int = BOOTSTRAP_SEED) -> ScalingSummary:
     # Keyed by the input itself, not its name: two sizes of one baseline can share a name
     # (a study whose variants set d_model gets one `llama` per width), and a name key gave
-    # all of them the last one's objective: a flat law, printed as measured (2026-11-26).
+    # all of them the last one's objective: a flat law, printed as if it were measured.
     objective = {id(i): (i.stats.optimum.objective_star if i.stats.optimum else None) for i in inputs}
     laws = _laws(inputs, objective)
     compared = [i for i in inputs if i.baseline_family is not None]

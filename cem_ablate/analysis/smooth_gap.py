@@ -1,12 +1,12 @@
-"""What running at one learning rate costs against the optimum, on a smooth curve (issue 27).
+"""What running at one learning rate costs against the optimum, on a smooth curve (SPEC §12).
 
 A transfer check compares the perplexity at a transferred rate with the target's full-grid
-optimum. Taken point against point that comparison is dominated by trial noise: at d 256 on the
-width study's recipe one trial's perplexity scatters ~0.1-0.15 around a smooth curve in log lr,
-while the seed-to-seed std at the best grid point can be 0.04, and the best of nine grid means
-is biased low (the minimum of noisy means). Measured on a lent H100 (docs/results.md section 18,
-"Five proxy seeds, and the d 256 curve between the grid's rates"): Llama at 3.12e-3 came out
-worse than at both of its neighbours 2.83e-3 and 3.36e-3.
+optimum. Taken point against point that comparison is dominated by trial noise: on the width
+study's recipe one trial's perplexity scatters around a smooth curve in log lr by more than the
+seed-to-seed std at the best grid point, and the best of nine grid means is biased low (the
+minimum of noisy means). Measured: a rate between two grid points came out worse than both of
+its neighbours (docs/results/transfer.md: "Five proxy seeds, and the d 256 curve
+between the grid's rates").
 
 So the cost of a rate is read off a fitted curve instead: a quadratic in log2(lr) plus one
 offset per seed (seeds share init and data order across rates), least squares over the rates
@@ -14,10 +14,10 @@ within `octaves` of a centre (the Akima lr*), and the gap f(lr) - min f over the
 relative to the curve's level at its minimum (seed-averaged). Its interval is a residual
 bootstrap (residuals inflated by sqrt(n / (n - p)), the usual leverage correction), written
 here because scipy.stats.bootstrap resamples observations, which would drop rates and seeds
-from the fixed rate x seed design the fit needs; coverage by
-simulation, 9 rates x 3 seeds, noise sd 0.06-0.15, true gaps 0.05-1.45%: 94.0-95.5% at 95%
-(400 simulations each; without the inflation 92-94.5%); tests/analysis/test_smooth_gap.py
-repeats a smaller version. The F test of the quadratic against a free mean per rate (lack of
+from the fixed rate x seed design the fit needs. Its coverage is checked by simulation
+(nominal with the inflation, short of it without; figures in
+docs/lab-notes/from-code-comments.md); tests/analysis/test_smooth_gap.py repeats a smaller
+version. The F test of the quadratic against a free mean per rate (lack of
 fit) says whether a quadratic describes the basin at all: where it does not, the gap is not
 read.
 """

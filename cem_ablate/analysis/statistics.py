@@ -206,8 +206,8 @@ class VariantStatistics:
 
     objective: str  # the task's metric: "test perplexity", "test RMSE", "recall error"
     stats: VariantStats
-    # Left empty: verdicts are `study.verdicts`'. stats.json written before issue 18 carries
-    # the old paired Δs here; they are read back as plain dicts and shown nowhere.
+    # Left empty: verdicts are `study.verdicts`'. stats.json written before verdicts moved
+    # there carries the old paired Δs here; they are read back as plain dicts and shown nowhere.
     comparisons: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:

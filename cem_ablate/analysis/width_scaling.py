@@ -1,4 +1,4 @@
-"""Does a penalty shrink with width? The width study's analysis (issue 21), pure.
+"""Does a penalty shrink with width? The width study's analysis, pure.
 
 Per width d and seed s, the log-ratio y = ln(objective_variant / objective_baseline)
 (T = 2 vs T = 1 of CEM attention: paired by seed, same learning rate; CEM attention

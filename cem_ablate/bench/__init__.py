@@ -3,10 +3,10 @@
     config.py        BenchConfig: what to measure (validated once, from CLI flags)
     variants.py      variant names (llama, hf_llama, cem_attn_t2_ckpt, ...) -> model configs
     train_step.py    one training step: forward, head + loss (training.head_loss), backward, clip, AdamW
-    train_parity.py  `cem-ablate train` tokens/s next to the bench step's, same config (issue 20)
+    train_parity.py  `cem-ablate train` tokens/s next to the bench step's, same config (training = bench)
     measure.py       interleaved timing and per-step peak memory
     runner.py        builds every case, runs them side by side, collects rows
-    results.py       rows, ratios, issue-5 targets, table, JSON and markdown
+    results.py       rows, ratios, CPU and GPU targets, table, JSON and markdown
     cpu_allocator.py glibc malloc tuning (large tensors without page faults)
     compile_cache.py a persistent inductor cache shared by runs and trials
 

@@ -1,7 +1,7 @@
 """One persistent inductor cache for every `torch.compile` of the project.
 
-A cold compile of a CEM model takes 35-75 s on a 2-core CPU, ~10 s with a warm
-inductor cache (NOTES.md). Trials of a study build the same graphs again and again,
+A cold compile of a CEM model is slow on a 2-core CPU and several times faster with a
+warm inductor cache (measured: see the lab notes). Trials of a study build the same graphs again and again,
 so they should share one on-disk cache: call `configure_inductor_cache()` once per
 process before compiling (subprocesses inherit it through the environment). The
 default location is `<cache root>/inductor`, the cache root being $CEM_ABLATE_CACHE

@@ -10,7 +10,7 @@ from cem_ablate.config.errors import unknown
 from cem_ablate.config.schema import join, require
 from cem_ablate.training.hardware import native_bf16
 
-# The issue-5 comparison: the external reference, the baseline, CEM attention and CEM
+# The CPU comparison (results.SPEED_TARGETS): the external reference, the baseline, CEM attention and CEM
 # MLP at T = 1 and 2 (paper defaults), and full CEM at T = 2 (Fig. 3a's model).
 DEFAULT_VARIANTS = ("hf_llama", "llama", "cem_attn_t1", "cem_attn_t2", "cem_mlp_t1", "cem_mlp_t2", "cem_full_t2")
 # Peak memory only (one profiled step each): recursion depth with and without
@@ -87,19 +87,20 @@ QUICK = {  # `--quick`: seconds, for tests and smoke checks
 }
 
 
-# `--gpu`: the issue-14 GPU bench. The paper's 86M and 162M at sequence 2048 in bf16
+# `--gpu`: the GPU bench. The paper's 86M and 162M at sequence 2048 in bf16
 # (Lightning's bf16-mixed), eager and compiled, 8 sequences (16k tokens) per step.
 # Targets: Llama compiled MFU, Llama vs HF Llama, CEM attention T = 1 and every T = 2
 # variant vs Llama (the latter against its FLOP-bound ratio), T = 8 checkpointed
-# memory vs T = 1 (results.GPU_TARGETS).
+# memory vs T = 1 (results.evaluate_gpu_targets).
 GPU = {
     "device": "cuda", "sizes": ["86M", "162M"], "seq_len": 2048, "batch_size": 8, "precisions": ["bf16"],
     "modes": ["eager", "compiled"], "warmup_steps": 2, "repeats": 5, "steps_per_sample": 2,
     # where the step's time goes (kernels by name and category, GPU busy fraction): MFU alone
-    # cannot say why Llama stayed at 19% on the first H100 run
+    # cannot say why Llama stayed far below the MFU target on the first H100 run
+    # (benchmarks/README.md)
     "profile_steps": 2,
     "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_attn_t2", "cem_mlp_t1", "cem_mlp_t2", "cem_full_t2"],
-    # 162M: the references, CEM attention T = 1 and full CEM T = 2 (every compile costs 10-30 s)
+    # 162M: the references, CEM attention T = 1 and full CEM T = 2 (each compiled case adds a slow compile)
     "size_variants": {"162M": ["hf_llama", "llama", "cem_attn_t1", "cem_full_t2"]},
     "memory_variants": ["cem_full_t1", "cem_full_t8_ckpt"],
 }
@@ -107,7 +108,8 @@ GPU = {
 
 def resolve_precisions(cfg: BenchConfig) -> list[str]:
     """The precisions to measure: as asked, else fp32 plus bf16 where it is native
-    (emulated bf16 took 50x the fp32 step on the 2-core AVX2 machine: 210 s vs 4 s)."""
+    (emulated bf16 took many times the fp32 step on the 2-core AVX2 machine; measured:
+    benchmarks/README.md)."""
     if cfg.precisions is not None:
         return list(cfg.precisions)
     return ["fp32", "bf16"] if native_bf16(cfg.device) else ["fp32"]

@@ -17,8 +17,9 @@ width: the slope of log mean|a| against log width is ~0 at every step. A slope a
 threshold names the module that breaks transfer. Each (module, width, step) value is the
 geometric mean over `seeds` initializations (the slope is fitted in log space).
 
-A slope from a few initializations is itself noisy: full CEM T = 2's second MLP measured +0.16
-at step 5 with 3 initializations and +0.04 with 10 (docs/results.md §18). So the slope is
+A slope from a few initializations is itself noisy: one module's slope measured over the
+threshold with 3 initializations and well within it with 10 (measured: docs/results/coordinate-check.md,
+learning-rate transfer, "Coordinate check"). So the slope is
 fitted to the mean over initializations of log mean|a| (each width's seeds averaged in log
 space), it comes with its standard error from each width's seed-to-seed spread, and with a
 one-sided t test of |slope| > threshold per (module, step) that `cem-ablate coord-check`
@@ -29,8 +30,8 @@ The bound, per module, is muP's own desiderata (Tensor Programs V; `mup`'s READM
 (pre)activation Theta(1), two-sided, |slope| <= threshold at every step; the network output
 O(1), one-sided, slope <= +threshold, and Theta(1) once trained, two-sided at the last step. So
 the logits may shrink with width before the last step: muP's readout at init var ∝ 1/fan_in^2
-makes them ∝ m^-1/2 at init, and that random part is load-bearing (docs/results.md §18, "The
-readout's init scale": zero costs 28-35% perplexity at the base width, x0.1 24%); growing logits
+makes them ∝ m^-1/2 at init, and that random part is load-bearing (zeroing or shrinking it
+costs perplexity at the base width; measured: docs/results/readout.md); growing logits
 (standard parametrization, a readout lr too large) and logits still shrinking at the last step
 (a readout lr too small) exceed it. `strict_output` applies the two-sided bound to the logits at
 every step too (only the zero readout passes that).
@@ -71,11 +72,9 @@ class CoordCheckSettings:
     threshold: float = 0.1
     strict_output: bool = False  # the logits' bound two-sided at every step, not only the last
     # A fresh batch of the corpus per step (mup's get_coord_data with fix_data=False), or one batch
-    # repeated at every step (fix_data=True, mup's default). Fresh separates better, measured
-    # (docs/results.md section 18, "Coordinate check"; CEM attention T = 1, 10 initializations):
-    # muP as built, fresh 0 modules over 0.1 (worst 0.046), fixed 1 (-0.12, ten steps on one batch
-    # at d 64); hidden lr at m^-3/4, fresh 4 over (3 resolved, none converging without d 64), fixed
-    # 4 (2 resolved, 1 converging); at m^-1/2 both 4 of 4 resolved.
+    # repeated at every step (fix_data=True, mup's default). Fresh separates better: it passes
+    # muP as built where one repeated batch flags a module, and it resolves more of the modules a
+    # wrong hidden-lr exponent breaks (measured: docs/results/coordinate-check.md).
     fresh_batches: bool = True
 
 
@@ -99,8 +98,8 @@ class CoordCheckResult:
         (c the OLS contrast on log width, mean_w over the n initializations of log mean|a|), so
         its variance is sum_w c_w^2 s_w^2 / n with each width's own spread s_w (ddof 1). Degrees
         of freedom n - 1, the smallest of any width's (conservative; Welch-Satterthwaite's put
-        4x the nominal rate beyond Holm's cut-offs at 3 initializations in the simulation of
-        tests/bench/test_coord_check.py). Exactly 0 at every width (zero-init logits): (0, 0,
+        several times the nominal rate beyond Holm's cut-offs at 3 initializations in the
+        simulation of tests/bench/test_coord_check.py). Exactly 0 at every width (zero-init logits): (0, 0,
         inf); 0 or not finite at some widths only: nan; one initialization: no error (nan).
         `widths`: a subset of the settings' widths to fit (default all of them)."""
         widths = tuple(self.settings.widths if widths is None else widths)
@@ -167,13 +166,12 @@ class CoordCheckResult:
         module exceeds its bound over all widths; empty with fewer than 4 widths (the fit without
         the narrowest keeps at least 3, as a slope with an intercept needs). mup's README
         reads a check by whether the curves "converge to the right" (a finite-width effect fades
-        as width grows, a wrong exponent does not): measured, CEM attention T = 1's second
-        attention at step 10 is -0.12 over 64-512 and -0.06 over 128-512 (local slopes -0.22,
-        -0.15, +0.02), while a hidden lr at m^-1/2 stays over the bound without d 64 too
-        (docs/results.md section 18, "Coordinate check"). A point estimate, not a test: simulated
-        (10 initializations, log spreads 0.1-0.2 per width, tests/bench/test_coord_check.py), a
-        30-50% excess at d 64 alone reads as converging in 87-100% of flagged checks, a power law
-        of slope 0.12 in 20-24%, 0.15 in 6-17%, 0.2 in 0-5%, 0.3 never."""
+        as width grows, a wrong exponent does not): measured, a module over the bound because of
+        d 64 alone falls within it without d 64, while a wrong hidden-lr exponent stays over the
+        bound without d 64 too (docs/results/coordinate-check.md). A
+        point estimate, not a test: in simulation (tests/bench/test_coord_check.py) an excess at
+        d 64 alone mostly reads as converging, and a true power law rarely does, the less so the
+        steeper it is (figures: docs/results/coordinate-check.md)."""
         widths = sorted(self.settings.widths)[1:]
         if len(widths) < 3:
             return {}
@@ -379,7 +377,7 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
     # module -> width -> (seeds x steps) mean |activation| of each initialization
     samples: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
     for width in settings.widths:
-        cfg = model_at_width(mapping, width)
+        cfg = parse_model_config(model_at_width(mapping, width))
         for seed in range(settings.seeds):
             torch.manual_seed(seed)
             net = build_model(cfg)

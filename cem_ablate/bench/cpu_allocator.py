@@ -3,8 +3,8 @@
 glibc serves allocations above its mmap threshold (at most 32 MiB by default) with
 fresh `mmap` pages and returns them to the OS on free, so every large tensor of a
 training step (a (B, K, J, J) score block, the (B·J, |V|) logits) is page-faulted in
-again at each step. On the 2-core benchmark machine that made `exp` on a 33 MB tensor
-3x slower and a 262 MB alloc-and-fill 9x slower (benchmarks/README.md). Raising the
+again at each step. On the 2-core benchmark machine that made large element-wise ops
+and allocations several times slower (measured: benchmarks/README.md). Raising the
 mmap and trim thresholds keeps freed memory in the heap for reuse, as jemalloc or
 tcmalloc would; peak memory is unchanged, but the process does not give memory
 back to the OS until it exits.

@@ -34,12 +34,12 @@ from cem_ablate.bench.measure import CPUContention, step_peak_bytes, time_interl
 from cem_ablate.bench.variants import BASELINE, SIZES, Variant, model_mapping, parse_variant
 from cem_ablate.config.errors import unknown
 from cem_ablate.config.schema import join, require
-from cem_ablate.model import build_model
+from cem_ablate.model import build_model, parse_model_config
 from cem_ablate.model.decoding import DecodingCache, decode, missing_hooks, new_cache
 
 MB = 1024 * 1024
 
-# Every built-in component and model option the issue names, paper defaults elsewhere
+# Every built-in component, plain reuse and the SPEC §11 model options, paper defaults elsewhere
 # (bench/variants.py: kq_diag shared, diag_lowrank preconditioners).
 DEFAULT_VARIANTS = (
     "llama", "cem_attn_t1", "cem_attn_t2", "cem_attn_t4", "cem_attn_t2_nodiag", "cem_attn_t2_perhead_exact",
@@ -122,7 +122,7 @@ def run_decode_bench(cfg: DecodeBenchConfig, log: Callable[[str], None] = print)
             except Exception as err:  # a variant that fails still gets its row
                 rows.append(DecodeRow(size, variant.label, 0, error=f"{type(err).__name__}: {err}"[:300]))
         # one phase per measure: prefill, then decode at each batch size from caches
-        # prefilled for that phase only (at 86M and batch 8 they hold ~0.35-0.7 GB per variant)
+        # prefilled for that phase only (at 86M and batch 8 each variant's caches are large)
         phases = [("prefill", None)] + [("decode", b) for b in sorted(set(cfg.batch_sizes))]
         shares = []
         for what, batch in phases:
@@ -147,7 +147,8 @@ class _Case:
     def __init__(self, variant: Variant, size: str, cfg: DecodeBenchConfig, device: torch.device):
         torch.manual_seed(cfg.seed)
         self.cfg, self.device = cfg, device
-        self.model = build_model(model_mapping(variant, size, cfg.max_seq_len, cfg.vocab_size)).to(device).eval()
+        config = parse_model_config(model_mapping(variant, size, cfg.max_seq_len, cfg.vocab_size))
+        self.model = build_model(config).to(device).eval()
         params = sum(p.numel() for p in self.model.parameters())
         self.row = DecodeRow(size, variant.label, params, recomputes=bool(missing_hooks(self.model)))
         g = torch.Generator().manual_seed(cfg.seed)

@@ -1,7 +1,8 @@
 """Where a training step's time goes: a profile of a few steps of one bench case.
 
-The bench's MFU says how far a step is from the device's peak, not why. Issue 14's
-Llama step on one H100 reached 19% MFU compiled and nobody could say whether the time
+The bench's MFU says how far a step is from the device's peak, not why. The first GPU
+bench's Llama step on one H100 stayed far below its MFU target compiled (measured:
+benchmarks/README.md), and nobody could say whether the time
 went to GEMMs, unfused elementwise passes, the fp32 cross-entropy, the optimizer or
 an idle GPU waiting for Python. `profile_step` answers with `torch.profiler`:
 
@@ -14,7 +15,7 @@ an idle GPU waiting for Python. `profile_step` answers with `torch.profiler`:
 Kernel time is summed over kernels: kernels that overlap on several streams are
 counted twice, so the busy fraction can exceed 1 slightly; the bench runs one stream.
 
-Issue 20 asks for shapes, FLOPs and a trace file: operators are recorded with their
+Shapes, FLOPs and a trace file say which operator to fix: operators are recorded with their
 input shapes and FLOPs (`record_shapes`, `with_flops`); the FLOPs the profiler counts
 (the ATen matmuls and a few elementwise ops it has formulas for, forward and backward)
 are summed per step, and given a path the steps are written as a Chrome trace with

@@ -1,4 +1,4 @@
-"""Benchmark rows, ratios, the issue-5 targets, and their table / JSON / markdown forms."""
+"""Benchmark rows, ratios, the CPU and GPU targets, and their table / JSON / markdown forms."""
 
 from __future__ import annotations
 
@@ -88,10 +88,10 @@ def speed_ratio(rows: list[Row], row: Row, reference: str = BASELINE, statistic:
     steps taken within a minute of each other, and the median over rounds discards
     the rounds a burst of load hit unevenly. best: ratio of the fastest samples
     (timeit's rule, valid when noise only ever adds time). On the shared 2-core host
-    it does not: matmul throughput itself swings 20-30% from second to second with no
-    steal or contention visible, and in one run every case stepped 7-20% faster than
-    its own median in the same round, so a best ratio mostly says which case caught
-    such a moment (benchmarks/README.md). median: ratio of the medians.
+    it does not: matmul throughput itself swings from second to second with no steal
+    or contention visible, and whole rounds run faster than the cases' own medians, so
+    a best ratio mostly says which case caught such a moment (measured: see
+    benchmarks/README.md). median: ratio of the medians.
     """
     ref = _find(rows, reference, row.key)
     if ref is None or not row.step_s or not ref.step_s:
@@ -116,7 +116,7 @@ def paired_interval(rows: list[Row], row: Row, reference: str = BASELINE,
     order statistics of the rounds by the binomial law (scipy's `quantile_test`), coverage
     >= `level` for independent rounds of any continuous distribution; nan where the rounds
     are too few for `level` (5 or fewer at 95%). The percentile bootstrap it replaces
-    covered 87-89% at 4 rounds and 92-93% at 8 at a stated 95% (tests/bench: simulated)."""
+    covered less than the 95% it stated (simulated: see benchmarks/README.md)."""
     ref = _find(rows, reference, row.key)
     if ref is None or not row.step_s or len(ref.step_s) != len(row.step_s):
         return math.nan, math.nan
@@ -143,7 +143,7 @@ def memory_ratio(rows: list[Row], row: Row, reference: str) -> float:
     return row.peak_bytes / ref.peak_bytes
 
 
-# -- issue 5 targets ----------------------------------------------------------------
+# -- CPU targets (fp32, the `bench` size) ---------------------------------------------
 @dataclass
 class Target:
     name: str
@@ -177,15 +177,15 @@ SPEED_TARGETS = [  # (variant, reference, threshold): fp32 tokens/s ratios
 ]
 MEMORY_TARGETS = [("cem_full_t4_ckpt", "cem_full_t1", 1.3), ("cem_full_t8_ckpt", "cem_full_t1", 1.6)]
 MFU_TARGET = 0.5
-# Issue 19: every energy-lens variant (`bench.variants.is_energy_lens`) at >= 0.95 of its
-# FLOP bound against Llama
+# Every energy-lens variant (`bench.variants.is_energy_lens`, SPEC §11) at >= 0.95 of its
+# FLOP bound against Llama: the options must cost no more than their FLOPs
 ENERGY_LENS_TARGET = 0.95
 
 
 def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
-    """Issue 5's targets on fp32 rows of `size`: speed ratios (paired, see `speed_ratio`)
-    eager and compiled, MFU compiled (median step), peak memory ratios; and issue 19's:
-    each energy-lens variant's paired ratio to Llama over its FLOP-bound ratio."""
+    """The CPU targets on fp32 rows of `size`: speed ratios (paired, see `speed_ratio`)
+    eager and compiled, MFU compiled (median step), peak memory ratios; and the energy-lens
+    targets: each such variant's paired ratio to Llama over its FLOP-bound ratio."""
     out = []
     for mode in ("eager", "compiled"):
         key = (size, mode, "fp32")
@@ -196,7 +196,7 @@ def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
                 out.append(Target(f"{variant} / {reference} tokens/s, {mode}", speed_ratio(rows, row, reference),
                                   threshold, low=low, high=high,
                                   best=speed_ratio(rows, row, reference, statistic="best")))
-        for row in rows:  # issue 19: paired ratio ÷ FLOP bound, with the interval
+        for row in rows:  # energy-lens variants: paired ratio ÷ FLOP bound, with the interval
             if row.key == key and is_energy_lens(row.variant) and not row.memory_only and not row.error \
                     and _find(rows, BASELINE, key) is not None:
                 bound = flop_bound_ratio(rows, row)
@@ -214,9 +214,9 @@ def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
     return out
 
 
-# -- issue 14 targets (GPU, bf16) ---------------------------------------------------------
+# -- GPU targets (bf16, paper sizes) ------------------------------------------------------
 # Llama compiled MFU: litgpt and llm-foundry report 44-56% for 125M-1B models on A100,
-# OLMo-core 39-40% for 1B on H100 (the issue's references).
+# OLMo-core 39-40% for 1B on H100 (published references for a tuned Llama step).
 GPU_MFU_TARGET = 0.45
 GPU_SPEED_TARGETS = [(BASELINE, EXTERNAL, 1.0, ("eager",)),  # HF Llama is measured eager
                      ("cem_attn_t1", BASELINE, 0.9, ("eager", "compiled"))]
@@ -234,7 +234,7 @@ def _speed_target(name: str, rows: list[Row], row: Row, reference: str, threshol
 
 
 def evaluate_gpu_targets(rows: list[Row], sizes: list[str], precision: str = "bf16") -> list[Target]:
-    """Issue 14's targets for each size: Llama vs HF Llama, CEM attention T = 1 vs Llama,
+    """The GPU targets for each size: Llama vs HF Llama, CEM attention T = 1 vs Llama,
     every T = 2 variant vs its FLOP-bound ratio, Llama compiled MFU, T = 8 checkpointed
     peak memory vs T = 1."""
     out = []

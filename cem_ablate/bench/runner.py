@@ -54,7 +54,8 @@ def _build_model(variant: Variant, cfg: BenchConfig, size: str, device: torch.de
     if variant.external:
         from cem_ablate.interop import to_hf_llama
 
-        llama = build_model(model_mapping(Variant(BASELINE, {}), size, cfg.seq_len, cfg.vocab_size))
+        baseline = parse_model_config(model_mapping(Variant(BASELINE, {}), size, cfg.seq_len, cfg.vocab_size))
+        llama = build_model(baseline)
         model = to_hf_llama(llama)
         if hasattr(model, "set_attn_implementation"):  # the external reference runs torch SDPA
             model.set_attn_implementation("sdpa")
@@ -62,7 +63,8 @@ def _build_model(variant: Variant, cfg: BenchConfig, size: str, device: torch.de
             model.config._attn_implementation = "sdpa"
         model = model.to(device).train()
         return model, {"eager": lambda: (hf_forward(model), None)}, llama
-    model = build_model(model_mapping(variant, size, cfg.seq_len, cfg.vocab_size)).to(device).train()
+    config = parse_model_config(model_mapping(variant, size, cfg.seq_len, cfg.vocab_size))
+    model = build_model(config).to(device).train()
     return model, {"eager": lambda: (model.hidden_states, head_loss_for(model, device, compiled=False)),
                    "compiled": lambda: (compiled_forward(model), head_loss_for(model, device, compiled=True))}, model
 

@@ -25,7 +25,7 @@ Variant names:
                           readout_init_scale),
                           e.g. 'mine={mlp: {name: cem, steps: 3}}', 'nes={stream: nesterov}'
 
-Sizes: `bench` is the issue-5 target (D 512, 8 heads, 6 layers, D_m 1376 = 8/3·D
+Sizes: `bench` is the CPU targets' size (D 512, 8 heads, 6 layers, D_m 1376 = 8/3·D
 rounded up to a multiple of 16, as the small presets are); any `model.size` preset
 (tiny, mini, small, 86M, ...) works too.
 """
@@ -52,7 +52,7 @@ MODIFIERS = ("ckpt", "ref", "nodiag", "sdpa", "blocked", "flex", "perhead", "exa
              "nesterov")
 UPDATES = {"hb": "heavy_ball", "nesterov": "nesterov"}  # modifier -> SPEC §11.1 update (learnable mu)
 SUBLAYER_KEYS = ("attention", "mlp")
-# Named variants of model options on the Llama baseline (issue 19's study arms).
+# Named variants of model options on the Llama baseline (the momentum study's arms, SPEC §11.2).
 NAMED = {"llama_nesterov_stream": {"stream": "nesterov"}}
 
 
@@ -139,7 +139,7 @@ def parse_variant(spec: str, path: str = "variants") -> Variant:
 
 
 def is_energy_lens(label: str) -> bool:
-    """Whether a named variant runs an issue-19 option: momentum over the steps, a velocity
+    """Whether a named variant runs an energy-lens option: momentum over the steps, a velocity
     stream or the parallel block (SPEC §11). A `label={yaml}` row keeps only its label,
     which does not say: False."""
     try:

@@ -1,9 +1,9 @@
 """`cem-ablate bench`: training-step throughput, FLOP/s, MFU and peak memory of variants.
 
 Examples:
-    cem-ablate bench                               # the issue-5 comparison (long: see benchmarks/)
+    cem-ablate bench                               # the CPU comparison and its targets (long: see benchmarks/)
     cem-ablate bench --quick                       # seconds: tiny model, eager fp32
-    cem-ablate bench --gpu                         # issue 14 on a GPU: 86M + 162M, seq 2048, bf16, eager +
+    cem-ablate bench --gpu                         # the GPU bench: 86M + 162M, seq 2048, bf16, eager +
                                                    # compiled -> benchmarks/results/gpu-<device>.{json,md}
     cem-ablate bench --variants llama cem_attn_t2 --modes eager --precisions fp32 --repeats 3
     cem-ablate bench --variants 'mine={mlp: {name: cem, steps: 3}}' --sizes tiny small
@@ -56,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--peak", help="CPU peak FLOP/s for MFU: 'measure' (default: matmul, max over the run) or 'cached'")
     add("--quick", action="store_true", help="a seconds-long run: tiny model, short sequences, eager fp32")
     add("--gpu", action="store_true",
-        help="the issue-14 GPU bench: 86M and 162M, sequence 2048, batch 8, bf16, eager and compiled, "
+        help="the GPU bench: 86M and 162M, sequence 2048, batch 8, bf16, eager and compiled, "
              "HF Llama reference, GPU targets; writes benchmarks/results/gpu-<device>.{json,md} "
              "(other flags still override)")
     add("--json", help="where to write the results (default: bench.json; with --gpu "
@@ -146,10 +146,10 @@ def run(args: argparse.Namespace) -> int:
     if on_gpu:
         precision = "bf16" if "bf16" in meta.get("precisions", ["bf16"]) else "fp32"
         targets = evaluate_gpu_targets(rows, meta["config"]["sizes"], precision)
-        title = f"Issue-14 GPU targets ({precision}, {meta.get('gpu', 'GPU')})"
+        title = f"GPU targets ({precision}, {meta.get('gpu', 'GPU')})"
     else:
         targets = evaluate_targets(rows, size=size)
-        title = "Issue-5 and issue-19 targets (fp32)"
+        title = "CPU and energy-lens targets (fp32)"
     text = table(rows)
     if targets:
         text += f"\n\n{title}:\n\n" + targets_table(targets)

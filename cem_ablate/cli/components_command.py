@@ -10,7 +10,7 @@ import argparse
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kind", help="only this kind (attention, mlp, preconditioner, positional, norm)")
+    parser.add_argument("--kind", help="only this kind (attention, mlp, preconditioner; plugins may add kinds)")
 
 
 def run(args: argparse.Namespace) -> int:

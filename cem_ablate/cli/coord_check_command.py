@@ -7,12 +7,12 @@ corpus (--fixed-batch: the first one at every step),
 mean |activation| of every module output before each step. Prints the slope of log mean|a| on
 log width per module and step with the worst step's 95% interval, names the modules whose
 slope lies beyond the bound and says whether each excess is resolved (one-sided t, Holm over
-the table: 3 initializations showed a transient +0.16 that 10 put at +0.04), and draws
+the table: 3 initializations showed a transient excess that 10 put within the bound), and draws
 one log-log panel per module (PNG and SVG). Exit status 1 when a module exceeds it.
 
 Under mup the check's base_d_model is the narrowest width unless --base-d-model says otherwise: the
 base sets muP's constants, the check tests its exponents, and a width below the base runs hotter
-attention and a larger per-entry lr than the base's (docs/results.md §18, "Coordinate check").
+attention and a larger per-entry lr than the base's (docs/results/coordinate-check.md).
 A module over the bound is also fitted without the narrowest width: one within the bound there
 "converges to the right" (mup's README: a finite-width effect, not a wrong exponent); the exit
 status still counts it.
@@ -60,16 +60,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fixed-batch", action="store_true",
                         help="train on one batch repeated at every step (mup's default, fix_data=True); default: a "
                              "fresh batch of the corpus at every step, which separates right from wrong exponents "
-                             "better here (docs/results.md §18)")
+                             "better here (docs/results/coordinate-check.md)")
     parser.add_argument("--out", default="reports/coord_check",
                         help="folder for coord_check.png/.svg and coord_check.json (default reports/coord_check)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from cem_ablate.bench.coord_check import (CoordCheckSettings, model_at_width, plot_coord_check, run_coord_check,
-                                              widths_argument)
-    from cem_ablate.config import ConfigError, apply_overrides, load_yaml
+    from cem_ablate.bench.coord_check import CoordCheckSettings, model_at_width, run_coord_check
     from cem_ablate.model.config import parse_model_config
+
+    widths = _checked_options(args)
+    model = _config_model(args)
+    base, base_note = _check_base(model, args.base_d_model, widths)
+    for width in widths:  # the very mapping each width runs (the config's heads: d_model must divide)
+        parse_model_config(model_at_width(model, width), path=f"--widths {width}")
+
+    settings = CoordCheckSettings(widths=widths, steps=args.steps, lr=args.lr, seeds=args.seeds,
+                                  threshold=args.threshold, strict_output=args.strict_output,
+                                  fresh_batches=not args.fixed_batch)
+    print(f"coordinate check: widths {','.join(map(str, widths))}, {args.steps} Adam steps at lr {args.lr:g}"
+          f"{' on one batch (--fixed-batch)' if args.fixed_batch else ''}, {args.seeds} seeds{base_note}", flush=True)
+    result = run_coord_check(model, settings, progress=lambda w, s: print(f"  d_model {w}, seed {s}: done",
+                                                                          flush=True))
+    print(result.table(resolved=resolved_excess(result)))
+    _write_outputs(result, base, Path(args.out))
+    return 1 if result.flagged() else 0
+
+
+def _checked_options(args: argparse.Namespace) -> list[int]:
+    """The widths, once --widths, --steps, --seeds and --lr are checked (a ConfigError names the flag)."""
+    from cem_ablate.bench.coord_check import widths_argument
+    from cem_ablate.config import ConfigError
 
     try:
         widths = widths_argument(args.widths)
@@ -80,6 +101,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(flag, f"must be at least 1, got {value}.")
     if not args.lr > 0:
         raise ConfigError("--lr", f"must be > 0, got {args.lr}.")
+    return widths
+
+
+def _config_model(args: argparse.Namespace) -> dict:
+    """The `model:` mapping to check: the config's (or the study variant's), with the
+    overrides, --parametrization and --base-d-model applied."""
+    from cem_ablate.config import ConfigError, apply_overrides, load_yaml
+
     raw = load_yaml(args.config)
     if args.variant:
         model = _variant_model(args.config, args.variant)
@@ -92,32 +121,35 @@ def run(args: argparse.Namespace) -> int:
         model["parametrization"] = args.parametrization
     if args.base_d_model is not None:
         model["base_d_model"] = args.base_d_model
-    parsed = parse_model_config({**model, "vocab_size": 256})  # one error: line naming the key, before any work
-    base_note, base = "", None  # base: the base_d_model the check runs with (mup only)
-    if parsed.parametrization == "mup":
-        base = parsed.base_d_model if args.base_d_model is not None else min(widths)
-        base_note = f", base_d_model {base}"
-        if base != parsed.base_d_model:
-            # The base sets muP's constants, not its exponents; below it a model runs hotter attention
-            # (tau = d_head / sqrt(d_head,base) < sqrt(d_head)) and a larger per-entry lr than the
-            # base's, whose finite-width effects the slope would read as an exponent (measured: the
-            # config's base 256 over widths 64-512 puts 2-7 modules of four of the five families over
-            # 0.1, CEM attention T = 2's second step -0.08 at init; docs/results.md §18).
-            model["base_d_model"] = base
-            base_note += (f" (the narrowest width; the config's is {parsed.base_d_model}: "
-                          f"--base-d-model {parsed.base_d_model} checks with it)")
-    for width in widths:  # the very mapping each width runs (the config's heads: d_model must divide)
-        parse_model_config(model_at_width(model, width), path=f"--widths {width}")
+    return model
 
-    settings = CoordCheckSettings(widths=widths, steps=args.steps, lr=args.lr, seeds=args.seeds,
-                                  threshold=args.threshold, strict_output=args.strict_output,
-                                  fresh_batches=not args.fixed_batch)
-    print(f"coordinate check: widths {','.join(map(str, widths))}, {args.steps} Adam steps at lr {args.lr:g}"
-          f"{' on one batch (--fixed-batch)' if args.fixed_batch else ''}, {args.seeds} seeds{base_note}", flush=True)
-    result = run_coord_check(model, settings, progress=lambda w, s: print(f"  d_model {w}, seed {s}: done",
-                                                                          flush=True))
-    print(result.table(resolved=resolved_excess(result)))
-    out = Path(args.out)
+
+def _check_base(model: dict, base_d_model: int | None, widths: list[int]) -> tuple[int | None, str]:
+    """Validate `model`; under mup, set the base_d_model the check runs with (the narrowest
+    width unless --base-d-model gave one) in `model`. (that base or None, the note that says so)."""
+    from cem_ablate.model.config import parse_model_config
+
+    parsed = parse_model_config({**model, "vocab_size": 256})  # one error: line naming the key, before any work
+    if parsed.parametrization != "mup":
+        return None, ""
+    base = parsed.base_d_model if base_d_model is not None else min(widths)
+    base_note = f", base_d_model {base}"
+    if base != parsed.base_d_model:
+        # The base sets muP's constants, not its exponents; below it a model runs hotter attention
+        # (tau = d_head / sqrt(d_head,base) < sqrt(d_head)) and a larger per-entry lr than the
+        # base's, whose finite-width effects the slope would read as an exponent (measured: a base
+        # above the narrowest width puts modules of four of the five families over the bound;
+        # docs/results/coordinate-check.md).
+        model["base_d_model"] = base
+        base_note += (f" (the narrowest width; the config's is {parsed.base_d_model}: "
+                      f"--base-d-model {parsed.base_d_model} checks with it)")
+    return base, base_note
+
+
+def _write_outputs(result, base: int | None, out: Path) -> None:
+    """coord_check.png/.svg and coord_check.json (with the base_d_model checked, under mup) in `out`."""
+    from cem_ablate.bench.coord_check import plot_coord_check
+
     out.mkdir(parents=True, exist_ok=True)
     plot_coord_check(result, out / "coord_check.png")
     record = result.to_dict()
@@ -125,7 +157,6 @@ def run(args: argparse.Namespace) -> int:
         record["base_d_model"] = base
     (out / "coord_check.json").write_text(json.dumps(record, indent=1))
     print(f"figure: {out / 'coord_check.png'} (and .svg); data: {out / 'coord_check.json'}")
-    return 1 if result.flagged() else 0
 
 
 def resolved_excess(result, alpha: float = 0.05) -> dict[str, list[int]]:

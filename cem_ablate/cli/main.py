@@ -42,6 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_module(name: str):
+    return importlib.import_module(f"cem_ablate.cli.{name.replace('-', '_')}_command")
+
+
+def subcommand_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of `cem-ablate <name>` (also what the CLI reference page is generated from)."""
+    parser = argparse.ArgumentParser(prog=f"cem-ablate {name}", description=SUBCOMMANDS[name])
+    _command_module(name).configure(parser)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -50,9 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if not argv else 2
     name, rest = argv[0], argv[1:]
-    module = importlib.import_module(f"cem_ablate.cli.{name.replace('-', '_')}_command")
-    sub_parser = argparse.ArgumentParser(prog=f"cem-ablate {name}", description=SUBCOMMANDS[name])
-    module.configure(sub_parser)
+    module = _command_module(name)
+    sub_parser = subcommand_parser(name)
     # intermixed: `key=value` overrides may follow options (`coord-check CONFIG --variant X
     # model.steps=2`), as a researcher types them; plain parse_args stops at the first option
     args = sub_parser.parse_intermixed_args(rest)

@@ -13,6 +13,7 @@ created: a bad file exits with one `error:` line and leaves the stores untouched
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from cem_ablate.config import ConfigError
@@ -123,49 +124,62 @@ def run(args: argparse.Namespace) -> int:
     # workers inherit, and never reaches a file (tracking.credentials).
     args.storage, args.tracking_uri = without_password(args.storage), without_password(args.tracking_uri)
     expanded = load_expanded(args.file, args.scale, args.set)
+    from cem_ablate.study.trusted_widths import trust_warning
+
+    warning = trust_warning(expanded)  # a proxy or ladder width outside the trusted range, before training
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
 
     from rich.console import Console
 
     console = Console()
     if not console.is_terminal:  # logs and pipes: don't squeeze tables to 80 columns
         console = Console(width=160)
+    if args.dry_run:
+        return _dry_run(expanded, args, console)
+    return _run_study(expanded, args, console)
+
+
+def _dry_run(expanded, args: argparse.Namespace, console) -> int:
+    """Print the plan: what the study will run and cost, and its power; nothing is written."""
     from cem_ablate.study.transfer import is_transfer
 
-    if args.dry_run and is_transfer(expanded):
+    if is_transfer(expanded):
         from cem_ablate.study.dry_run import print_transfer_plan
 
         print_transfer_plan(expanded, args.gpu_tflops, args.mfu, console, args.cpu_gflops)
         return 0
-    if args.dry_run:
-        from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
-        from cem_ablate.study.reuse import dry_run_reads, planned_reuse
-        from cem_ablate.study.storage import default_storage_url
+    from cem_ablate.study.dry_run import measured_seconds, plan, print_plan, seed_spread
+    from cem_ablate.study.reuse import dry_run_reads, expected_reuse
+    from cem_ablate.study.storage import default_storage_url
 
-        rows = plan(expanded)
-        # the storage, read once (read only; nothing is created without one): the planned
-        # trials it holds settled, and how many this study finished under other code
-        grid, stale = dry_run_reads(expanded, args.storage or default_storage_url())
-        reused, done = planned_reuse(expanded, grid)  # by other studies (reused), by this one
-        retrain = sum(stale.values())
-        finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
-        if not args.no_reuse:
-            for key, n in reused.items():
-                finished[key] = finished.get(key, 0) + n
-        workers = args.workers or expanded.spec.execution.workers  # what a run would start
-        print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
-                   args.cpu_gflops, measured_seconds(grid), workers)
-        if not args.no_reuse:
-            _print_reuse(rows, reused, done, retrain, args, console)
-        return 0
+    rows = plan(expanded)
+    # the storage, read once (read only; nothing is created without one): the planned
+    # trials it holds settled, and how many this study finished under other code
+    grid, stale = dry_run_reads(expanded, args.storage or default_storage_url())
+    reused, done = expected_reuse(expanded, grid)  # by other studies (reused), by this one
+    retrain = sum(stale.values())
+    finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
+    if not args.no_reuse:
+        for key, n in reused.items():
+            finished[key] = finished.get(key, 0) + n
+    workers = args.workers or expanded.spec.execution.workers  # what a run would start
+    print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
+               args.cpu_gflops, measured_seconds(grid), workers)
+    if not args.no_reuse:
+        _print_reuse(rows, reused, done, retrain, args, console)
+    return 0
 
-    from cem_ablate.study.coordinator import run_study
+
+def _study_settings(expanded, args: argparse.Namespace, workers: int, console):
+    """The run's settings, once every store, server, tokenizer and eval task it needs
+    has been checked (before anything is created)."""
     from cem_ablate.study.session import StudySettings
     from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
     from cem_ablate.tracking.store import check_tracking_server
     from cem_ablate.tracking.store import default_tracking_uri
 
     execution = expanded.spec.execution
-    workers = args.workers or execution.workers
     storage_url = args.storage or default_storage_url()
     sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created
     if args.tracking_uri:
@@ -175,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         from cem_ablate.study.trial_eval import check_eval
 
         check_eval(expanded.spec.eval)
-    settings = StudySettings(
+    return StudySettings(
         storage=StorageSettings(storage_url, args.heartbeat, args.grace, args.outage_wait),
         tracking_uri=args.tracking_uri or default_tracking_uri(),
         workdir=Path(args.workdir).resolve(),
@@ -183,12 +197,20 @@ def run(args: argparse.Namespace) -> int:
         progress=workers == 1 and console.is_terminal,
         reuse=not args.no_reuse,
     )
+
+
+def _run_study(expanded, args: argparse.Namespace, console) -> int:
+    """Run (or resume) the study, then print and write its report."""
+    from cem_ablate.study.coordinator import run_study
+    from cem_ablate.study.transfer import is_transfer
     from cem_ablate.tracking.local_store import private_files
     from cem_ablate.tracking.store import set_mlflow_outage_window
 
+    workers = args.workers or expanded.spec.execution.workers
+    settings = _study_settings(expanded, args, workers, console)
     set_mlflow_outage_window(args.outage_wait)  # this process's client and the workers it starts
     echo = lambda line: print(line, flush=True)  # noqa: E731
-    # stores, run folders, logs, plan and the report's artifacts on the parents: the user's only (0600/0700)
+    # stores, run folders, logs, worker payload and the report's artifacts on the parents: the user's only (0600/0700)
     with private_files():
         if is_transfer(expanded):
             code = _run_transfer(expanded, settings, workers, echo)

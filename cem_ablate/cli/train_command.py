@@ -29,7 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint or result; start over")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<cwd>/mlruns/mlflow.db)")
     parser.add_argument("--experiment", help="MLflow experiment (default: the config's name)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan (config, parameters, budget) only")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the resolved run (config, parameters, budget) only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
 
 
@@ -37,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from cem_ablate.config import apply_overrides, load_yaml
-    from cem_ablate.training.engine import plan_run
+    from cem_ablate.training.config import parse_run_config
+    from cem_ablate.training.engine import resolve_run
     from cem_ablate.training.run_directory import default_run_dir, is_rank_zero_process
 
     from cem_ablate.tracking.credentials import without_password
@@ -46,17 +48,17 @@ def run(args: argparse.Namespace) -> int:
     mapping = load_yaml(args.config)
     mapping.setdefault("name", Path(args.config).stem)
     mapping = apply_overrides(mapping, args.overrides)
-    plan = plan_run(mapping)  # validates everything before anything is written
-    cfg = plan.config
+    resolved = resolve_run(parse_run_config(mapping))  # validates everything before anything is written
+    cfg = resolved.config
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg, args.runs_root)
     talk = is_rank_zero_process()  # DDP ranks > 0 re-run this command silently
     if talk:
         print(yaml.safe_dump(cfg.to_mapping(), sort_keys=False).rstrip())
         print()
-        print(plan.report.format())
-        print(f"training FLOPs: {plan.report.train_flops_per_token:,.0f}/token x {plan.budget.tokens:,} tokens "
-              f"= {plan.train_flops:.3e}")
-        print(f"token budget: {plan.budget.describe()}")
+        print(resolved.report.format())
+        print(f"training FLOPs: {resolved.report.train_flops_per_token:,.0f}/token x {resolved.budget.tokens:,} tokens "
+              f"= {resolved.train_flops:.3e}")
+        print(f"token budget: {resolved.budget.describe()}")
         print(f"run folder: {run_dir}")
     if args.dry_run:
         return 0

@@ -65,23 +65,7 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
             raise unknown(path, value, choices, what="value")
         return value
     if origin in (Union, types.UnionType):
-        args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return coerce(arg, value, path)
-            except ConfigError as err:
-                errors.append((arg, err))
-        # A mapping can only have meant the mapping-shaped member (`seeds: {min: 2, at: owned}`
-        # -> seeds.at's own error, not "expected list | SequentialSeeds"); likewise a list.
-        shaped = [err for arg, err in errors if _same_shape(arg, value)]
-        if len(errors) == 1 or len(shaped) == 1:
-            raise (errors[0][1] if len(errors) == 1 else shaped[0])
-        raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}.")
+        return _coerce_union(tp, value, path)
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
@@ -100,6 +84,33 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
         args = get_args(tp)
         val_tp = args[1] if len(args) == 2 else Any
         return {k: coerce(val_tp, v, join(path, str(k))) for k, v in value.items()}
+    return _coerce_scalar(tp, value, path)
+
+
+def _coerce_union(tp: Any, value: Any, path: str) -> Any:
+    """The first member of the union `tp` that `value` coerces to; else the error that
+    names what the value most likely meant."""
+    args = get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return coerce(arg, value, path)
+        except ConfigError as err:
+            errors.append((arg, err))
+    # A mapping can only have meant the mapping-shaped member (`seeds: {min: 2, at: owned}`
+    # -> seeds.at's own error, not "expected list | SequentialSeeds"); likewise a list.
+    shaped = [err for arg, err in errors if _same_shape(arg, value)]
+    if len(errors) == 1 or len(shaped) == 1:
+        raise (errors[0][1] if len(errors) == 1 else shaped[0])
+    raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}.")
+
+
+def _coerce_scalar(tp: Any, value: Any, path: str) -> Any:
+    """bool, int, float and str: checked, and converted where lossless (2.0 -> 2, "1e-3" -> 0.001)."""
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(path, f"expected true or false, got {value!r}.")

@@ -23,13 +23,13 @@ BYTE_VOCAB_SIZE = 257  # 256 byte values + EOS
 class GPConfig:
     """Gaussian-process regression (SPEC §9); details in `cem_ablate.data.gp`."""
 
-    kernel: Literal["rbf", "nonstationary"] = "rbf"
-    dim: int = 10
-    n_train: int = 2048
-    n_val: int = 256
-    n_test: int = 512
-    length_scale: float = 1.0
-    noise: float = 0.05
+    kernel: Literal["rbf", "nonstationary"] = "rbf"  # the GP's covariance (cem_ablate/data/gp.py)
+    dim: int = 10  # input dimension
+    n_train: int = 2048  # examples in the training split
+    n_val: int = 256  # examples in the validation split
+    n_test: int = 512  # examples in the test split
+    length_scale: float = 1.0  # the kernel's length scale l
+    noise: float = 0.05  # std of the Gaussian noise added to the targets
     data_seed: int = 0  # the dataset is fixed per data_seed; train.seed varies the model init
 
     def validate(self, path: str) -> None:
@@ -44,12 +44,12 @@ class GPConfig:
 class MQARConfig:
     """Multi-query associative recall; details in `cem_ablate.data.mqar`."""
 
-    vocab_size: int = 512
-    num_kv_pairs: int = 8
-    n_train: int = 20_000
-    n_val: int = 500
-    n_test: int = 1_000
-    data_seed: int = 0
+    vocab_size: int = 512  # token ids; keys from the lower half, values from the upper
+    num_kv_pairs: int = 8  # key-value pairs per sequence, each queried once
+    n_train: int = 20_000  # sequences in the training split
+    n_val: int = 500  # sequences in the validation split
+    n_test: int = 1_000  # sequences in the test split
+    data_seed: int = 0  # the dataset is fixed per data_seed; train.seed varies the model init
 
     def validate(self, path: str) -> None:
         require(self.vocab_size >= 16, f"{path}.vocab_size", "must be at least 16.")
@@ -66,19 +66,19 @@ class MQARConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    task: Literal["text", "gp", "mqar"] = "text"
+    task: Literal["text", "gp", "mqar"] = "text"  # language modelling, GP regression (data.gp) or MQAR (data.mqar)
     # text: "stdlib" (offline default), a local file / folder / glob (txt, jsonl, json,
     # parquet), or a Hugging Face hub dataset id.
     source: str = "stdlib"
     subset: str | None = None  # hub dataset config name
-    text_field: str = "text"
+    text_field: str = "text"  # the column holding the text (jsonl, json, parquet, hub)
     streaming: bool = False  # hub datasets too big to download (SlimPajama)
-    tokenizer: str = "byte"
-    block_size: int = 128
+    tokenizer: str = "byte"  # "byte", "bpe:<vocab_size>" (trained on the source) or a Hugging Face name / path
+    block_size: int = 128  # tokens per training sequence
     val_fraction: float = 0.05  # for sources without their own validation/test splits
-    test_fraction: float = 0.05
+    test_fraction: float = 0.05  # likewise, for the test split
     cache_dir: str | None = None  # default $CEM_ABLATE_CACHE or ~/.cache/cem-ablate
-    num_workers: int = 0
+    num_workers: int = 0  # DataLoader worker processes; 0 loads in the training process
     gp: GPConfig = field(default_factory=GPConfig)
     mqar: MQARConfig = field(default_factory=MQARConfig)
 

@@ -19,7 +19,8 @@ cem_ablate.
 `bundle_index(...)` is the file the modeling code imports: one `from .x import` line
 per copied module (so the loader copies every one, including those only reached by
 `from . import x`), the registry marked loaded (there are no entry points outside the
-platform: the copied components are the whole zoo), then `build_model`.
+platform: the copied components are the whole zoo), then `build_model` and
+`parse_model_config`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ PLATFORM_PACKAGE = "cem_ablate"
 REGISTRY_MODULE = "cem_ablate.registry"
 PROTOCOL_MODULE = "cem_ablate.model.protocol"
 ASSEMBLY_MODULE = "cem_ablate.model.assembly"
+MODEL_CONFIG_MODULE = "cem_ablate.model.config"  # parse_model_config (the assembly imports it: always copied)
 DECODING_MODULE = "cem_ablate.model.decoding"  # the components' cached decoding (generate with use_cache)
 BUNDLE_INDEX = "cem_ablate_bundle"  # the generated file the modeling code imports
 
@@ -153,5 +155,6 @@ def bundle_index(modules: list[str], component_modules: tuple[str, ...]) -> str:
     for module in [PROTOCOL_MODULE, *component_modules, *sorted(set(modules) - {PROTOCOL_MODULE, *component_modules})]:
         lines.append(f"from .{flat_name(module)} import __name__ as _{flat_name(module)}  # noqa: F401")
     lines += ["", f"from .{flat_name(ASSEMBLY_MODULE)} import build_model  # noqa: E402,F401",
+              f"from .{flat_name(MODEL_CONFIG_MODULE)} import parse_model_config  # noqa: E402,F401",
               f"from .{flat_name(DECODING_MODULE)} import decode, new_cache  # noqa: E402,F401", ""]
     return "\n".join(lines)

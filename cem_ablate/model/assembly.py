@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from torch import nn
 
 from cem_ablate.config.errors import ConfigError
 from cem_ablate.model import protocol
-from cem_ablate.model.config import ModelConfig, SublayerConfig, parse_model_config
+from cem_ablate.model.config import ModelConfig, SublayerConfig
 from cem_ablate.model.parametrization import apply_mup_init
 from cem_ablate.model.transformer import Block, CEMTransformer, ParallelBlock
 
@@ -27,9 +25,8 @@ def _build_sublayer(sub: SublayerConfig, dims, step_scaling: str = "none") -> pr
                                 f"model.{sub.kind}.name")
 
 
-def build_model(cfg: ModelConfig | Mapping[str, Any]) -> CEMTransformer:
-    """Validate `cfg` (raising ConfigError naming the key) and build the model."""
-    config = parse_model_config(cfg)
+def build_model(config: ModelConfig) -> CEMTransformer:
+    """Build the model of a validated `config` (a mapping is parsed by `cem_ablate.build_model`)."""
     dims = config.dims
     blocks = [_build_block(config, dims) for _ in range(dims.n_layers)]
     model = CEMTransformer(dims, blocks, config)

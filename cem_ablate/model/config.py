@@ -89,14 +89,13 @@ class ModelOptions:
     base_d_model: int = 256  # the width at which mup coincides with standard (ignored under standard)
     step_scaling: Literal["none", "inverse_steps"] = "none"  # inverse_steps: eta / T in every recursion
     # The readout's init under mup (parametrization.py): the standard init x m^-1 (muP's
-    # 1/fan_in^2 variance; the standard model at the base width), or zero, which cost 29% test
-    # perplexity at the base width and left lr* unidentified (docs/results.md §18).
+    # 1/fan_in^2 variance; the standard model at the base width), or zero, which costs test
+    # perplexity at the base width and leaves lr* unidentified (measured: docs/results/readout.md).
     mup_readout: Literal["scaled", "zero"] = "scaled"
     # A multiplier on the LM head's init std (init_std x this; under mup the scaled readout x
     # this, a width-independent constant as mup's authors advise tuning at the base width). The
-    # readout's random init is load-bearing on this platform's recipe: x0.1 costs 24% test
-    # perplexity at d 64, x10 gains 5% (Llama) and 16% (full CEM T = 2); docs/results.md §18,
-    # "The readout's init scale".
+    # readout's random init is load-bearing on this platform's recipe: shrinking it costs test
+    # perplexity and enlarging it gains some (measured: docs/results/readout.md).
     readout_init_scale: float = 1.0
 
     @property
@@ -111,7 +110,7 @@ MODEL_OPTIONS: dict[str, str] = {
     "stream_momentum": "initial mu of every sublayer's learnable stream momentum, in (0, 1)",
     "velocity_norm": "RMSNorm of the velocity after each update: none | rms",
     "block": "sequential (attention then MLP) | parallel (one joint step, SPEC §11.3)",
-    "parametrization": "standard (the paper's) | mup (learning rates transfer across width; README 'Transfer')",
+    "parametrization": "standard (the paper's) | mup (learning rates transfer across width; docs/guides/learning-rate-transfer.md)",
     "base_d_model": "under mup: the proxy width at which mup coincides with standard",
     "step_scaling": "none | inverse_steps: every recursive sublayer steps with eta / T instead of eta",
     "mup_readout": "under mup: the LM head's init, scaled (standard init x base_d_model / d_model) | zero",
@@ -131,15 +130,15 @@ def format_model_options() -> str:
 
 @dataclass(frozen=True)
 class ModelConfig(ModelOptions):
-    size: str | None = None
-    d_model: int | None = None
-    n_layers: int | None = None
-    n_heads: int | None = None
-    d_mlp: int | None = None
+    size: str | None = None  # a size preset (SIZE_PRESETS): the paper's 86M-162M (SPEC Table 1) or tiny/mini/small
+    d_model: int | None = None  # residual width D (overrides the preset's)
+    n_layers: int | None = None  # blocks (overrides the preset's)
+    n_heads: int | None = None  # attention heads; must divide d_model (overrides the preset's)
+    d_mlp: int | None = None  # MLP hidden width D_m (overrides the preset's)
     vocab_size: int | None = None  # None: 32000, or the tokenizer's size when training
-    max_seq_len: int = 2048
-    norm_eps: float = 1e-5
-    init_std: float = 0.02
+    max_seq_len: int = 2048  # longest sequence the model takes (positions)
+    norm_eps: float = 1e-5  # RMSNorm epsilon
+    init_std: float = 0.02  # std of the N(0, std^2) init of every matrix (SPEC §7)
     attention: SublayerConfig = field(default_factory=lambda: SublayerConfig("attention", "llama"))
     mlp: SublayerConfig = field(default_factory=lambda: SublayerConfig("mlp", "llama"))
 
@@ -318,12 +317,12 @@ def _check_dims(cfg: ModelConfig, path: str) -> None:
         protocol.check_dims(sub.options, dims, join(path, sub.kind))
 
 
-def llama_baseline_params(cfg: ModelConfig | Mapping[str, Any]) -> int:
+def llama_baseline_params(cfg: ModelConfig) -> int:
     """Parameters of the Llama baseline of the same size (SPEC §1, Table 1).
 
     The Chinchilla budget of every variant is 20 x this number (SPEC §7), so a CEM
     variant trains on the same tokens as its baseline.
     """
-    d = parse_model_config(cfg).dims
+    d = cfg.dims
     per_layer = 4 * d.d_model**2 + 3 * d.d_model * d.d_mlp + 2 * d.d_model
     return 2 * d.vocab_size * d.d_model + d.n_layers * per_layer + d.d_model

@@ -1,4 +1,4 @@
-"""Reporting: what a study's stores say, rendered for people (issue 18).
+"""Reporting: what a study's stores say, rendered for people.
 
 `cem-ablate report` (`report.make_report`) reads a study back from MLflow
 (`tracking.readback`), decides its comparisons with the study's own rule

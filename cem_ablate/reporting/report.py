@@ -355,8 +355,10 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     if note is not None and console is not None:  # one line; in report.md first under the title
         console.print(note, markup=False, highlight=False)
     path = write_report(records, study_name, out_dir, scaling, comparisons, lead=note, published=published)
-    # Issue 21: the sections of a width study and of a GP study with several draws (each
-    # [] for other studies; they need the study file's configs, `expanded`).
+    # The sections of a transfer study, a forecast, a width study, a study over widths (lr* drift), a GP
+    # study with several draws and a study with downstream tasks (each [] for other studies;
+    # they need the study file's configs, `expanded`).
+    from cem_ablate.reporting.forecast_report import forecast_section
     from cem_ablate.reporting.gp_draws_report import gp_draws_section
     from cem_ablate.reporting.lr_drift_report import lr_drift_section
     from cem_ablate.reporting.transfer_report import transfer_section
@@ -365,10 +367,11 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     from cem_ablate.reporting.eval_report import eval_section
 
     extra = (transfer_section(records, expanded, tracking_uri, metric, console)
+             + forecast_section(records, expanded, metric, console)
              + width_section(records, expanded, tracking_uri, out_dir, metric, console, published)
-             + lr_drift_section(records, expanded, metric, console, published)  # issue 27
+             + lr_drift_section(records, expanded, metric, console, published)
              + gp_draws_section(records, expanded, metric, console, published)
-             + eval_section(records, comparisons, tracking_uri, console))  # issue 29: a study's eval:
+             + eval_section(records, comparisons, tracking_uri, console))  # a study's `eval:` tasks
     if extra:
         path.write_text(path.read_text() + "\n\n" + "\n".join(extra))
     log_report(tracking_uri, [r.run_id for r in records], out_dir)  # each parent run's page shows it
@@ -378,8 +381,8 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
 
 def other_code_note(records: list[VariantRecord], expanded) -> str | None:
     """One line when finished trials of the study were trained under another trial key than
-    this checkout gives them (code fingerprint, data or platform version changed since,
-    issue 18). The report reads what the study published, so it still shows them, but it
+    this checkout gives them (code fingerprint, data or platform version changed since).
+    The report reads what the study published, so it still shows them, but it
     must not present them as this code's: `cem-ablate study` would retrain them."""
     if expanded is None:
         return None

@@ -11,10 +11,10 @@ from __future__ import annotations
 from cem_ablate.config.trial_status import TrialStatus
 
 # Above this ratio of a proxy lr*'s 95% interval (high / low) the report says the transferred
-# rate is uncertain: measured, docs/results.md §18 (GPU, d 64 -> 256, five families, 3 seeds):
-# 5.7x and 2.6x missed the target's optimum by 1.6% and 2.0%; 1.46x, 1.58x, 1.87x landed
-# within 1%. CPU, CEM MLP T = 1 with 3, 5, 8 proxy seeds: 6.7x, 2.3x, 1.7x and +3.8%, +2.3%,
-# +0.74%. Five families: a note to the reader, not a test.
+# rate is uncertain: measured, the proxies whose intervals were wider than this missed the
+# target's optimum by more than those whose intervals were narrower, on GPU and on CPU (figures:
+# docs/results/transfer.md and docs/lab-notes/from-code-comments.md). Five
+# families: a note to the reader, not a test.
 WIDE_PROXY_INTERVAL = 2.0
 
 
@@ -82,7 +82,7 @@ def wide_proxy_note(widths: list[float]) -> list[str]:
         return []
     return ["", f"A proxy lr* whose 95% interval spans more than {WIDE_PROXY_INTERVAL:g}x is poorly determined, and "
             "so is the rate transferred from it: more proxy seeds (`lr_search.proxy_seeds`) narrow it at the "
-            "proxy's price (docs/results.md §18: on a lent GPU, d 64 -> d 256, the two families whose transferred "
-            "rate missed the target's full-grid optimum by more than 1% had proxy intervals of 5.7x and 2.6x; the "
-            "three within 1% had 1.5-1.9x; on CPU, CEM MLP T = 1's interval was 6.7x, 2.3x and 1.7x with 3, 5 and "
-            "8 proxy seeds, its target +3.8%, +2.3% and +0.7% from the optimum)."]
+            "proxy's price (docs/results/transfer.md: on a lent GPU, d 64 -> d 256, the two families whose "
+            "transferred rate missed the target's full-grid optimum by more than 1% had proxy intervals of 5.7x "
+            "and 2.6x; the three within 1% had 1.5-1.9x; on CPU, CEM MLP T = 1's interval was 6.7x, 2.3x and 1.7x "
+            "with 3, 5 and 8 proxy seeds, its target +3.8%, +2.3% and +0.7% from the optimum)."]

@@ -1,4 +1,4 @@
-"""The report's width section (issue 21): does a penalty shrink with width?
+"""The report's width section: does a penalty shrink with width?
 
 A study gets this section when its variants vary the width alone -- at least three
 d_model values, one n_layers -- and some variant has a `T1` baseline (studies/width.yaml).

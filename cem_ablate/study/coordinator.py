@@ -2,7 +2,7 @@
 
 With one worker the trials run in this process (the engine's progress bar shows).
 With `--workers N` this process starts N worker processes (`python -m
-cem_ablate.study.worker <plan> --index i`, the plan being the validated study pickled
+cem_ablate.study.worker <payload> --index i`, the payload being the validated study pickled
 once: workers parse nothing again), each with its share of the CPU threads and its
 output in `<workdir>/<study>/logs/worker-<i>.log`, and prints study-level progress read
 from the storage. Workers die with the coordinator (Linux: PR_SET_PDEATHSIG), so a killed study
@@ -43,7 +43,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Container
 from pathlib import Path
+from typing import IO
 
 from cem_ablate.config import ConfigError
 from cem_ablate.study.interrupt_latch import InterruptLatch
@@ -56,7 +58,7 @@ from cem_ablate.study.store_locks import LockWatchdog
 from cem_ablate.study.summary import StudyPublisher
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import ExpandedStudy
-from cem_ablate.study.worker import PREEMPTED, preempted_line, quiet_lightning, set_torch_threads, write_plan
+from cem_ablate.study.worker import PREEMPTED, preempted_line, quiet_lightning, set_torch_threads, write_worker_payload
 from cem_ablate.tracking.store import shown_url, sqlite_store_path
 from cem_ablate.training.child_process import die_with_parent
 from cem_ablate.training.preemption import STOP, Preempted, exit_code
@@ -135,15 +137,7 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
         echo(f"interrupted: {after.total - after.done} trials unfinished; rerun the same command to resume them")
         return StudyOutcome(INTERRUPTED, after.complete)
     except Preempted as stop:
-        after = snapshot(session)
-        echo(after.line())
-        echo(f"stopped by {stop.signal_name}: {after.total - after.done} trials unfinished, every trial in "
-             "training saved a checkpoint; rerun the same command (or requeue the job) to resume them")
-        if stop.signal_name == "SIGUSR1":
-            from cem_ablate.study.requeue import requeue_slurm_job
-
-            requeue_slurm_job(echo)
-        return StudyOutcome(exit_code(stop), after.complete)
+        return _stopped(session, stop, echo)
     publisher.publish()  # parents get the final fit, verdicts and status (a no-op if nothing changed)
     after = snapshot(session)
     echo(after.line())
@@ -155,6 +149,19 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
              "rerunning the same command retries them once")
         return StudyOutcome(1, True)
     return StudyOutcome(0, True)
+
+
+def _stopped(session: StudySession, stop: Preempted, echo) -> StudyOutcome:
+    """A study stopped by a signal: what is unfinished, the SLURM requeue on SIGUSR1."""
+    after = snapshot(session)
+    echo(after.line())
+    echo(f"stopped by {stop.signal_name}: {after.total - after.done} trials unfinished, every trial in "
+         "training saved a checkpoint; rerun the same command (or requeue the job) to resume them")
+    if stop.signal_name == "SIGUSR1":
+        from cem_ablate.study.requeue import requeue_slurm_job
+
+        requeue_slurm_job(echo)
+    return StudyOutcome(exit_code(stop), after.complete)
 
 
 def _run_here(session: StudySession, publisher: StudyPublisher, echo) -> None:
@@ -189,106 +196,154 @@ def _run_here(session: StudySession, publisher: StudyPublisher, echo) -> None:
         raise Preempted(STOP.received, None)
 
 
+@dataclasses.dataclass
+class WorkerProcess:
+    """A worker process the coordinator started: its process, its log file, its index."""
+
+    process: subprocess.Popen
+    log: IO[str]
+    index: int
+    log_start: int = 0  # where this run's lines begin in its log (logs are appended)
+
+    def preempted_lines(self, log_dir: Path) -> list[str]:
+        """The `preempted: ` lines this worker wrote in this run."""
+        try:
+            with open(log_dir / f"worker-{self.index}.log", "rb") as f:
+                f.seek(self.log_start)
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line for line in lines if line.startswith(PREEMPTED)]
+
+
+class _WorkerPool:
+    """The worker processes of one coordinator, all over its one payload file."""
+
+    def __init__(self, payload: Path, log_dir: Path, env: dict[str, str]):
+        self.payload, self.log_dir, self.env = payload, log_dir, env
+        self.workers: list[WorkerProcess] = []
+
+    def start(self, i: int | None = None) -> int:
+        i = len(self.workers) if i is None else i  # a replacement takes the next unused index
+        cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(self.payload), "--index", str(i)]
+        log = open(self.log_dir / f"worker-{i}.log", "a")
+        self.workers.append(WorkerProcess(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                                           preexec_fn=die_with_parent), log, i, log.tell()))
+        return i
+
+    def running_pids(self) -> list[int]:
+        return [w.process.pid for w in list(self.workers) if w.process.returncode is None]
+
+    def close(self, killed: Container[int]) -> None:
+        """Reap the killed workers, close the logs, remove the payload."""
+        for w in self.workers:
+            if w.process.pid in killed:
+                w.process.wait()
+        for w in self.workers:
+            w.log.close()
+        self.payload.unlink(missing_ok=True)
+
+
 def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int, echo) -> None:
+    settings = session.settings
+    pool = _start_workers(session, workers, echo)
+
+    def killed_holding_lock(pid: int, db: Path) -> None:
+        i = next(w.index for w in pool.workers if w.process.pid == pid)
+        echo(f"worker {i} (pid {pid}) stopped making progress while holding the lock of {db.name}, which every "
+             "other worker waits on: killed it; its trial is retried after the grace period")
+
+    databases = [sqlite_path(settings.storage.url), sqlite_store_path(settings.tracking_uri)]
+    watchdog = LockWatchdog(databases, pool.running_pids, killed_holding_lock)
+    snap = snapshot(session)
+    reported: set[int] = set()  # pids of stalled workers already said so
+    try:
+        with watchdog, InterruptLatch() as latch, STOP.listen():
+            _follow(session, publisher, pool, watchdog.killed, latch, snap, reported, echo)
+    except (KeyboardInterrupt, Preempted) as stop:
+        _stop(pool.workers, signal.SIGUSR1 if getattr(stop, "signal_name", "") == "SIGUSR1" else signal.SIGTERM)
+        for w in pool.workers:
+            for line in w.preempted_lines(pool.log_dir):
+                echo(line)
+        raise
+    finally:
+        pool.close(watchdog.killed)
+    _check_exits(session, pool, reported | set(watchdog.killed), echo)
+
+
+def _start_workers(session: StudySession, workers: int, echo) -> _WorkerPool:
+    """Write the worker payload and start `workers` worker processes over it."""
     study_dir = session.study_dir
     log_dir = study_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     settings = session.settings
     threads = settings.threads or threads_per_worker(workers)
-    # One plan per coordinator (machines may share --workdir), removed when its workers end.
-    plan = write_plan(study_dir / f"plan-{session.expanded.study_hash}-{socket.gethostname()}-{os.getpid()}.pkl",
-                      session.expanded, dataclasses.replace(settings, threads=threads, progress=False))
-    env = worker_env(threads)
-    procs = []
-
-    log_starts: dict[int, int] = {}  # worker index -> where this run's lines begin in its log
-
-    def start(i: int | None = None) -> int:
-        i = len(procs) if i is None else i  # a replacement takes the next unused index
-        cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(plan), "--index", str(i)]
-        log = open(log_dir / f"worker-{i}.log", "a")
-        log_starts.setdefault(i, log.tell())
-        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                       preexec_fn=die_with_parent), log, i))
-        return i
-
+    # One payload per coordinator (machines may share --workdir), removed when its workers end.
+    name = f"worker-payload-{session.expanded.study_hash}-{socket.gethostname()}-{os.getpid()}.pkl"
+    payload = write_worker_payload(study_dir / name, session.expanded,
+                                   dataclasses.replace(settings, threads=threads, progress=False))
+    pool = _WorkerPool(payload, log_dir, worker_env(threads))
     for i in range(workers):
-        start(i)
+        pool.start(i)
     echo(f"{workers} workers, {threads} threads each; logs in {log_dir}")
+    return pool
 
-    def killed_holding_lock(pid: int, db: Path) -> None:
-        i = next(i for p, _, i in procs if p.pid == pid)
-        echo(f"worker {i} (pid {pid}) stopped making progress while holding the lock of {db.name}, which every "
-             "other worker waits on: killed it; its trial is retried after the grace period")
 
-    databases = [sqlite_path(settings.storage.url), sqlite_store_path(settings.tracking_uri)]
-    watchdog = LockWatchdog(databases, lambda: [p.pid for p, _, _ in list(procs) if p.returncode is None],
-                            killed_holding_lock)
-    snap = snapshot(session)
-    reported: set[int] = set()  # pids of stalled workers already said so
-    try:
-        with watchdog, InterruptLatch() as latch, STOP.listen():
-            # The killed are reaped only at the end: an operator's SIGCONT still finds their pid.
-            while any(p.poll() is None for p, _, _ in procs if p.pid not in watchdog.killed):
-                time.sleep(POLL_S)
-                latch.check()  # a Ctrl-C that landed in a garbage callback during the last pass
-                if STOP.received is not None:
-                    raise Preempted(STOP.received, None)
-                new = snapshot(session)
-                lines = changes(snap, new)
-                for line in lines:
-                    echo(line)
-                if lines:
-                    echo(new.line())
-                    if _ended(snap, new):
-                        publisher.publish()  # some variant's results changed
-                snap = new
-                live = [entry for entry in procs if entry[0].pid not in watchdog.killed]
-                if _watch_stalls(session, live, reported, new.complete, start, echo):
-                    break
-    except (KeyboardInterrupt, Preempted) as stop:
-        _stop(procs, signal.SIGUSR1 if getattr(stop, "signal_name", "") == "SIGUSR1" else signal.SIGTERM)
-        for i, start_at in sorted(log_starts.items()):
-            for line in _lines_from(log_dir / f"worker-{i}.log", start_at):
-                if line.startswith(PREEMPTED):
-                    echo(line)
-        raise
-    finally:
-        for p, _, _ in procs:
-            if p.pid in watchdog.killed:
-                p.wait()
-        for _, log, _ in procs:
-            log.close()
-        plan.unlink(missing_ok=True)
+def _follow(session: StudySession, publisher: StudyPublisher, pool: _WorkerPool, killed: Container[int], latch,
+            snap, reported: set[int], echo) -> None:
+    """Print the study's progress until the workers end, or only stalled ones are left
+    once every trial is done (`_watch_stalls`)."""
+    # The killed are reaped only at the end: an operator's SIGCONT still finds their pid.
+    while any(w.process.poll() is None for w in pool.workers if w.process.pid not in killed):
+        time.sleep(POLL_S)
+        latch.check()  # a Ctrl-C that landed in a garbage callback during the last pass
+        if STOP.received is not None:  # SIGTERM or SIGUSR1 to this process (training.preemption)
+            raise Preempted(STOP.received, None)
+        new = snapshot(session)
+        lines = changes(snap, new)
+        for line in lines:
+            echo(line)
+        if lines:
+            echo(new.line())
+            if _ended(snap, new):
+                publisher.publish()  # some variant's results changed
+        snap = new
+        live = [w for w in pool.workers if w.process.pid not in killed]
+        if _watch_stalls(session, live, reported, new.complete, pool.start, echo):
+            break
+
+
+def _check_exits(session: StudySession, pool: _WorkerPool, said_so: set[int], echo) -> None:
+    """Say how each worker that failed ended (`said_so`: the pids of those already said
+    stalled or killed); raise the workers' error when the study cannot go on."""
     errors = []  # the one `error:` line of each worker that ended on one (a full disk, a damaged store)
-    for p, _, i in procs:
-        said_so = (p.pid in reported or p.pid in watchdog.killed) and p.returncode == -signal.SIGKILL
-        error = _error_line(log_dir / f"worker-{i}.log") if p.returncode == 2 else None
+    for w in pool.workers:
+        p, log_path = w.process, pool.log_dir / f"worker-{w.index}.log"
+        killed_as_said = p.pid in said_so and p.returncode == -signal.SIGKILL
+        error = _error_line(log_path) if p.returncode == 2 else None
         if error:
             errors.append(error)
         elif p.returncode in STOPPED_BY_SIGNAL:  # this worker alone was signalled: its lines say so
-            for line in _lines_from(log_dir / f"worker-{i}.log", log_starts.get(i, 0)):
-                if line.startswith(PREEMPTED):
-                    echo(line)
-        elif p.returncode != 0 and not said_so:
-            tail = _tail(log_dir / f"worker-{i}.log")
-            echo(f"worker {i} exited with code {p.returncode}: {tail}")
+            for line in w.preempted_lines(pool.log_dir):
+                echo(line)
+        elif p.returncode != 0 and not killed_as_said:
+            echo(f"worker {w.index} exited with code {p.returncode}: {_tail(log_path)}")
     if errors and not snapshot(session).complete:
         # The study cannot go on: the workers' error, once (they all met the same disk or store).
         raise ConfigError("", errors[0].removeprefix("error: "))
 
 
-def _watch_stalls(session, procs, reported: set[int], complete: bool, start, echo) -> bool:
+def _watch_stalls(session, workers: list[WorkerProcess], reported: set[int], complete: bool, start, echo) -> bool:
     """Say once which workers stalled; replace them when no live worker is left for the
     remaining trials; True (stop waiting) when every trial is done and only stalled
     workers are left, which are killed."""
     fail_lapsed_claims(session)
-    alive = {p.pid: (p, i) for p, _, i in procs if p.poll() is None}
+    alive = {w.process.pid: w for w in workers if w.process.poll() is None}
     stalls = stalled(session, set(alive))
     for pid, stall in stalls.items():
         if pid not in reported:
             reported.add(pid)
-            echo(f"worker {alive[pid][1]} (pid {pid}) stopped making progress: its trial {stall.trial} had no "
+            echo(f"worker {alive[pid].index} (pid {pid}) stopped making progress: its trial {stall.trial} had no "
                  f"heartbeat for {session.settings.storage.grace_period} s and is retried; "
                  "it is stopped when the trials are done")
     if not stalls or len(stalls) < len(alive):
@@ -297,33 +352,34 @@ def _watch_stalls(session, procs, reported: set[int], complete: bool, start, ech
         echo(f"no worker left making progress: started worker {start()}")
         return False
     for pid in stalls:
-        alive[pid][0].kill()  # SIGKILL: a stopped process never handles anything else
-        alive[pid][0].wait()
+        alive[pid].process.kill()  # SIGKILL: a stopped process never handles anything else
+        alive[pid].process.wait()
     return True
 
 
-def _stop(procs, signum: int = signal.SIGTERM) -> None:
+def _stop(workers: list[WorkerProcess], signum: int = signal.SIGTERM) -> None:
     """Ctrl-C or a stop signal: workers checkpoint and queue their trials again on `signum`
     (SIGTERM for a Ctrl-C: a worker that got the terminal's SIGINT too records one stop,
     where a second SIGINT would interrupt it at once); those not gone within STOP_WAIT_S
-    (a stopped or hung one) are killed, so the coordinator never waits on them."""
+    (a hung one) are killed, a SIGSTOPped one at once (it handles nothing until continued),
+    so the coordinator never waits on them."""
     import psutil
 
-    for p, _, _ in procs:
-        if p.poll() is None:
-            p.send_signal(signum)
+    for w in workers:
+        if w.process.poll() is None:
+            w.process.send_signal(signum)
             try:
-                if psutil.Process(p.pid).status() == psutil.STATUS_STOPPED:
-                    p.kill()  # SIGSTOPped: it handles nothing until continued, so waiting is useless
+                if psutil.Process(w.process.pid).status() == psutil.STATUS_STOPPED:
+                    w.process.kill()
             except psutil.NoSuchProcess:
                 pass
     deadline = time.monotonic() + STOP_WAIT_S
-    for p, _, _ in procs:
+    for w in workers:
         try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            w.process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+            w.process.kill()
+            w.process.wait()
 
 
 def _outage_windows(settings: StudySettings) -> str:
@@ -353,16 +409,6 @@ def _error_line(path: Path) -> str | None:
     except OSError:
         return None
     return found[-1] if found else None
-
-
-def _lines_from(path: Path, offset: int) -> list[str]:
-    """The lines of a worker's log written from `offset` on (this run's: logs are appended)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
 
 
 def _tail(path: Path, lines: int = 3) -> str:

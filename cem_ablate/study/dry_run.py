@@ -1,6 +1,6 @@
 """`cem-ablate study FILE --dry-run`: the plan, its cost and its power; nothing is written anywhere.
 
-Power before compute (issue 18): for the study's seed design (`study.verdicts.design_of`,
+Power before compute (`analysis.power`): for the study's seed design (`study.verdicts.design_of`,
 the rule the study's verdicts use) the false-positive rate, simulated through the
 decision rule (`analysis.power`), and the smallest Δ detected with 80% power, in
 units of the seed-to-seed std (and in the objective's units where the storage holds
@@ -21,7 +21,7 @@ from cem_ablate.analysis.statistics import OBJECTIVE_NAMES
 from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S, VariantEstimate, estimate
 from cem_ablate.study.spec import SequentialSeeds, initial_seeds
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.trials import plan_slots
+from cem_ablate.study.trials import trial_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant
 
 
@@ -35,8 +35,8 @@ class PlanRow:
 
 def plan(expanded: ExpandedStudy) -> list[PlanRow]:
     spec = expanded.spec
-    n_trials = len(plan_slots(spec.lr_search, list(spec.seeds)))
-    n_min = len(plan_slots(spec.lr_search, initial_seeds(spec.seeds)))
+    n_trials = len(trial_slots(spec.lr_search, list(spec.seeds)))
+    n_min = len(trial_slots(spec.lr_search, initial_seeds(spec.seeds)))
     return [PlanRow(v, estimate(v.run_config(spec.lr_search.lr_range[0], spec.seeds[0])), n_trials, n_min)
             for v in expanded.variants]
 
@@ -293,9 +293,9 @@ def print_transfer_plan(expanded: ExpandedStudy, gpu_tflops: float, mfu: float, 
                        if d.parametrization == "mup" and d.d_model != d.base_d_model})
     if off_base:  # advice, not an error: muP transfers from any base, the evidence is for this one
         console.print("note: proxies at " + ", ".join(f"d_model {d} with base_d_model {b}" for d, b in off_base)
-                      + ": the transfer evidence (docs/results.md §18) sets base_d_model to the proxy's width, where "
-                        "mup is the standard model; a proxy below its base runs hotter attention and a larger "
-                        "per-entry lr than the base's", markup=False, highlight=False)
+                      + ": the transfer evidence (docs/results/coordinate-check.md) sets base_d_model to the "
+                        "proxy's width, where mup is the standard model; a proxy below its base runs hotter "
+                        "attention and a larger per-entry lr than the base's", markup=False, highlight=False)
     total = {k: sum(r[k] for r in rows) for k in rows[0] if k.endswith(("_hours", "_trials"))}
     transfer_gpu = total["proxy_gpu_hours"] + total["target_gpu_hours"]
     transfer_cpu = total["proxy_cpu_hours"] + total["target_cpu_hours"]

@@ -3,7 +3,7 @@
 Parameters and forward FLOPs per token come from `model_report` (recursion steps
 counted T times); training FLOPs per token are 3x forward (SPEC §7 recipe, backward
 = 2x forward). The token budget is the training engine's own resolution
-(`plan_run`: max_steps, a token count, or Chinchilla = 20 x the Llama baseline's
+(`resolve_run`: max_steps, a token count, or Chinchilla = 20 x the Llama baseline's
 parameters). GPU-hours assume a dense bf16 peak and an MFU, both options
 of `cem-ablate study --dry-run` (defaults: A100, 312 TFLOP/s, 40% MFU).
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 DEFAULT_GPU_TFLOPS = 312.0  # A100 dense bf16
 DEFAULT_MFU = 0.40
 # Training FLOPs per second of a CPU study on 2 cores, measured end to end: the
-# quickstart's 15 trials (3.59 TFLOP by this module) took 2 min 17 s on 2 otherwise
-# idle cores (README), i.e. 26.2 GFLOP/s with each trial's startup and evaluation
-# included. Conservative for larger models, whose fixed costs weigh less (issue 21).
+# quickstart's 15 trials' training FLOPs (by this module) over their wall time on 2
+# otherwise idle cores (the quickstart time docs/getting-started.md gives), each trial's startup and
+# evaluation included. Conservative for larger models, whose fixed costs weigh less.
 CPU_TRAIN_FLOPS_PER_S = 3.59e12 / 137.0
 
 
@@ -54,12 +54,12 @@ class VariantEstimate:
 
 
 def estimate(run_config) -> VariantEstimate:
-    """The engine's own plan of a run (model on the meta device: no memory, no init)."""
+    """The engine's own resolution of a run (model on the meta device: no memory, no init)."""
     from cem_ablate.model.config import llama_baseline_params
-    from cem_ablate.training.engine import plan_run
+    from cem_ablate.training.engine import resolve_run
 
-    run_plan = plan_run(run_config)
-    report, budget = run_plan.report, run_plan.budget
+    resolved = resolve_run(run_config)
+    report, budget = resolved.report, resolved.budget
     return VariantEstimate(
         params_total=report.params_total,
         params_by_component=dict(report.params_by_component),

@@ -1,4 +1,4 @@
-"""The exact-GP floor of a GP study's draws (issue 21): what the best possible
+"""The exact-GP floor of a GP study's draws: what the best possible
 predictor reaches on each draw's test split.
 
 The draw is the data module's own (`data.gp.cached_gp`: the cached splits the trials

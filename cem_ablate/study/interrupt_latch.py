@@ -4,7 +4,7 @@ Python drops an exception raised inside a finalizer or a weakref callback ("Exce
 ignored in ..."), and the default SIGINT handler raises KeyboardInterrupt wherever the
 main thread happens to be. The coordinator's poll loop makes garbage with callbacks on
 every pass (snapshots through SQLAlchemy sessions), so a Ctrl-C could land in one and
-vanish: seen on 2026-11-26, the first of two Ctrl-Cs to a 2-worker study printed
+vanish: seen in practice, the first of two Ctrl-Cs to a 2-worker study printed
 "Exception ignored in: <function WeakKeyDictionary...remove>" and the study ran on.
 The latch raises as the default handler does and also remembers the press; `check()`
 raises it again at the loop's next pass if it was swallowed.

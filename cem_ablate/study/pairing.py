@@ -1,10 +1,11 @@
-"""Whether a variant and its baseline are paired by seed: checked, not assumed (issue 18).
+"""Whether a variant and its baseline are paired by seed: checked, not assumed.
 
 Seed s gives two variants the same initialization and data order only where their
 code makes it so: T = 1 vs T = 2 of one layer build the same weights in the same
 order, but CEM attention vs Llama attention draw different numbers of random values,
 so every parameter built after the attention differs (their per-seed results were
-measured anti-correlated, r = -0.55). A paired t-test there is not a valid test.
+even measured anti-correlated; see docs/lab-notes/from-code-comments.md). A paired
+t-test there is not a valid test.
 
 So the platform builds both models the way training initializes them (the engine
 seeds with `training.seeding.seed_run(seed)` and then builds the network,

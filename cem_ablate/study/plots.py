@@ -16,7 +16,7 @@ learning rates, and the star carries the bootstrap intervals of lr* and objectiv
 - `plot_scaling`: objective* vs parameters and vs training FLOPs per family with the
   fitted power laws (`analysis.scaling`).
 
-What a reviewer needs of every figure (issue 30): one colour per variant family in
+What a reviewer needs of every figure: one colour per variant family in
 every figure (`variant_colors`, the one owner of that map; baselines orange as in the
 paper's Fig. 3a), a legend for every mark (variants in one legend, the marks - star,
 band, bars, crosses, links, fitted lines - in a second, both outside the axes), tick

@@ -22,7 +22,7 @@ from cem_ablate.config.trial_status import FINAL_STATES, SETTLED, TrialStatus
 from cem_ablate.study.ledger import trial_facts
 from cem_ablate.study.trials import trial_status
 
-__all__ = ["dry_run_reads", "finished_trials", "planned_reuse"]
+__all__ = ["dry_run_reads", "expected_reuse", "finished_trials"]
 
 
 def finished_trials(storage) -> dict[str, TrialRecord]:
@@ -83,7 +83,7 @@ def _grid_from(expanded, finished: dict[str, TrialRecord]) -> GridTrials:
     return out
 
 
-def planned_reuse(expanded, grid: GridTrials) -> tuple[dict[str, int], dict[str, int]]:
+def expected_reuse(expanded, grid: GridTrials) -> tuple[dict[str, int], dict[str, int]]:
     """(reused, done): variant key -> how many of its grid trials (`dry_run_reads`) the
     storage holds settled by other studies (reused, not retrained), and by this study
     itself (a rerun: already done)."""

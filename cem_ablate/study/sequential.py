@@ -1,4 +1,4 @@
-"""Sequential seeds (`seeds: {min, max, until: resolved}`, issues 11 and 18).
+"""Sequential seeds (`seeds: {min, max, until: resolved}`).
 
 When every planned trial is final, each variant whose Δ against a baseline is still
 unresolved gets one more seed, and so does that baseline, up to `max`; the
@@ -8,7 +8,7 @@ Holm at `statistics: {alpha, correction}`) on p-values corrected for the seed
 design's looks (`study.verdicts.design_of`: every look is tested at α / K, K = looks
 × tests per look, `at: both` testing two grid points). A pair whose own test passes
 α / K but whose Holm-adjusted p does not is therefore bought another seed rather
-than stopped and then printed unresolved (seen in Fig. 2c and Fig. 4, docs/results.md).
+than stopped and then printed unresolved (seen in Fig. 2c and Fig. 4, docs/results/figure-2.md).
 
 Why stopping on the family verdict keeps the error rates: each test's design p,
 K·p at the look where its pair stopped, is at least K·min over looks of p, so under
@@ -44,7 +44,7 @@ def unresolved(tests: list[Test], variant: str, baseline: str, at: str) -> bool:
 
 
 def add_seeds(session, publisher=None) -> list[str]:
-    """Plan the next seed where a Δ is unresolved; one line per variant that got one.
+    """Activate the next seed where a Δ is unresolved; one line per variant that got one.
 
     `publisher` (`study.summary.StudyPublisher`) gives the pairings checked this run;
     without one every pair is tested unpaired (Welch)."""
@@ -71,6 +71,6 @@ def add_seeds(session, publisher=None) -> list[str]:
     lines = []
     names = {v.key: v.name for v in session.variants}
     for key, n in targets.items():
-        if session.trials[key].plan_seeds(n):
+        if session.trials[key].grow_active_seeds(n):
             lines.append(f"{names[key]}: a Δ is unresolved, now seeds 0..{n - 1} (max {seeds.max})")
     return lines

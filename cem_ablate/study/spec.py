@@ -19,6 +19,9 @@
     execution: {workers: 2, threads: 1}          # defaults for --workers / --threads
     statistics: {alpha: 0.05, correction: holm}  # the report's family-wise error rate
     eval: {tasks: [hellaswag], limit: 500}       # lm-evaluation-harness on every finished trial
+    forecast:                                    # lr_search method transfer under mup: every variant
+      ladder: [{model.d_model: 64, model.d_mlp: 176}, ...]   # at each width, the objective
+      target: {model.d_model: 1024, model.d_mlp: 2736}       # forecast at the target's size
 
 Dotted keys in `set`, `axes`, `baselines` address the run config (`model.mlp.name`);
 in `scale` and `--set` they address the study file itself (`base.train.lr`,
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from cem_ablate.analysis.forecast import DEFAULT_FORM, DEFAULT_LEVEL, MIN_RUNGS, FormName
 from cem_ablate.config import apply_overrides, load_yaml, parse, require
 from cem_ablate.config.errors import ConfigError, unknown
 from cem_ablate.config.loading import set_dotted
@@ -49,19 +53,19 @@ TRIAL_KEYS = ("train.lr", "train.seed")
 class LrSearchConfig:
     """How learning rates are chosen per variant (SPEC §8)."""
 
-    method: Literal["grid", "tpe", "random", "transfer"] = "grid"
-    grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))
+    method: Literal["grid", "tpe", "random", "transfer"] = "grid"  # grid; tpe / random: Optuna samplers; transfer: tune a proxy
+    grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))  # grid / transfer: the learning rates tried
     # transfer (study/transfer.py): run-config overrides that turn each variant into its proxy
     # (e.g. {model.d_model: 64, model.d_mlp: 176}); the proxy is tuned on `grid` with
     # `proxy_seeds` (default: the study's seeds), the variant trained at the proxy's lr* only
     proxy: dict[str, Any] | None = None
-    proxy_seeds: list[int] | None = None
+    proxy_seeds: list[int] | None = None  # transfer: the proxy's seeds; null: the study's
     low: float | None = None  # tpe / random: log-uniform range and trial count
-    high: float | None = None
-    n_trials: int | None = None
-    pruner: Literal["none", "median", "successive_halving"] = "none"
-    interpolation: Literal["akima", "makima"] = "akima"
-    sampler_seed: int = 0
+    high: float | None = None  # tpe / random: the range's upper end
+    n_trials: int | None = None  # tpe / random: learning rates drawn per seed
+    pruner: Literal["none", "median", "successive_halving"] = "none"  # Optuna pruner stopping unpromising trials early
+    interpolation: Literal["akima", "makima"] = "akima"  # the fit over log2(lr) that gives lr* and ppl* (SPEC §8)
+    sampler_seed: int = 0  # tpe / random: the sampler's seed (plus the worker's index)
 
     def validate(self, path: str) -> None:
         if self.method != "transfer":
@@ -124,7 +128,7 @@ class ExecutionConfig:
 
 @dataclass(frozen=True)
 class SequentialSeeds(Sequence):
-    """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (issue 11).
+    """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (`study.sequential`).
 
     Every variant and its baseline start with seeds 0..min-1; while their Δ is
     unresolved (`study.sequential`: the report's verdict, the one decision rule at
@@ -138,10 +142,10 @@ class SequentialSeeds(Sequence):
     Checked in `StudySpec.validate`, where an error keeps its key path.
     """
 
-    min: int = 2
-    max: int | None = None
-    until: Literal["resolved"] | None = None
-    at: Literal["baseline", "own", "both"] = "baseline"
+    min: int = 2  # seeds every variant and baseline trains first: 0..min-1
+    max: int | None = None  # at most seeds 0..max-1
+    until: Literal["resolved"] | None = None  # add seeds until the comparison is resolved (required)
+    at: Literal["baseline", "own", "both"] = "baseline"  # the lr* grid point whose Δ decides
 
     @property
     def initial(self) -> list[int]:
@@ -168,15 +172,15 @@ def initial_seeds(seeds: list[int] | SequentialSeeds) -> list[int]:
 
 @dataclass(frozen=True)
 class StatisticsConfig:
-    """How verdicts are decided (`analysis.decision`, README "How sure is a verdict").
+    """How verdicts are decided (`analysis.decision`, docs/guides/studies-and-verdicts.md, "How sure is a verdict").
 
     `alpha` is the false-positive rate of a whole report: its comparisons are one family,
     Holm-adjusted (`correction: holm`), or each tested at `alpha` alone (`none`). The
     sequential seed rule spends the same `alpha` over its looks.
     """
 
-    alpha: float = 0.05
-    correction: Literal["holm", "none"] = "holm"
+    alpha: float = 0.05  # the false-positive rate of the whole report
+    correction: Literal["holm", "none"] = "holm"  # holm: the comparisons are one family; none: each at alpha
 
     def validate(self, path: str) -> None:
         # Above 0.5 a "verdict" is closer to a coin flip than to evidence.
@@ -190,9 +194,9 @@ class EvalConfig:
     per task (null: all). Not part of any variant's identity: it adds metrics, never
     changes training."""
 
-    tasks: list[str] = field(default_factory=list)
-    limit: int | None = None
-    include_path: str | None = None
+    tasks: list[str] = field(default_factory=list)  # harness task names (or local tasks under include_path)
+    limit: int | None = None  # documents per task; null: all
+    include_path: str | None = None  # a folder of local task YAML
 
     def validate(self, path: str) -> None:
         require(len(self.tasks) > 0, join(path, "tasks"), "must name at least one task.")
@@ -200,9 +204,66 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class ForecastConfig:
+    """`forecast:` every variant (baselines included) trained at each width of `ladder`, at its
+    proxy's transferred lr* (lr_search method transfer, parametrization mup), and its objective
+    forecast at `target`, a size never trained (`analysis.forecast`, reporting/forecast_report.py).
+
+    Checked once with the study file: at least three increasing widths, a wider target, method
+    transfer under mup (`StudySpec.validate`). A width outside the range where transfer has
+    been shown to hold gets a warning (study/trusted_widths.py; docs/results/forecast.md)."""
+
+    # run-config overrides of each width, narrowest first; each sets model.d_model
+    # (e.g. [{model.d_model: 64, model.d_mlp: 176}, {model.d_model: 128, model.d_mlp: 344}, ...])
+    ladder: list[dict[str, Any]] = field(default_factory=list)
+    target: dict[str, Any] = field(default_factory=dict)  # run-config overrides of the size forecast; sets model.d_model
+    form: FormName = DEFAULT_FORM  # the law of objective against parameters (analysis.forecast)
+    level: float = DEFAULT_LEVEL  # the prediction intervals' level; a verdict needs the Δ's to exclude 0
+
+    @property
+    def widths(self) -> list[int]:
+        return [rung["model.d_model"] for rung in self.ladder]
+
+    def validate(self, path: str) -> None:
+        ladder = join(path, "ladder")
+        require(len(self.ladder) >= MIN_RUNGS, ladder,
+                f"needs at least {MIN_RUNGS} widths (a law and its residual), got {len(self.ladder)}.")
+        for i, rung in enumerate(self.ladder):
+            _check_width_overrides(rung, join(ladder, i))
+        widths = self.widths
+        for i in range(1, len(widths)):
+            require(widths[i] > widths[i - 1], join(join(ladder, i), "model.d_model"),
+                    f"the ladder's widths must increase, narrowest first: got {widths}.")
+        keys = set(self.ladder[0])
+        for i, rung in enumerate(self.ladder):
+            require(set(rung) == keys, join(ladder, i),
+                    f"every width sets the same keys ({', '.join(sorted(keys))}), got {', '.join(sorted(rung))}.")
+        _check_width_overrides(self.target, join(path, "target"))
+        missing = sorted(keys - set(self.target))
+        require(not missing, join(path, "target"),
+                f"sets the keys every ladder width sets; missing {', '.join(missing)}.")
+        require(self.target["model.d_model"] > widths[-1], join(join(path, "target"), "model.d_model"),
+                f"the target ({self.target['model.d_model']}) must be wider than the ladder's widest width "
+                f"({widths[-1]}): a forecast extrapolates past the ladder.")
+        require(0.0 < self.level < 1.0, join(path, "level"), f"must be in (0, 1), got {self.level}.")
+
+
+def _check_width_overrides(overrides: Any, path: str) -> None:
+    """A ladder width or the target: run-config overrides of the model that set model.d_model."""
+    require(isinstance(overrides, dict), path,
+            f"expected a mapping of model overrides, e.g. {{model.d_model: 64, model.d_mlp: 176}}, got {overrides!r}.")
+    for key in overrides:
+        require(isinstance(key, str) and key.startswith("model."), join(path, key),
+                "must be a dotted key of the model (model.d_model, model.d_mlp, ...): a ladder varies the size only.")
+    width = overrides.get("model.d_model")
+    require(isinstance(width, int) and not isinstance(width, bool) and width > 0, join(path, "model.d_model"),
+            f"is required: the width, a positive integer (got {width!r}).")
+
+
+@dataclass(frozen=True)
 class VariantSpec:
-    name: str
-    set: dict[str, Any] = field(default_factory=dict)
+    name: str  # letters, digits, '_', '.' or '-'
+    set: dict[str, Any] = field(default_factory=dict)  # dotted run-config keys -> values, over base
 
     def validate(self, path: str) -> None:
         require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),
@@ -211,18 +272,19 @@ class VariantSpec:
 
 @dataclass(frozen=True)
 class StudySpec:
-    name: str
-    base: dict[str, Any]
-    description: str = ""
-    variants: list[VariantSpec] = field(default_factory=list)
-    axes: dict[str, list[Any]] = field(default_factory=dict)
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    name: str  # names the MLflow experiment and the Optuna studies
+    base: dict[str, Any]  # one run config (as `cem-ablate train` reads), shared by every variant
+    description: str = ""  # the MLflow experiment's note
+    variants: list[VariantSpec] = field(default_factory=list)  # named overrides of base
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # dotted run-config key -> values: a cartesian product
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> overrides turning a variant into it
     lr_search: LrSearchConfig = field(default_factory=LrSearchConfig)
-    seeds: list[int] | SequentialSeeds = field(default_factory=lambda: [0])
-    scale: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seeds: list[int] | SequentialSeeds = field(default_factory=lambda: [0])  # a list, or sequential seeds
+    scale: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> dotted study-file overrides (--scale)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     statistics: StatisticsConfig = field(default_factory=StatisticsConfig)
-    eval: EvalConfig | None = None
+    eval: EvalConfig | None = None  # lm-evaluation-harness on every finished trial
+    forecast: ForecastConfig | None = None  # a width ladder and the size its comparisons are forecast at
 
     def validate(self, path: str) -> None:
         require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),
@@ -252,6 +314,44 @@ class StudySpec:
                     "is set per trial: use lr_search for the learning rate and seeds for the seed.")
             require(key.split(".")[0] in ("model", "train", "data"), join(path, where),
                     "must be a dotted key of the run config, starting with model., train. or data.")
+        if self.forecast is not None:
+            self._validate_forecast(path, run_keys)
+
+    def _validate_forecast(self, path: str, run_keys: list[tuple[str, str]]) -> None:
+        """A forecast trains each width at its proxy's lr*, which holds across width under mup only
+        (SPEC §12); the ladder owns the width."""
+        where = join(path, "forecast")
+        require(self.lr_search.method == "transfer", join(path, "lr_search.method"),
+                "a forecast trains every width at its proxy's transferred lr*: it needs method transfer "
+                f"(lr_search: {{method: transfer, proxy: {{model.d_model: ...}}, grid: [...]}}), got {self.lr_search.method}.")
+        model = self.base.get("model") if isinstance(self.base, dict) else None
+        base_parametrization = model.get("parametrization", "standard") if isinstance(model, dict) else "standard"
+        require(base_parametrization == "mup", join(path, "base.model.parametrization"),
+                f"a forecast needs parametrization: mup (lr* transfers across width under mup only, SPEC §12), "
+                f"got {base_parametrization}.")
+        overrides = list(run_keys) + [(f"forecast.target.{k}", k) for k in self.forecast.target]
+        overrides += [(f"forecast.ladder[{i}].{k}", k) for i, rung in enumerate(self.forecast.ladder) for k in rung]
+        for place, key in overrides:
+            if key == "model.parametrization":
+                value = self._override_value(place, key)
+                require(value == "mup", join(path, place), f"a forecast needs parametrization: mup, got {value}.")
+        for place, key in run_keys:
+            require(key not in ("model.d_model", "model.size"), join(path, place),
+                    f"the forecast's ladder sets the width ({join(where, 'ladder')}); "
+                    "variants, axes and baselines may not.")
+
+    def _override_value(self, place: str, key: str) -> Any:
+        head, _, rest = place.partition(".")
+        if head == "axes":
+            return next((v for v in self.axes[key] if v != "mup"), "mup")
+        if head.startswith("variants["):
+            return self.variants[int(head[len("variants["):-1])].set[key]
+        if head == "baselines":
+            return self.baselines[rest.split(".")[0]][key]
+        if head == "forecast" and rest.startswith("target."):
+            return self.forecast.target[key]
+        index = int(rest[len("ladder["):rest.index("]")])
+        return self.forecast.ladder[index][key]
 
 
 def load_study_mapping(
@@ -261,7 +361,7 @@ def load_study_mapping(
     raw = load_yaml(path)
     if scale is not None:
         scales = raw.get("scale") or {}
-        if not scales:  # not "Allowed: ." (issue 30)
+        if not scales:  # say so: an unknown-scale error would list no allowed scales ("Allowed: .")
             raise ConfigError("--scale", f"the study file defines no scales (no `scale:` mapping), "
                                          f"so there is no {scale!r}.")
         if not isinstance(scales, dict) or scale not in scales:

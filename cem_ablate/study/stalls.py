@@ -1,4 +1,4 @@
-"""Which of the coordinator's worker processes stopped making progress (issue 28).
+"""Which of the coordinator's worker processes stopped making progress.
 
 A worker that is stopped (SIGSTOP, a frozen process) stops beating its trial's
 heartbeat; past the grace period (`--grace`) its trial is failed as stale — by the

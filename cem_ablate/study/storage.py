@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cem_ablate.config import ConfigError
+from cem_ablate.study.optuna_storage import check_private_api, wrapped_rdb_storage
 from cem_ablate.tracking.credentials import with_password
 from cem_ablate.tracking.local_store import check_readable, create_store_file, creation_lock, make_private
 from cem_ablate.tracking.store import shown_url
@@ -147,6 +148,7 @@ def open_storage(settings: StorageSettings):
     import optuna
 
     quiet_optuna()
+    check_private_api()
     db = sqlite_path(settings.url)
     if db is not None:
         check_readable(db, "--storage", "Optuna")
@@ -254,22 +256,14 @@ def _waits_out_outages(method, name: str):
 
 @functools.cache
 def outage_tolerant_storage():
-    """RDBStorage whose public methods wait out a database server outage (`outage_s`).
+    """RDBStorage whose public methods wait out a database server outage (`outage_s`), and
+    the private ones Optuna's cache and heartbeat call directly (study.optuna_storage).
 
     A retried write may repeat one the server committed just before the connection
     broke; Optuna's own checks turn that into "already finished" / "not claimed",
     which the study treats like a lost race (the trial is retried, never trained twice).
     """
-    import optuna
-
-    base = optuna.storages.RDBStorage
-    # Its public methods, and the private ones Optuna's cache and heartbeat call directly.
-    called_from_outside = {"_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials",
-                           "_set_trial_param"}
-    wrapped = {name: _waits_out_outages(member, name) for name, member in vars(base).items()
-               if callable(member) and (not name.startswith("_") or name in called_from_outside)
-               and not isinstance(member, (staticmethod, classmethod))}
-    return type("OutageTolerantRDBStorage", (base,), wrapped)
+    return wrapped_rdb_storage("OutageTolerantRDBStorage", _waits_out_outages)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""A worker stopped while it holds a local store's lock is killed at once (issue 28).
+"""A worker stopped while it holds a local store's lock is killed at once.
 
 SQLite serializes writers with POSIX byte-range locks on the database file (rollback
 journal: `mlflow.db`) or on its `-shm` index (WAL: `optuna.db`). A worker stopped

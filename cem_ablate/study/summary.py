@@ -1,4 +1,4 @@
-"""Per-variant results on the parent runs, published by the coordinator (issue 18).
+"""Per-variant results on the parent runs, published by the coordinator.
 
 The coordinator (`study.coordinator`) owns one `StudyPublisher` per study run and calls
 `publish()` whenever trials may have ended (after each trial in process, on each

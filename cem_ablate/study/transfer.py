@@ -7,7 +7,7 @@ A transfer study is two ordinary grid studies run one after the other:
    each on the full `grid` with `proxy_seeds` (default the study's seeds), fitted by Akima;
 2. the target study `<name>`: every variant at one learning rate only, its proxy's lr*
    (rounded to 3 significant digits), with the study's seeds; its comparisons are decided as
-   in any study (each variant at its own learning rate: the "optima" test, README).
+   in any study (each variant at its own learning rate: the "optima" test, docs/guides/learning-rate-transfer.md).
 
 Both are ordinary trials keyed by their run configs, so another study's proxy or target
 trials with the same keys are reused. The report states each variant's proxy, the proxy's lr*
@@ -49,7 +49,8 @@ def proxy_study(expanded: ExpandedStudy) -> ExpandedStudy:
     """Phase 1: the proxies on the full grid, an ordinary grid study named `<name>_proxy`."""
     spec = expanded.spec
     search = dataclasses.replace(spec.lr_search, method="grid", proxy=None, proxy_seeds=None)
-    proxy_spec = dataclasses.replace(spec, name=f"{spec.name}_proxy", lr_search=search, seeds=proxy_seeds(expanded))
+    proxy_spec = dataclasses.replace(spec, name=f"{spec.name}_proxy", lr_search=search, seeds=proxy_seeds(expanded),
+                                     forecast=None)  # the proxies are tuned, not forecast
     return ExpandedStudy(proxy_spec, list(expanded.proxies), expanded.mapping)
 
 

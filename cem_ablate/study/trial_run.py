@@ -11,7 +11,7 @@
 The run folder is fixed per trial key, so a retried trial resumes from the killed
 attempt's last verified checkpoint and logs into the same child run.
 
-Fencing (issue 28): the claim is the Optuna trial, live while it is RUNNING. A worker
+Fencing: the claim is the Optuna trial, live while it is RUNNING. A worker
 that was stopped past the grace period finds, when it wakes up, its trial failed as
 stale and the slot retried elsewhere; so every write of an attempt checks the claim
 first: its run folder, checkpoints, `result.json` and MLflow curves through the
@@ -153,8 +153,8 @@ def begin(session, variant: Variant, trial) -> Attempt:
     _check_claim(trials, trial)
     child = session.tracker.ensure_trial_run(
         parent, trial_key, f"{variant.name} lr={lr:.3g} seed={seed}",
-        tags={"lr": repr(lr), "seed": str(seed), T.SLOT: slot, T.VARIANT_KEY: variant.key, T.VARIANT: variant.name,
-              "optuna.study": trials.study.study_name, "optuna.trial": str(trial.number)})
+        tags={"lr": repr(lr), "seed": str(seed), T.SLOT: slot, T.RUN_DIR: str(run_dir), T.VARIANT_KEY: variant.key,
+              T.VARIANT: variant.name, "optuna.study": trials.study.study_name, "optuna.trial": str(trial.number)})
     session.tracker.log_trial_params(child, flatten_dotted(cfg.to_mapping()))
     session.tracker.log_trial_code(child, code.digest, code.parts)
     trials.record(trial, trial_key=trial_key, code_fingerprint=code.digest, code_parts=dict(code.parts),

@@ -51,6 +51,7 @@ from typing import Any
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.ledger import enqueue, record_study, record_trial, study_facts, trial_facts
+from cem_ablate.study.optuna_storage import storage_of, trial_for_id, trial_id_of
 from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds
 from cem_ablate.study.storage import claim_lock
 
@@ -70,7 +71,7 @@ class Slot:
     lr: float | None  # None: drawn by the sampler when the trial starts
 
 
-def plan_slots(lr_search: LrSearchConfig, seeds: list[int]) -> list[Slot]:
+def trial_slots(lr_search: LrSearchConfig, seeds: list[int]) -> list[Slot]:
     if lr_search.method == "grid":
         return [Slot(f"lr={float(lr)!r},seed={seed}", seed, float(lr))
                 for lr in lr_search.grid for seed in seeds]
@@ -149,17 +150,17 @@ class HeartbeatThread:
     trial was failed as stale touches nothing in Optuna)."""
 
     def __init__(self, storage, trial_id: int, is_live: Callable[[], bool] = lambda: True):
-        self._storage, self._trial_id, self._is_live = storage, trial_id, is_live
+        self._heartbeat_storage, self._heartbeat_trial, self._is_live = storage, trial_id, is_live
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="optuna-heartbeat", daemon=True)
 
     def _run(self) -> None:
-        interval = self._storage.get_heartbeat_interval()
+        interval = self._heartbeat_storage.get_heartbeat_interval()
         while not self._stop.wait(interval):
             try:
                 if not self._is_live():
                     return
-                self._storage.record_heartbeat(self._trial_id)
+                self._heartbeat_storage.record_heartbeat(self._heartbeat_trial)
             except Exception:  # a busy database must not kill the training run
                 pass
 
@@ -180,7 +181,7 @@ class VariantTrials:
         self.study = study
         self._trial_key = trial_key  # (lr, seed) -> the current RunConfig.trial_key(); None: never stale
         self._keys: dict[tuple[float, int], str] = {}
-        self.storage = study._storage
+        self.storage = storage_of(study)
         self.storage_url = storage_url
         self._slots = slots  # with sequential seeds: the slots of every seed up to max
         self.lr_search = lr_search
@@ -196,13 +197,13 @@ class VariantTrials:
         return [s for s in self._slots if s.seed < n]
 
     def active_seeds(self) -> int:
-        """Sequential seeds: seeds 0..n-1 are planned (stored in the Optuna study, so every
+        """Sequential seeds: seeds 0..n-1 are active (stored in the Optuna study, so every
         worker and a rerun see the same number)."""
         seeds = study_facts(self.storage, self.study_id).seeds_active
         return seeds if seeds is not None else self.sequential.min
 
-    def plan_seeds(self, n: int) -> bool:
-        """Plan seeds 0..n-1 (never fewer than now, never more than max); True if it grew."""
+    def grow_active_seeds(self, n: int) -> bool:
+        """Activate seeds 0..n-1 (never fewer than now, never more than max); True if it grew."""
         target = min(n, self.sequential.max)
         if target <= self.active_seeds():
             return False
@@ -223,7 +224,7 @@ class VariantTrials:
         except optuna.exceptions.DuplicatedStudyError:
             study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
         sequential = seeds if isinstance(seeds, SequentialSeeds) else None
-        return cls(study, storage_url, plan_slots(lr_search, seeds), lr_search, sequential, trial_key), created
+        return cls(study, storage_url, trial_slots(lr_search, seeds), lr_search, sequential, trial_key), created
 
     # -- reading ---------------------------------------------------------------------
 
@@ -322,8 +323,8 @@ class VariantTrials:
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             if is_dead_here(trial_facts(t).worker):
                 try:
-                    record_trial(self.storage, t._trial_id, status=TrialStatus.KILLED.value)
-                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                    record_trial(self.storage, trial_id_of(t), status=TrialStatus.KILLED.value)
+                    self.storage.set_trial_state_values(trial_id_of(t), TrialState.FAIL)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass
 
@@ -338,18 +339,19 @@ class VariantTrials:
             for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.WAITING,)):
                 # Heartbeat first: a claimed trial never exists without one, so a worker
                 # killed right after claiming still leaves a trial that goes stale.
-                self.storage.record_heartbeat(t._trial_id)
+                trial_id = trial_id_of(t)
+                self.storage.record_heartbeat(trial_id)
                 try:
-                    if not self.storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):
+                    if not self.storage.set_trial_state_values(trial_id, TrialState.RUNNING):
                         continue
                 except optuna.exceptions.UpdateFinishedTrialError:
                     continue
-                record_trial(self.storage, t._trial_id, worker=identity)
+                record_trial(self.storage, trial_id, worker=identity)
                 if self._is_duplicate(t):
-                    record_trial(self.storage, t._trial_id, status=TrialStatus.DUPLICATE.value)
-                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                    record_trial(self.storage, trial_id, status=TrialStatus.DUPLICATE.value)
+                    self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
                     continue
-                return optuna.trial.Trial(self.study, t._trial_id)
+                return trial_for_id(self.study, trial_id)
         return None
 
     def _is_duplicate(self, claimed) -> bool:
@@ -379,11 +381,11 @@ class VariantTrials:
         is FAIL for good; its slot was queued as a new trial)."""
         from optuna.trial import TrialState
 
-        return self.storage.get_trial(trial._trial_id).state == TrialState.RUNNING
+        return self.storage.get_trial(trial_id_of(trial)).state == TrialState.RUNNING
 
     def record(self, trial, **facts: Any) -> None:
         """Record facts of a claimed trial (study.ledger; refused by Optuna once it is finished)."""
-        record_trial(self.storage, trial._trial_id, **facts)
+        record_trial(self.storage, trial_id_of(trial), **facts)
 
     def release(self, trial, reason: str) -> bool:
         """Queue a claimed trial again now: the same trial back to WAITING (same params,
@@ -394,8 +396,8 @@ class VariantTrials:
         from optuna.trial import TrialState
 
         try:
-            record_trial(self.storage, trial._trial_id, reason=reason)
-            return self.storage.set_trial_state_values(trial._trial_id, TrialState.WAITING)
+            record_trial(self.storage, trial_id_of(trial), reason=reason)
+            return self.storage.set_trial_state_values(trial_id_of(trial), TrialState.WAITING)
         except optuna.exceptions.UpdateFinishedTrialError:
             return False
 
@@ -405,7 +407,7 @@ class VariantTrials:
         from optuna.trial import TrialState
 
         try:
-            record_trial(self.storage, trial._trial_id, **facts, status=TrialStatus(status).value)
+            record_trial(self.storage, trial_id_of(trial), **facts, status=TrialStatus(status).value)
             if status == TrialStatus.FINISHED:
                 self.study.tell(trial, value)
             elif status == TrialStatus.PRUNED:

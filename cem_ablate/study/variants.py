@@ -41,6 +41,7 @@ class Variant:
     role: str = "variant"  # "variant", "baseline" when only added as someone's baseline, or "proxy"
     lr_grid: tuple[float, ...] | None = None  # this variant's own grid (a transfer target: the proxy's lr*)
     proxy: str | None = None  # lr_search method transfer: the key of the variant's proxy (`proxies`)
+    family: str | None = None  # forecast: the variant's name without its ladder width (one law per family)
 
     @property
     def variant_key(self) -> str:
@@ -70,6 +71,7 @@ class ExpandedStudy:
     variants: list[Variant]
     mapping: dict[str, Any] = field(repr=False)  # the resolved study file (scale + --set applied), for the record
     proxies: list[Variant] = field(default_factory=list)  # lr_search method transfer: each variant's proxy
+    forecast_targets: list[Variant] = field(default_factory=list)  # forecast: each family at the target (never trained)
 
     @property
     def study_hash(self) -> str:
@@ -120,6 +122,7 @@ class _Draft:
     run: dict[str, Any]
     origins: dict[str, str]  # dotted run-config key -> study-file key that set it (for errors)
     labels: dict[str, str]  # what the UI filters on: variant name and axis values
+    family: str | None = None  # forecast: the name without the ladder width
 
 
 def _drafts(spec: StudySpec) -> Iterator[_Draft]:
@@ -138,7 +141,16 @@ def _drafts(spec: StudySpec) -> Iterator[_Draft]:
             parts += [f"{short_key(k)}={_format_value(v)}" for k, v in axis_values.items()]
             name = ",".join(parts) or spec.name
             run = _apply(run, vspec.set if vspec is not None else {}, origins, name)
-            yield _Draft(name, _apply(run, axis_values, origins, name), origins, labels)
+            run = _apply(run, axis_values, origins, name)
+            if spec.forecast is None:
+                yield _Draft(name, run, origins, labels)
+                continue
+            for j, rung in enumerate(spec.forecast.ladder):  # the ladder owns the width
+                width = rung["model.d_model"]
+                rung_origins = origins | {k: f"forecast.ladder[{j}].{k}" for k in rung}
+                rung_name = f"{name},d_model={width}"
+                yield _Draft(rung_name, _apply(run, rung, rung_origins, rung_name), rung_origins,
+                             labels | {"model.d_model": str(width)}, family=name)
 
 
 def _baseline_draft(draft: _Draft, name: str, overrides: dict[str, Any]) -> _Draft:
@@ -147,20 +159,23 @@ def _baseline_draft(draft: _Draft, name: str, overrides: dict[str, Any]) -> _Dra
     axis_part = [f"{short_key(k)}={v}" for k, v in labels.items()]
     origins = draft.origins | {k: f"baselines.{name}.{k}" for k in overrides}
     label = ",".join([name] + axis_part)
-    return _Draft(label, _apply(draft.run, overrides, origins, label), origins, {"variant": name} | labels)
+    family = None if draft.family is None else ",".join(
+        [name] + [f"{short_key(k)}={v}" for k, v in labels.items() if k != "model.d_model"])
+    return _Draft(label, _apply(draft.run, overrides, origins, label), origins, {"variant": name} | labels, family)
 
 
 def _named_by_what_it_keeps(draft: _Draft, overrides: dict[str, Any]) -> _Draft:
     """A baseline named after the variant settings it keeps (`llama,d_model=32,d_mlp=88`):
     variants that set d_model themselves give one baseline per width, all `llama` by the
     axis-only name, and a name that stands for several configs merged them in the report
-    read by study name, the plots' legends and the tables (2026-11-26)."""
+    read by study name, the plots' legends and the tables."""
     def overridden(key: str) -> bool:
         return any(key == o or key.startswith(o + ".") for o in overrides)
 
     kept = [k for k, origin in draft.origins.items() if origin.startswith("variants[") and not overridden(k)]
     parts = [f"{short_key(k)}={_format_value(get_dotted(draft.run, k))}" for k in kept]
-    return dataclasses.replace(draft, name=",".join([draft.name] + parts))
+    family = None if draft.family is None else ",".join([draft.family] + parts)
+    return dataclasses.replace(draft, name=",".join([draft.name] + parts), family=family)
 
 
 def _validate(draft: _Draft, probe_lr: float, probe_seed: int) -> RunConfig:
@@ -199,7 +214,8 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
         if key in by_key:
             raise ConfigError("variants" if spec.variants else "axes",
                               f"variant {draft.name!r} has the same run config as {by_key[key].name!r}.")
-        by_key[key] = Variant(draft.name, f"{slug(draft.name)}-{key}", config, draft.labels, {}, "variant")
+        by_key[key] = Variant(draft.name, f"{slug(draft.name)}-{key}", config, draft.labels, {}, "variant",
+                              family=draft.family)
         variants.append(by_key[key])
         drafts_by_key[by_key[key].key] = draft
     # Baselines after all variants, so a baseline equal to a listed variant reuses it.
@@ -221,7 +237,7 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
             if len(configs_of[base_draft.name]) > 1 or base_draft.name in listed:
                 base_draft = _named_by_what_it_keeps(base_draft, overrides)
             by_key[key] = Variant(base_draft.name, f"{slug(base_draft.name)}-{key}", config,
-                                  base_draft.labels, {}, "baseline")
+                                  base_draft.labels, {}, "baseline", family=base_draft.family)
             variants.append(by_key[key])
             drafts_by_key[by_key[key].key] = base_draft
         # a variant is not its own baseline, nor compared twice with one variant (reuse at
@@ -231,7 +247,27 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
     if spec.lr_search.pruner != "none":
         _check_pruning_runs_in_process(variants)
     proxies = _proxies(spec, variants, drafts_by_key, probe_lr, probe_seed) if spec.lr_search.method == "transfer" else []
-    return ExpandedStudy(spec, variants, mapping if mapping is not None else to_dict(spec), proxies)
+    targets = _forecast_targets(spec, variants, drafts_by_key, probe_lr, probe_seed) if spec.forecast else []
+    return ExpandedStudy(spec, variants, mapping if mapping is not None else to_dict(spec), proxies, targets)
+
+
+def _forecast_targets(spec: StudySpec, variants: list[Variant], drafts: dict[str, _Draft], probe_lr: float,
+                      probe_seed: int) -> list[Variant]:
+    """`forecast:` each family (a variant or baseline across the ladder) at the target size,
+    validated like any variant (its parameters are counted, it is never trained)."""
+    overrides = spec.forecast.target
+    out: dict[str, Variant] = {}
+    for variant in variants:
+        if variant.family in out:
+            continue
+        draft = drafts[variant.key]
+        origins = draft.origins | {k: f"forecast.target.{k}" for k in overrides}
+        target = _Draft(f"{variant.family}@target", _apply(draft.run, overrides, origins, variant.family), origins,
+                        draft.labels, variant.family)
+        config = _validate(target, probe_lr, probe_seed)
+        out[variant.family] = Variant(target.name, f"{slug(variant.family)}-target-{config.variant_key()}", config,
+                                      draft.labels, {}, "forecast_target", family=variant.family)
+    return list(out.values())
 
 
 def _proxies(spec: StudySpec, variants: list[Variant], drafts: dict[str, _Draft], probe_lr: float,

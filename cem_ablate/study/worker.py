@@ -1,8 +1,8 @@
 """The worker loop: claim a queued trial of some variant, train it, repeat.
 
-    python -m cem_ablate.study.worker PLAN --index I
+    python -m cem_ablate.study.worker PAYLOAD --index I
 
-runs one worker process over a plan the coordinator wrote (`write_plan`: the validated
+runs one worker process over the payload the coordinator wrote (`write_worker_payload`: the validated
 study and its settings, pickled: typed objects, so nothing is parsed again). Any number
 of workers (processes, machines) run this loop against one storage.
 Variants are visited round-robin, starting at a different one per worker, so
@@ -30,6 +30,7 @@ from pathlib import Path
 from cem_ablate import registry
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import HeartbeatThread, worker_identity
 from cem_ablate.training.preemption import STOP, STOP_SIGNALS
@@ -75,9 +76,9 @@ def _work(session, worker_index, on_start, on_end) -> list[TrialRecord]:
         turn = variants.index(variant) + 1
         # Heartbeat from the claim on, not only while training: the trial's MLflow child,
         # imports and config come first, and a claimed trial that stays silent past the
-        # grace period is taken for dead and trained twice (seen on the issue-13 rig).
+        # grace period is taken for dead and trained twice (seen on the multi-host test rig).
         trials = session.trials[variant.key]
-        with HeartbeatThread(session.storage, trial._trial_id, lambda: trials.is_live(trial)):
+        with HeartbeatThread(session.storage, trial_id_of(trial), lambda: trials.is_live(trial)):
             if on_start is not None:
                 on_start(variant.name, trial)
             outcome = run_trial(session, variant, trial)
@@ -108,7 +109,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*weights_only.*")
 
 
-def write_plan(path: Path, expanded, settings) -> Path:
+def write_worker_payload(path: Path, expanded, settings) -> Path:
     """What a worker process needs, written once by the coordinator (atomically, 0600).
     The settings' URLs carry no password (tracking.credentials): the workers find it in
     the environment they inherit."""
@@ -124,17 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     from cem_ablate.study.session import StudySession
 
     parser = argparse.ArgumentParser(prog="python -m cem_ablate.study.worker",
-                                     description="One study worker over a plan written by `cem-ablate study`.")
-    parser.add_argument("plan", help="the plan file (<workdir>/<study>/plan-<hash>-<host>-<pid>.pkl)")
+                                     description="One study worker over a payload written by `cem-ablate study`.")
+    parser.add_argument("payload", help="the payload file (<workdir>/<study>/worker-payload-<hash>-<host>-<pid>.pkl)")
     parser.add_argument("--index", type=int, default=0, help="worker index (spreads the variants' order)")
     args = parser.parse_args(argv)
-    # Load the zoo and the plugins through their entry points BEFORE unpickling: the plan's
+    # Load the zoo and the plugins through their entry points BEFORE unpickling: the payload's
     # option classes import their modules, and a module imported outside `load_components`
     # registers without its plugin's name and version, so this process's trial keys (code
     # fingerprint) would differ from the coordinator's and every trial it finishes would
     # look stale there.
     registry.load_components()
-    expanded, settings = pickle.loads(Path(args.plan).read_bytes())  # our own file, written by write_plan
+    expanded, settings = pickle.loads(Path(args.payload).read_bytes())  # our own file, written by write_worker_payload
     set_torch_threads(settings.threads)
     quiet_lightning()
     try:

@@ -4,8 +4,8 @@ The parents' full-precision metrics (`delta_vs_<baseline>`, `.../p_holm`, `.../l
 are what the report and `readback` use, and `stats.json` holds everything. Their names
 do not fit MLflow 3.17's 100 px columns (`delta_vs_llama/p_holm` is cut to
 `delta_vs_llama/`) and their values print unrounded (`-0.1489362…`). So each parent also
-carries the display columns below (issue 30): per baseline `<b>` of the variant, the
-headline test (both sides at the baseline's lr* grid point, `study.verdicts`), values at
+carries the display columns below, which the runs table shows whole: per baseline `<b>` of
+the variant, the headline test (both sides at the baseline's lr* grid point, `study.verdicts`), values at
 4 significant digits, names short enough for their header:
 
     Δ <b>          metric  Δ = variant − baseline (the objective is minimized: < 0 is better)
@@ -29,7 +29,7 @@ import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-SIGNIFICANT = 4  # digits of a display metric (the issue's "<= 4 significant digits")
+SIGNIFICANT = 4  # digits of a display metric: enough to compare, short enough for the column
 INTERVAL_SIGNIFICANT = 3  # digits of each end of the CI tag: the interval fits its column
 ADJUSTED = {"holm": "Holm p", "none": "design p"}  # statistics.correction -> the adjusted p's name
 LR_OPT = "lr opt"

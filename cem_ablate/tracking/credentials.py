@@ -2,7 +2,7 @@
 
 A `--storage postgresql://user:password@host/db` or `--tracking-uri
 http://user:password@host:5000` is split at the command line's edge
-(`without_password`): the rest of the platform (plans, run folders, Optuna and MLflow
+(`without_password`): the rest of the platform (worker payloads, run folders, Optuna and MLflow
 records, logs) only ever sees the URL without its password, and the password goes into
 this process's environment, which the study's worker processes and the training
 subprocesses inherit (readable only by the user: /proc/<pid>/environ is 0400). The

@@ -1,7 +1,7 @@
 """The local SQLite stores (`mlruns/mlflow.db`, `mlruns/optuna.db`) and the files beside
 them: private, created once under a lock, and refused with one line when damaged.
 
-- Private: a study writes its stores, artifacts, run folders, logs and plan with the
+- Private: a study writes its stores, artifacts, run folders, logs and worker payload with the
   user's permissions only (`private_files`: umask 077, so files 0600 and folders 0700;
   they hold configurations, user names and paths), and a store file made by an older
   version is narrowed to 0600 when opened (`make_private`).
@@ -75,7 +75,7 @@ def creation_lock(db: Path) -> Iterator[None]:
         os.close(fd)
 
 
-_CHECKED: set[Path] = set()  # once per process: quick_check reads the whole file (~2.6 s for 135 MB, loaded CPU)
+_CHECKED: set[Path] = set()  # once per process: quick_check reads the whole file (seconds for a large store)
 
 
 def check_readable(db: Path, option: str, what: str) -> None:

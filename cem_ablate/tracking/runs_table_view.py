@@ -31,8 +31,8 @@ RUN_NAME, DURATION = "attributes.`Run Name`", "duration"  # the runs table's own
 # so far and the usual widest value (`comparison_columns.wide_value`): the browser keeps
 # the view it got on its first visit, maybe while the study's first trials train.
 # These are Arial's metrics (Liberation Sans on Linux; the UI's font stack asks for
-# Helvetica/Arial). A Linux box whose only fonts are DejaVu draws the headers ~30% wider
-# (7.9 px per character, measured 2026-11-26): four answer headers are then cut at 1600 px,
+# Helvetica/Arial). A Linux box whose only fonts are DejaVu draws the headers wider
+# (7.9 px per character): four answer headers are then cut at 1600 px,
 # and widths for DejaVu would not fit the answer columns in 1600 px at all.
 HEADER_CHAR_PX = 6.5
 VALUE_CHAR_PX = 5.7

@@ -1,7 +1,8 @@
 """An `mlflow server` process on a store: the UI of `cem-ablate ui` (and a tracking
 server for tests and clusters).
 
-One worker and job execution off: ready in ~12 s instead of ~50 s (NOTES). The server
+One worker and job execution off: ready several times sooner (measured: see
+docs/lab-notes/from-code-comments.md). The server
 runs in its own process group, so stopping it stops every helper process it started.
 """
 

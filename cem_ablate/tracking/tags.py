@@ -14,6 +14,7 @@ AXES = "cem_ablate.axes"  # JSON list of the axis labels of this study
 BASELINE_PREFIX = "cem_ablate.baseline."  # + baseline name -> variant key of the baseline
 TRIAL_KEY = "cem_ablate.trial_key"  # RunConfig.trial_key(): one child run per trial
 SLOT = "cem_ablate.slot"
+RUN_DIR = "cem_ablate.run_dir"  # a trial's run folder: what `cem-ablate export`, `generate` and `eval` take
 STATUS = "cem_ablate.status"  # a run's outcome (a TrialStatus string; written by tracking.outcome only)
 PROGRESS = "cem_ablate.progress"  # a variant's (parent run's) progress: running / done
 REASON = "cem_ablate.reason"

@@ -3,7 +3,7 @@
 MLflow 3.17.2's UI decides between its GenAI and model-training pages from the URL
 (`?workflowType=`) or the browser's stored toggle, default GenAI; it does not consult
 the experiment tag `mlflow.experimentKind` (a hard-coded feature flag in its bundled
-JS, read 2026-11-23). Its runs table shows Source/Models/Dataset until a user adds
+JS). Its runs table shows Source/Models/Dataset until a user adds
 columns, every added column 100 px wide whatever its header; and on a local server its
 assistant panel opens by itself on the first visit, taking a quarter of the width.
 

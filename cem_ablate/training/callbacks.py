@@ -1,7 +1,8 @@
 """Callbacks of the engine: throughput and MFU, periodic checkpoints, plain progress lines.
 
-None of them waits for the device on an ordinary step (issue 20): they act on the
-logging and checkpoint steps, where a sync happens anyway."""
+None of them waits for the device on an ordinary step (a sync would make the GPU wait for
+Python, `training.recipe`): they act on the logging and checkpoint steps, where a sync
+happens anyway."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 class ThroughputMonitor(L.Callback):
     """Tokens/s and MFU over training time only (validation and checkpoints excluded),
-    without a host sync on ordinary steps (issue 20).
+    without a host sync on ordinary steps (a sync would make the GPU wait for Python).
 
     Time is measured in *spans* of consecutive training batches. A span opens at a
     batch's start and closes, with one device sync, on steps that sync anyway (those

@@ -1,4 +1,4 @@
-"""Checkpoints that are resumed only when they are exactly what the run wrote (issue 28).
+"""Checkpoints that are resumed only when they are exactly what the run wrote.
 
     <run_dir>/checkpoints/last.ckpt       the newest step-boundary checkpoint
     <run_dir>/checkpoints/previous.ckpt   the one before it: the fallback

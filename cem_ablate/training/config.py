@@ -49,27 +49,28 @@ class TrainConfig:
     eval_batch_size: int | None = None  # null: batch_size
     token_budget: int | str | None = None  # tokens, e.g. 2e6, or "chinchilla" (SPEC §7)
     max_steps: int | None = None  # optimizer steps; exclusive with token_budget
-    warmup_frac: float = 0.05
-    final_lr_frac: float = 0.1
-    weight_decay: float = 0.1
+    warmup_frac: float = 0.05  # linear warmup over this fraction of the steps (SPEC §7)
+    final_lr_frac: float = 0.1  # the cosine decays to lr x this at the last step
+    weight_decay: float = 0.1  # AdamW's, on matrices and embeddings only (SPEC §7)
     decay_preconditioner: bool = False  # weight decay on preconditioner p, U, V too (SPEC §7: not decayed)
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-9
-    grad_clip: float = 1.0
-    seed: int = 0
-    devices: int = 1
-    num_nodes: int = 1
-    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = "auto"
+    betas: tuple[float, float] = (0.9, 0.95)  # AdamW's (beta1, beta2)
+    eps: float = 1e-9  # AdamW's epsilon
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    seed: int = 0  # model init and data order; a study sets it per trial (seeds)
+    devices: int = 1  # processes (GPUs or CPU processes) per node; > 1 trains with DDP
+    num_nodes: int = 1  # machines of a multi-node DDP run
+    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = "auto"  # auto: a GPU when there is one, else the CPU
+    # Lightning's precision; auto: bf16-mixed on GPUs that support it (the paper's recipe), else fp32
     precision: Literal["auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed"] = "auto"
     compile: bool = False  # torch.compile each block, and the head + loss unit as one graph
     # head + loss (training/head_loss.py): chunked never holds the full (tokens, vocab) logits;
     # auto = chunked on CUDA, plain elsewhere (CPU losses bit-identical to earlier versions)
     loss_impl: Literal["auto", "chunked", "plain"] = "auto"
-    val_every_n_steps: int = 50
+    val_every_n_steps: int = 50  # optimizer steps between validations
     val_batches: int = 20  # per device, per validation
     test_batches: int | None = None  # per device; null: the whole test split
-    ckpt_every_n_steps: int = 50
-    log_every_n_steps: int = 10
+    ckpt_every_n_steps: int = 50  # optimizer steps between checkpoints (a killed run resumes from the last)
+    log_every_n_steps: int = 10  # optimizer steps between logged training metrics
     threads: int | None = None  # torch intra-op threads per process; null: torch's default
 
     def validate(self, path: str) -> None:

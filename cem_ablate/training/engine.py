@@ -40,14 +40,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget, resolve_budget
 from cem_ablate.training.child_process import die_with_parent
-from cem_ablate.training.config import RunConfig, parse_run_config
+from cem_ablate.training.config import RunConfig
 from cem_ablate.training.lease import Lease, LeaseLost
 from cem_ablate.training.preemption import STOP, Preempted, signal_name
 from cem_ablate.training.result import TrainResult
@@ -56,11 +56,14 @@ from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
 # The exit code of `python -m cem_ablate.training.launch` for a preempted run (EX_TEMPFAIL:
 # "try again later"): the run saved its checkpoint and wrote no result.
 PREEMPTED_EXIT = 75
+if TYPE_CHECKING:  # Lightning loads only when a run trains (dry runs stay fast)
+    from cem_ablate.training.tasks import Task
 
 
 @dataclass(frozen=True)
-class RunPlan:
-    """What a run will do, known without training: for printing and dry runs."""
+class ResolvedRun:
+    """A validated run with what it resolves to before training (token budget, model
+    report): for `cem-ablate train --dry-run` and the study's cost estimates."""
 
     config: RunConfig
     budget: Budget
@@ -73,16 +76,17 @@ class RunPlan:
         return self.report.train_flops_per_token * self.budget.tokens
 
 
-def plan_run(cfg: RunConfig | Mapping[str, Any]) -> RunPlan:
-    from cem_ablate.training.networks import plan_network
+def resolve_run(cfg: RunConfig) -> ResolvedRun:
+    """`cfg` with its token budget and model report (the model built on the meta device: no
+    memory, no training)."""
+    from cem_ablate.training.networks import describe_network
 
-    cfg = parse_run_config(cfg)
-    report, model_config = plan_network(cfg)
-    return RunPlan(cfg, resolve_budget(cfg), report, model_config)
+    report, model_config = describe_network(cfg)
+    return ResolvedRun(cfg, resolve_budget(cfg), report, model_config)
 
 
 def train_run(
-    cfg: RunConfig | Mapping[str, Any],
+    cfg: RunConfig,
     *,
     run_dir: str | Path,
     tracking_uri: str | None = None,
@@ -94,7 +98,6 @@ def train_run(
     ddp_in_process: bool = False,
     lease: Lease | None = None,
 ) -> TrainResult:
-    cfg = parse_run_config(cfg)
     folder = RunDirectory(run_dir, lease)
     if resume and (ended := folder.finished_result(cfg)) is not None:
         return ended
@@ -122,7 +125,7 @@ class _Session:
         self.owns_run = mlflow_run_id is None  # a handed-in run (a study's trial) is the caller's to end
         self.budget = resolve_budget(cfg, _tokenizer_vocab_size(cfg))
         self.logger = None
-        self.task = None
+        self.task: Task | None = None
         self.trainer = None
         self.throughput = None
         self.stopper = None
@@ -209,18 +212,23 @@ class _Session:
         if trainer.interrupted:
             raise KeyboardInterrupt
         files.save(trainer)
-        self._stop_if_asked(trainer.global_step)  # a signal during the last step or the final validation
+        return self._result(TrialStatus.FINISHED, metrics=self._final_metrics(trainer, task))
+
+    def _final_metrics(self, trainer, task) -> dict[str, float]:
+        """The final validation (unless the last step had one) and the test, after the last
+        checkpoint; a stop signal before or during them stops the run at the last step."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        self._stop_if_asked(trainer.global_step)  # a signal during the last step or its validation
         metrics = _floats(trainer.callback_metrics)
         try:  # Lightning's own SIGTERM handling is back for these two (training.preemption)
-            if getattr(task.module, "last_val_step", None) != trainer.global_step:
+            if task.module.last_val_step != trainer.global_step:
                 metrics |= _floats(trainer.validate(task.module, datamodule=task.datamodule, verbose=False)[0])
                 self._stop_if_asked(trainer.global_step)
             metrics |= _floats(trainer.test(task.module, datamodule=task.datamodule, verbose=False)[0])
         except SIGTERMException:
             raise Preempted("SIGTERM", trainer.global_step) from None
-        return self._result(TrialStatus.FINISHED, metrics=metrics)
+        return metrics
 
     def _stop_if_asked(self, step: int) -> None:
         """After training (checkpoint saved): stop here if a stop signal reached any rank
@@ -257,16 +265,17 @@ class _Session:
     def _result(self, status: TrialStatus, metrics: Mapping[str, float] | None = None,
                 error: str | None = None) -> TrainResult:
         metrics = metrics or {}
-        module = self.task.module if self.task else None
+        module = self.task.module if self.task else None  # None: the run failed before its module was built
+        diverged_step = module.diverged_step if module is not None else None
         trainer = self.trainer
         steps = trainer.global_step if trainer else 0
-        if getattr(module, "diverged_step", None) is not None:
-            steps = module.diverged_step  # the non-finite step trained nothing
+        if diverged_step is not None:
+            steps = diverged_step  # the non-finite step trained nothing
         return TrainResult(
             status=status,
             steps=steps,
             tokens_seen=steps * self.budget.tokens_per_step,
-            train_loss=getattr(module, "last_train_loss", math.nan),
+            train_loss=module.last_train_loss if module is not None else math.nan,
             val_loss=metrics.get("val_loss", math.nan),
             val_ppl=metrics.get("val_ppl", math.nan),
             test_loss=metrics.get("test_loss", math.nan),
@@ -277,7 +286,7 @@ class _Session:
             mfu=self.throughput.mfu if self.throughput else math.nan,
             params=self.task.report.params_total if self.task else 0,
             flops_per_token=self.task.report.flops_per_token if self.task else 0.0,
-            diverged_step=getattr(module, "diverged_step", None),
+            diverged_step=diverged_step,
             error=error,
             mlflow_run_id=self.logger.run_id if self.logger else self.mlflow_run_id,
             run_dir=str(self.folder.path),

@@ -4,14 +4,14 @@
 
 One owner for the step's last part: the training module (`LanguageModelModule`) and
 the benchmark's step (`bench.train_step`) both call `head_loss_unit`, so the bench
-times exactly what training runs (issue 20, "training = bench").
+times exactly what training runs ("training = bench").
 
 Two implementations of the same function (mean cross-entropy over the targets that
 are not `ignore_index`, on logits upcast to at least float32, SPEC §7):
 
 - `plain`: `cross_entropy(lm_head(norm(h)).float(), targets)`, autograd as usual. It
   materializes the (N, vocab) logits and their fp32 copy and gradient: at 16,384 tokens
-  x 32,000 words that is ~19 GB of memory traffic per step on a GPU (issue 20).
+  x 32,000 words that is ~19 GB of memory traffic per step on a GPU.
 - `chunked`: the tokens are cut into chunks of `chunk_tokens` rows; each chunk's
   logits are computed, reduced to its loss, and turned straight into the gradients of
   the normed hidden states and of the head weight (softmax - one-hot, the closed form

@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
+    from cem_ablate.training.config import parse_run_config
     from cem_ablate.training.engine import PREEMPTED_EXIT, train_run
     from cem_ablate.training.preemption import Preempted
     from cem_ablate.training.run_directory import RunDirectory
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = RunDirectory(args.run_dir)
     try:
         result = train_run(
-            load_yaml(folder.config_file), run_dir=folder.path, tracking_uri=args.tracking_uri,
+            parse_run_config(load_yaml(folder.config_file)), run_dir=folder.path, tracking_uri=args.tracking_uri,
             experiment=args.experiment, mlflow_run_id=args.mlflow_run_id,
             resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
         )

@@ -1,4 +1,4 @@
-"""Who may still write a run's files: the lease on a run folder (issue 28, fencing).
+"""Who may still write a run's files: the lease on a run folder (fencing).
 
 A study trial is trained under a claim (its Optuna trial, RUNNING). When a worker
 stops (SIGSTOP, a frozen machine) past the grace period, its claim is failed as stale

@@ -23,7 +23,7 @@ def build_network(cfg: RunConfig, vocab_size: int | None = None) -> tuple[nn.Mod
         from cem_ablate.training.gp_regressor import GPRegressor
 
         return GPRegressor(cfg.model, cfg.data.gp.dim), None
-    from cem_ablate import build_model
+    from cem_ablate.model.assembly import build_model
 
     model_config = cfg.training_model(vocab_size)
     return build_model(model_config), model_config
@@ -35,22 +35,22 @@ def network_report(cfg: RunConfig, model: nn.Module) -> ModelReport:
     return model_report(model, cfg.data.block_size)
 
 
-_PLANS: dict[str, tuple[ModelReport, ModelConfig | None]] = {}
+_DESCRIPTIONS: dict[str, tuple[ModelReport, ModelConfig | None]] = {}
 
 
-def plan_network(cfg: RunConfig) -> tuple[ModelReport, ModelConfig | None]:
+def describe_network(cfg: RunConfig) -> tuple[ModelReport, ModelConfig | None]:
     """Parameter counts and FLOPs without allocating weights (meta device). Remembered per
-    process by the sections they depend on (model, data): a dry run plans every variant, and a
-    transfer's costs plan it again as proxy, target and grid, while building a model on the meta
-    device still runs every init (~0.1 s a model). Measured on the figure studies'
-    transfer-cost test: 366 plans, 225 distinct, 43 s -> 21 s."""
+    process by the sections they depend on (model, data): a dry run describes every variant, and a
+    transfer's costs describe it again as proxy, target and grid, while building a model on the meta
+    device still runs every init (measured: remembering halves the figure studies'
+    transfer-cost test; figures in docs/lab-notes/from-code-comments.md)."""
     mapping = cfg.to_mapping()
     key = digest({"model": mapping["model"], "data": mapping["data"]})
-    if key not in _PLANS:
+    if key not in _DESCRIPTIONS:
         with torch.device("meta"):
             model, model_config = build_network(cfg)
-        _PLANS[key] = (network_report(cfg, model), model_config)
-    report, model_config = _PLANS[key]
+        _DESCRIPTIONS[key] = (network_report(cfg, model), model_config)
+    report, model_config = _DESCRIPTIONS[key]
     # a copy: callers own their report (its dicts are mutable)
     return dataclasses.replace(report, params_by_component=dict(report.params_by_component),
                                flops_by_module=dict(report.flops_by_module)), model_config

@@ -5,7 +5,8 @@ The training recipe (`RecipeModule.configure_optimizers`) and the benchmark's st
 times the optimizer training runs.
 
 Kernel: on CUDA, `fused=True` (one kernel for every parameter's update instead of
-foreach's several multi-tensor passes; issue 20 estimates 1-2 ms of a 40 ms 86M step).
+foreach's several multi-tensor passes; estimated a few percent of an 86M GPU step, see
+docs/lab-notes/from-code-comments.md).
 Elsewhere torch's own default, unchanged (on CPU the single-tensor loop: fused CPU
 AdamW exists but would change CPU results and timings that earlier runs recorded).
 Kept free of Lightning imports: the bench imports it.

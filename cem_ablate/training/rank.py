@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 # The variables Lightning's `_get_rank` reads: without any of them it answers "no
-# launcher" (rank 0), so the ~10 s Lightning import is skipped (dry runs, --help).
+# launcher" (rank 0), so the slow Lightning import is skipped (dry runs, --help).
 _LAUNCHER_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 

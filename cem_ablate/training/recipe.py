@@ -12,8 +12,8 @@ Divergence: a non-finite training loss on any rank stops the run cleanly. All ra
 agree on it (one all-reduce of a flag), skip the update, record the step, and ask
 the Trainer to stop; the engine then reports status `diverged` instead of raising.
 
-No host sync on ordinary steps (issue 20: reading the loss every step made the GPU
-wait for Python, so training ran slower than the bench). The loss is watched on the
+No host sync on ordinary steps (reading the loss every step made the GPU wait for
+Python, so training ran slower than the bench). The loss is watched on the
 device: the first non-finite step and the last finite loss are kept in small tensors
 and read only on *check steps*: steps that log (every `log_every_n_steps`), validate,
 checkpoint, or end the run. Between two check steps a non-finite loss still updates

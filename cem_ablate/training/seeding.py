@@ -3,8 +3,8 @@ pairing check (study/pairing.py), which must build the same initial weights.
 
 This is what `lightning.seed_everything(seed, workers=True, verbose=False)` does
 (lightning 2.6, fabric/utilities/seed.py), written out so that seeding does not import
-Lightning: the import costs a process 6-12 s on 2 cores (it imports torchmetrics, which
-imports transformers and scipy.signal, and torch._dynamo; measured 2026-11-26), and a
+Lightning: the import costs a process seconds on 2 cores (it imports torchmetrics, which
+imports transformers and scipy.signal, and torch._dynamo), and a
 study's coordinator and `cem-ablate report` paid it only to seed the pairing check. The
 two environment variables are Lightning's: its Trainer reads PL_SEED_WORKERS to seed
 DataLoader workers, and PL_GLOBAL_SEED is the seed it reports. tests/training/test_seeding.py

@@ -12,12 +12,13 @@ from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import RunConfig
 from cem_ablate.training.networks import build_network, network_report
+from cem_ablate.training.recipe import RecipeModule
 
 
 @dataclass
 class Task:
     datamodule: L.LightningDataModule
-    module: L.LightningModule
+    module: RecipeModule  # the engine reads its divergence and validation fields directly
     report: ModelReport
     data_facts: dict[str, Any]
 

@@ -1,5 +1,5 @@
 """The decision rule is calibrated: simulated null comparisons, Holm families and the
-coverage of the Δ intervals (issue 18's acceptance).
+coverage of the Δ intervals.
 
 The simulations here are independent of `analysis.power`'s simulator: scipy.stats'
 t-tests vectorized over thousands of simulated comparisons, thresholded at the

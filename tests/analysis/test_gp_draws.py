@@ -1,4 +1,4 @@
-"""Table 3's draws as the unit (issue 21): intervals over draws, the exact-GP floor."""
+"""Table 3's draws as the unit (SPEC §9): intervals over draws, the exact-GP floor."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""lr* and objective* intervals cover the true optimum (issue 18): >= 0.90 at nominal
+"""lr* and objective* intervals cover the true optimum: >= 0.90 at nominal
 0.95 for n >= 3, simulated on studies like the paper's and the CPU studies.
 
 Generative model, per simulated study: the paper's grid [5e-4 .. 8e-3] (five points,

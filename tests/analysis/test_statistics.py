@@ -116,7 +116,8 @@ def test_variant_statistics_survive_a_json_round_trip():
         back = VariantStatistics.from_dict(json.loads(json.dumps(statistics.to_dict())))
         assert back == statistics
     assert back.stats.optimum.interval_note.startswith("n too small")
-    # stats.json of a study before issue 18: the bootstrap intervals and old paired Δs read back.
+    # stats.json written before the calibrated intervals and `study.verdicts`: the bootstrap
+    # intervals and old paired Δs read back.
     old = statistics.to_dict()
     old["stats"]["optimum"].pop("interval_note")
     old["stats"]["optimum"]["lr_interval"] = {"low": 1e-3, "high": 2e-3, "level": 0.95,

@@ -1,4 +1,4 @@
-"""The width study's analysis (issue 21): against scipy, and its intervals' coverage."""
+"""The width study's analysis: against scipy, and its intervals' coverage."""
 
 import math
 

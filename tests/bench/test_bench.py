@@ -20,7 +20,7 @@ from cem_ablate.bench.config import BenchConfig
 from cem_ablate.bench.variants import model_mapping, parse_variant
 from cem_ablate.cli.main import main
 from cem_ablate.config.errors import ConfigError
-from cem_ablate.model import build_model
+from cem_ablate import build_model
 
 
 def test_variant_names_map_to_model_configs():
@@ -40,7 +40,7 @@ def test_variant_names_map_to_model_configs():
 
 
 def test_energy_lens_variants_map_to_model_configs():
-    """Issue 19's options as bench variants: momentum modifiers, the velocity stream, the
+    """The energy-lens options (SPEC §11) as bench variants: momentum modifiers, the velocity stream, the
     parallel Hopfield block, and model options in the `label={yaml}` form."""
     hb = parse_variant("cem_attn_t2_hb")
     assert hb.sublayers["attention"] == {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank",
@@ -282,7 +282,7 @@ def test_quick_bench_end_to_end(tmp_path, capsys):
                  "--markdown", str(tmp_path / "bench.md")])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "| tiny | cem_attn_t1 | eager | fp32 |" in printed and "Issue-5 and issue-19 targets" in printed
+    assert "| tiny | cem_attn_t1 | eager | fp32 |" in printed and "CPU and energy-lens targets" in printed
     data = json.loads(out.read_text())
     rows = {(r["variant"], r["memory_only"]): r for r in data["rows"]}
     assert set(rows) == {("hf_llama", False), ("llama", False), ("cem_attn_t1", False), ("cem_full_t1", True),
@@ -374,7 +374,7 @@ def _gpu_row(variant, tokens_s, mode="eager", size="86M", peak=None, memory_only
     return row
 
 
-def test_gpu_targets_of_issue_14():
+def test_gpu_targets_speed_flop_bound_mfu_and_memory_per_size():
     from cem_ablate.bench.results import evaluate_gpu_targets
 
     rows = [_gpu_row("hf_llama", 500), _gpu_row("llama", 520), _gpu_row("cem_attn_t1", 460),
@@ -403,7 +403,8 @@ def test_gpu_targets_of_issue_14():
 
 
 def test_cuda_bench_without_a_gpu_is_one_error_line(tmp_path):
-    """Issue 14's CPU acceptance: exit 2, one line saying there is no CUDA device, nothing written."""
+    """Without a GPU, a CUDA bench is an error, not a CPU run: exit 2, one line saying there is
+    no CUDA device, nothing written."""
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     for flags in (["--device", "cuda"], ["--gpu"]):

@@ -1,4 +1,4 @@
-"""`cem-ablate power`: the printed power is scipy's noncentral-t power (issue 18 acceptance)."""
+"""`cem-ablate power`: the printed power is scipy's noncentral-t power."""
 
 import math
 import re

@@ -79,7 +79,7 @@ def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys):
     assert main(["study", str(path), "--workers", "0"]) == 2
     assert capsys.readouterr().err == "error: --workers: must be at least 1, got 0.\n"
     assert main(["study", str(path), "--scale", "huge"]) == 2
-    # this file has no `scale:`: say so, not "unknown scale 'huge'. Allowed: ." (issue 30)
+    # this file has no `scale:`: say so, not "unknown scale 'huge'. Allowed: ."
     assert capsys.readouterr().err == (f"error: {path}: --scale: the study file defines no scales (no `scale:` "
                                        "mapping), so there is no 'huge'.\n")
     assert main(["study", str(path), "--storage", "sqlite:///:memory:"]) == 2

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from cem_ablate.training.config import parse_run_config
 from cem_ablate.training.engine import train_run
 from tests.data.conftest import isolated_cache  # noqa: F401  (session-wide autouse fixture)
 from tests.training.helpers import tiny_run
@@ -79,7 +80,7 @@ def test_kill_9_and_rerun_ends_like_the_uninterrupted_run(tmp_path, isolated_cac
     assert "Restored all states" in rerun.stderr
     resumed = json.loads((run_dir / "result.json").read_text())
 
-    straight = train_run(yaml.safe_load(config.read_text()), run_dir=tmp_path / "straight",
+    straight = train_run(parse_run_config(yaml.safe_load(config.read_text())), run_dir=tmp_path / "straight",
                          tracking_uri=f"sqlite:///{tmp_path / 'other.db'}", progress=False)
     assert resumed["status"] == "finished" and resumed["steps"] == 40
     assert resumed["test_loss"] == pytest.approx(straight.test_loss, abs=1e-4)
@@ -96,8 +97,8 @@ def test_bad_config_is_one_line_and_touches_nothing(tmp_path, isolated_cache):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlruns").exists()
 
 
-def test_dry_run_prints_the_plan(tmp_path, isolated_cache):
-    config = write_config(tmp_path / "plan.yaml")
+def test_dry_run_prints_the_resolved_run(tmp_path, isolated_cache):
+    config = write_config(tmp_path / "dry.yaml")
     done = cli(config, "model.size=86M", "model.vocab_size=32000", "train.max_steps=null",
                "train.token_budget=chinchilla", "--dry-run", cwd=tmp_path, env_cache=isolated_cache)
     assert done.returncode == 0, done.stderr

@@ -59,7 +59,7 @@ def optuna_trials(storage_url: str, study_name: str) -> list[Trial]:
     for summary in storage.get_all_studies():
         if not summary.study_name.startswith(study_name + "/"):  # variants.optuna_study_name
             continue
-        for t in storage.get_all_trials(summary._study_id, deepcopy=False):
+        for t in storage.get_all_trials(storage.get_study_id_from_name(summary.study_name), deepcopy=False):
             worker = t.user_attrs.get("worker") or {}
             out.append(Trial(summary.study_name, str(t.user_attrs.get("slot")), t.state.name,
                              worker.get("host") if isinstance(worker, dict) else None, t.user_attrs.get("status")))

@@ -121,6 +121,6 @@ def check_host_loss(case: HostLoss, postgres, mlflow_server) -> None:
     assert lost.info.status == "FINISHED" and max(steps) == 59
     assert len(steps) >= 59  # a kill right after a checkpoint loses that step's point (test_worker_restart)
     # Steps up to the checkpoint: logged once, whether the survivor resumed from it (shared
-    # disk) or started over on its own disk (issue 28: a resumed or retried attempt logs only
+    # disk) or started over on its own disk (a resumed or retried attempt logs only
     # past the last step its MLflow run already holds, so no point is written twice).
     assert steps[min(steps)] == 1, (case.name, case.shared_workdir, sorted(steps.items()))

@@ -23,7 +23,7 @@ def running_trial_pid(storage_url: str, run_dir: str) -> int | None:
     storage = optuna.storages.RDBStorage(storage_url)
     try:
         for summary in storage.get_all_studies():
-            for t in storage.get_all_trials(summary._study_id, deepcopy=False,
+            for t in storage.get_all_trials(storage.get_study_id_from_name(summary.study_name), deepcopy=False,
                                             states=(optuna.trial.TrialState.RUNNING,)):
                 if t.user_attrs.get("run_dir") == run_dir:
                     return int(t.user_attrs["worker"]["pid"])

@@ -1,4 +1,5 @@
-"""torch.compile handles every registered sublayer without graph breaks (issue 5).
+"""torch.compile handles every registered sublayer without graph breaks
+(the bench's compiled mode and `train.compile` compile with `fullgraph=True`).
 
 One compiled graph covers the whole zoo: blocks of several one-layer models
 (every registered attention and MLP, the CEM options that change the code path,

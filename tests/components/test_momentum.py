@@ -277,7 +277,7 @@ def test_bad_momentum_options_are_one_error_naming_the_key(kind, name, sub, matc
         build_model({"size": "tiny", kind: {"name": name, **sub}})
 
 
-# -- memory (issue 19 acceptance) -------------------------------------------------------------
+# -- memory: truncated backprop keeps momentum's peak near one step's (SPEC §11.1) ---------
 def test_truncated_heavy_ball_at_eight_steps_peaks_near_one_step(monkeypatch):
     """T = 8 heavy ball with backprop_steps: 1 peaks at <= 1.3x the memory of T = 1 in a
     training step (measured 1.13x here: one layer, d_model 64, J = 128; 4.6x without

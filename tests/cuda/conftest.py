@@ -1,4 +1,4 @@
-"""CUDA tests (issue 14): run with `pytest -m cuda tests/cuda` on a GPU machine.
+"""CUDA tests: run with `pytest -m cuda tests/cuda` on a GPU machine.
 
 Every test here is marked `cuda` and skipped with the reason "no CUDA device" where
 torch sees no GPU, so the CPU suite collects and skips them. On a GPU they share one

@@ -1,4 +1,4 @@
-"""torch.compile(fullgraph=True) of every registered variant on CUDA (issue 14).
+"""torch.compile(fullgraph=True) of every registered variant on CUDA.
 
 The CPU zoo of tests/components/test_compile.py (every registered attention and MLP,
 the CEM options that change the code path, reuse and per-step checkpointing) runs on

@@ -1,4 +1,4 @@
-"""Issue 20, item 4: the fp32 compiled-vs-eager gap of the flex block (shared KQ
+"""Whether the fp32 compiled-vs-eager gap of the flex block (shared KQ
 diagonal δ, T = 2) is rounding, or a bug. Each side is compared with the float64
 `impl: reference` oracle (explicit scores), at J >= 130 so that the main FlexAttention
 kernel runs (128-row blocks; J < 128 may take the decode kernel), with δ and the
@@ -16,7 +16,7 @@ magnitude (β, δ scale them).
 The table of errors is printed and, when CEM_ABLATE_REPORT_DIR is set (the GPU check
 sets it to its output folder), written there as flex-fp32-gap.md.
 
-NOT YET RUN: written on a machine without a GPU (issue 20's CPU session); the first
+NOT YET RUN: written on a machine without a GPU; the first
 GPU session runs it through scripts/gpu_check.sh.
 """
 
@@ -79,7 +79,7 @@ def test_compiled_and_eager_flex_are_both_within_fp32_rounding_of_the_float64_or
     if report_dir := os.environ.get("CEM_ABLATE_REPORT_DIR"):
         Path(report_dir).mkdir(parents=True, exist_ok=True)
         Path(report_dir, "flex-fp32-gap.md").write_text(
-            "## Flex block fp32: eager and compiled vs the float64 reference (issue 20, item 4)\n\n"
+            "## Flex block fp32: eager and compiled vs the float64 reference\n\n"
             "Shared KQ diagonal, T = 2, head dim 84, TF32 off; relative error ||x - ref64|| / ||ref64||.\n\n"
             + table + "\n")
     assert not failures, "\n".join(failures[:20])

@@ -1,5 +1,5 @@
-"""The head + loss unit and fused AdamW on CUDA (issue 20). NOT YET RUN: written in a
-session without a GPU; the CPU suite holds the unit to float64 (tests/training)."""
+"""The head + loss unit and fused AdamW on CUDA. NOT YET RUN: written on a machine
+without a GPU; the CPU suite holds the unit to float64 (tests/training)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cem_ablate.bench.train_step import make_optimizer
-from cem_ablate.model import build_model
+from cem_ablate import build_model
 from cem_ablate.training.head_loss import head_loss_unit, resolve_loss_impl
 
 pytestmark = pytest.mark.cuda

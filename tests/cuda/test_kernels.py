@@ -1,4 +1,4 @@
-"""Every fast CEM path equals the reference path on CUDA (issue 14).
+"""Every fast CEM path equals the reference path on CUDA.
 
 The CPU suite holds the fast paths to the reference in float64 (tests/components);
 here the GPU kernels run as training runs them: the FlexAttention kernel (compiled

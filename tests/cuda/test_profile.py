@@ -1,4 +1,4 @@
-"""The bench's step profile on CUDA: kernels by their own durations (issue 14)."""
+"""The bench's step profile on CUDA: kernels by their own durations."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from cem_ablate.bench.profile import profile_step
 from cem_ablate.bench.train_step import TrainStep, make_optimizer
-from cem_ablate.model import build_model
+from cem_ablate import build_model
 
 pytestmark = pytest.mark.cuda
 

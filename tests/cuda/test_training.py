@@ -1,4 +1,4 @@
-"""Training on CUDA through the real engine, CLI and study runner (issue 14).
+"""Training on CUDA through the real engine, CLI and study runner.
 
 - 30 bf16-mixed steps of every registered (attention, mlp) pair: finite, decreasing loss;
 - `cem-ablate train` with `devices: 1` on the GPU, MLflow run written;
@@ -26,6 +26,7 @@ import torch
 import yaml
 
 from cem_ablate import registry
+from cem_ablate.training.config import parse_run_config
 from tests.data.conftest import isolated_cache  # noqa: F401  (session-wide autouse fixture)
 from tests.study.tiny_study import write_study
 from tests.training.helpers import RecordLosses, tiny_run
@@ -65,8 +66,8 @@ def test_bf16_mixed_training_of_every_sublayer_pair(attention, mlp, tmp_path):
     cfg["model"].update(attention=sublayer("attention", attention), mlp=sublayer("mlp", mlp))
     losses = RecordLosses()
     torch.cuda.reset_peak_memory_stats()
-    result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                       progress=False, extra_callbacks=[losses])
+    result = train_run(parse_run_config(cfg), run_dir=tmp_path / "run",
+                       tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False, extra_callbacks=[losses])
     peak = torch.cuda.max_memory_allocated()
     print(f"[{attention}+{mlp}] peak {peak / 2**20:.1f} MiB, loss {losses.losses[1]:.3f} -> "
           f"{losses.losses[STEPS]:.3f}, {result.tokens_per_sec:.0f} tokens/s, MFU {result.mfu:.2%}")
@@ -158,7 +159,7 @@ def test_bench_peak_memory_is_the_cuda_allocator_peak():
 
 @pytest.mark.parametrize("attention", ["llama", "cem"])  # cem: ALiBi slopes now built on the device
 def test_ordinary_training_steps_do_not_synchronize_the_gpu(attention, tmp_path):
-    """Issue 20, training = bench: CUDA's sync debug mode flags every synchronizing call;
+    """Training = bench: CUDA's sync debug mode flags every synchronizing call;
     none may happen on an ordinary step (only on the first, warm-up step and on the
     logging, validation, checkpoint and last steps). The CPU twin of this test is
     tests/training/test_host_syncs.py. NOT YET RUN on a GPU (written without one)."""
@@ -185,8 +186,9 @@ def test_ordinary_training_steps_do_not_synchronize_the_gpu(attention, tmp_path)
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                               progress=False, extra_callbacks=[windows])
+            result = train_run(parse_run_config(cfg), run_dir=tmp_path / "run",
+                               tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False,
+                               extra_callbacks=[windows])
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert result.status == "finished", result.error

@@ -23,11 +23,12 @@ _TRAINED_RUN: list = []  # test modules import the fixture: each import is its o
 def trained_run(tmp_path_factory, isolated_cache):  # noqa: F811
     """(run folder, tracking URI, TrainResult) of a finished tiny CEM run."""
     if not _TRAINED_RUN:
+        from cem_ablate.training.config import parse_run_config
         from cem_ablate.training.engine import train_run
 
         root = tmp_path_factory.mktemp("trained")
         uri = f"sqlite:///{root / 'mlflow.db'}"
-        result = train_run(TRAINED, run_dir=root / "run", tracking_uri=uri, progress=False)
+        result = train_run(parse_run_config(TRAINED), run_dir=root / "run", tracking_uri=uri, progress=False)
         assert result.status == "finished"
         _TRAINED_RUN.append((root / "run", uri, result))
     return _TRAINED_RUN[0]

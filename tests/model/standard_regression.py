@@ -55,7 +55,7 @@ def _digest(tensors) -> str:
 
 def outputs_of_configs() -> dict[str, dict[str, list[torch.Tensor]]]:
     """Per config: the float64 logits at init and every parameter after one AdamW step."""
-    from cem_ablate.model.assembly import build_model
+    from cem_ablate import build_model
     from cem_ablate.training.optimizer import build_adamw
 
     out = {}

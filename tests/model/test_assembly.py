@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from cem_ablate import build_model
-from cem_ablate.model import llama_baseline_params, model_report
+from cem_ablate.model import llama_baseline_params, model_report, parse_model_config
 
 TABLE_1 = {"86M": 86_371_488, "108M": 108_052_896, "134M": 134_105_856, "162M": 162_813_024}
 SMALL = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_mlp": 64, "vocab_size": 50}
@@ -17,7 +17,7 @@ def test_llama_parameter_counts_equal_table_1(size, count):
     with torch.device("meta"):
         model = build_model({"size": size})
     assert n_params(model) == count
-    assert llama_baseline_params({"size": size}) == count
+    assert llama_baseline_params(parse_model_config({"size": size})) == count
 
 
 def test_cem_sublayers_halve_and_tie_matrices():

@@ -28,7 +28,7 @@ FULL = {"n_layers": 2, "n_heads": 4, "d_mlp": 176, "vocab_size": 256,
 
 def _built(cfg, seed=0):
     torch.manual_seed(seed)
-    return build_model(cfg)
+    return build_model(parse_model_config(cfg))
 
 
 def test_standard_outputs_and_one_step_are_bit_identical_to_before_parametrizations():

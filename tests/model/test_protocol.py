@@ -13,7 +13,8 @@ from cem_ablate import registry
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.errors import ConfigError
 from cem_ablate.config.schema import Validated, parse
-from cem_ablate.model import build_model, protocol
+from cem_ablate import build_model
+from cem_ablate.model import protocol
 from cem_ablate.model.blocks import RMSNorm
 
 DIMS = ModelDims(d_model=16, n_layers=1, n_heads=2, d_mlp=24, vocab_size=11, max_seq_len=8)

@@ -1,4 +1,4 @@
-"""The report's width and GP-draws sections (issue 21) on synthetic statistics, no MLflow."""
+"""The report's width and GP-draws sections on synthetic statistics, no MLflow."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ real Optuna SQLite storage, real MLflow SQLite store, all under a tmp dir).
 Two files stand for the rest: one language-model figure (Fig. 2a: a CEM variant and
 its Llama baseline on the offline corpus) and the GP table (eight variants, RMSE
 metric, named as such in `cem-ablate report`). Every other file shares their
-smoke scale's shape; docs/results.md lists the measured smoke runs of all of them.
+smoke scale's shape; docs/lab-notes/results-log.md (section 12) lists the measured smoke runs of all of them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The paper's study files (issue 6): valid at every scale, the paper's recipe and
+"""The paper's study files (SPEC §6): valid at every scale, the paper's recipe and
 variants at paper scale, CPU-sized at the `cpu` and `smoke` scales.
 
 Paper scale is never run here (no GPU, no network for SlimPajama): it is checked
@@ -14,7 +14,7 @@ import pytest
 
 from cem_ablate.cli.main import main
 from cem_ablate.cli.study_command import load_expanded
-from cem_ablate.model.config import llama_baseline_params
+from cem_ablate.model.config import llama_baseline_params, parse_model_config
 from cem_ablate.study.estimates import estimate
 from cem_ablate.study.spec import PAPER_LR_GRID
 
@@ -79,9 +79,10 @@ def test_chinchilla_budget_is_twenty_tokens_per_llama_parameter():
     for size in PAPER_SIZES:
         cem, llama = (estimate(run_config(by_name[f"{n},size={size}"])) for n in ("cem_attention", "llama"))
         tokens_per_step = 128 * 2048
-        expected = math.ceil(20 * llama_baseline_params({"size": size}) / tokens_per_step) * tokens_per_step
+        baseline = llama_baseline_params(parse_model_config({"size": size}))
+        expected = math.ceil(20 * baseline / tokens_per_step) * tokens_per_step
         assert cem.tokens == llama.tokens == expected
-        assert cem.params_total < llama.params_total == llama_baseline_params({"size": size})
+        assert cem.params_total < llama.params_total == baseline
 
 
 def _role(name, scale=None):
@@ -179,10 +180,10 @@ def test_cpu_scales_are_cpu_sized_and_offline(name, scale):
     trials = len(expanded.spec.lr_search.grid) * len(expanded.spec.seeds)
     for v in expanded.variants:
         cfg = run_config(v)
-        plan = estimate(cfg)
+        cost = estimate(cfg)
         assert cfg.train.devices == 1 and cfg.train.num_nodes == 1 and cfg.train.precision == "auto"
-        assert plan.steps <= MAX_STEPS[scale, cfg.data.task]
-        assert plan.params_total < 2_000_000
+        assert cost.steps <= MAX_STEPS[scale, cfg.data.task]
+        assert cost.params_total < 2_000_000
         if cfg.data.task == "text":
             assert (cfg.data.source, cfg.data.tokenizer, cfg.data.streaming) == ("stdlib", "byte", False)
             assert cfg.model.size == "tiny" and cfg.data.block_size <= 128

@@ -1,5 +1,6 @@
-"""Issue 27's study files: every paper figure's `transfer` scale, studies/transfer.yaml and
-studies/mup_width.yaml validate, and transfer is width transfer only (same depth and heads)."""
+"""The transfer study files (SPEC §12): every paper figure's `transfer` scale,
+studies/transfer.yaml and studies/mup_width.yaml validate, and transfer is width transfer
+only (same depth and heads)."""
 
 from __future__ import annotations
 

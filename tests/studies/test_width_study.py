@@ -1,4 +1,4 @@
-"""The width study and the GP-draws study of issue 21: designs, reuse, the dry run."""
+"""The width study and the GP-draws study: designs, reuse, the dry run."""
 
 from __future__ import annotations
 
@@ -84,8 +84,8 @@ def test_gp_draws_design(scale):
 
 @pytest.mark.slow
 def test_width_smoke_report_slope_matches_scipy_on_the_children(tmp_path, monkeypatch, capsys):
-    """Issue 21's acceptance at smoke scale: b recomputed from the MLflow children's final
-    metrics with scipy.stats.linregress equals the report's to 1e-6."""
+    """The width report's slope is right, at smoke scale: b recomputed from the MLflow
+    children's final metrics with scipy.stats.linregress equals the report's to 1e-6."""
     import math
     import re
 

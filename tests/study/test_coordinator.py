@@ -15,6 +15,7 @@ from cem_ablate.cli.main import main
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from tests.study.tiny_study import write_study
+from cem_ablate.study.optuna_storage import trial_id_of
 
 
 def optuna_trials(root):
@@ -129,8 +130,8 @@ def test_kill_minus_9_mid_trial_then_rerun_finishes_every_point_once(tmp_path, c
     monkeypatch.chdir(tmp_path)
     assert main(["study", str(path), "--no-report"]) == 0
     trials, parents, children = assert_each_point_finished_once(tmp_path, "killed", 2, grid)
-    same_variant = next(ts for ts in trials.values() if any(t._trial_id == killed[0]._trial_id for t in ts))
-    again = next(t for t in same_variant if t._trial_id == killed[0]._trial_id)
+    same_variant = next(ts for ts in trials.values() if any(trial_id_of(t) == trial_id_of(killed[0]) for t in ts))
+    again = next(t for t in same_variant if trial_id_of(t) == trial_id_of(killed[0]))
     assert again.state == TrialState.FAIL and again.user_attrs["status"] == "killed"
     retried = [t for t in same_variant
                if t.user_attrs["slot"] == again.user_attrs["slot"] and t.state == TrialState.COMPLETE]

@@ -1,4 +1,4 @@
-"""Issue 11 acceptance on a tiny real study: the report's seed statistics equal an
+"""On a tiny real study, the report's seed statistics equal an
 independent computation from the trials' final metrics read from MLflow."""
 
 import math
@@ -116,7 +116,7 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
     assert cem.data.metrics["delta_vs_llama"] == pytest.approx(headline.test.decision.delta, rel=1e-6)
     assert cem.data.metrics["delta_vs_llama/p_holm"] == pytest.approx(headline.test.decision.p_holm, rel=1e-6)
     assert "Δ vs baseline" in out and headline.test.decision.verdict in out
-    # Issue 30: the same answer in the parent's short display columns (4 significant
+    # The same answer in the parent's short display columns (4 significant
     # digits), and the report on every parent's page
     d = headline.test.decision
     assert {k: cem.data.metrics[k] for k in ("Δ llama", "Holm p llama", "p llama", "lr opt")} == {

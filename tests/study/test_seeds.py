@@ -58,15 +58,15 @@ def test_sequential_seeds_are_a_sequence_of_every_possible_seed():
     assert list(seeds) == [0, 1, 2, 3] and seeds.initial == [0, 1] and seeds[0] == 0 and len(seeds) == 4
 
 
-def test_slots_grow_with_the_planned_seeds():
+def test_slots_grow_with_the_active_seeds():
     storage = optuna.storages.InMemoryStorage()
     search = LrSearchConfig(grid=[1e-3, 2e-3])
     trials, created = VariantTrials.open(storage, "", "v", search, SequentialSeeds(2, 4, "resolved"))
     assert created and trials.active_seeds() == 2
     assert sorted({s.seed for s in trials.slots}) == [0, 1] and len(trials.slots) == 4
-    assert trials.plan_seeds(3) and trials.active_seeds() == 3 and len(trials.slots) == 6
-    assert not trials.plan_seeds(3)  # never fewer, no change
-    assert trials.plan_seeds(9) and trials.active_seeds() == 4  # capped at max
+    assert trials.grow_active_seeds(3) and trials.active_seeds() == 3 and len(trials.slots) == 6
+    assert not trials.grow_active_seeds(3)  # never fewer, no change
+    assert trials.grow_active_seeds(9) and trials.active_seeds() == 4  # capped at max
     again, created = VariantTrials.open(storage, "", "v", search, SequentialSeeds(2, 4, "resolved"))
     assert not created and again.active_seeds() == 4  # stored: every worker and a rerun agree
     plain, _ = VariantTrials.open(storage, "", "w", search, [0, 1, 2])
@@ -84,7 +84,7 @@ class FakeTrials:
     def active_seeds(self):
         return self.n
 
-    def plan_seeds(self, n):  # as VariantTrials.plan_seeds: grows only, capped at max
+    def grow_active_seeds(self, n):  # as VariantTrials.grow_active_seeds: grows only, capped at max
         n = min(n, self.max_seeds)
         grew = n > self.n
         self.n = max(self.n, n)

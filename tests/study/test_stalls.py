@@ -1,4 +1,4 @@
-"""A stopped worker in a real two-worker study (issue 28): real processes, real signals.
+"""A stopped worker in a real two-worker study: real processes, real signals.
 
 SIGSTOP one worker mid-trial: past the grace period the coordinator says so in one
 line, the other worker retrains the slot (resuming its checkpoint), and the study
@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from cem_ablate.tracking.store import make_client
 from tests.study.test_coordinator import optuna_trials
 from tests.study.tiny_study import write_study
+from cem_ablate.study.optuna_storage import trial_id_of
 
 GRACE = 8
 STEPS = 40  # per trial: long enough to be stopped after a checkpoint and before the end
@@ -80,7 +81,7 @@ def _wait(predicate, timeout, what):
 
 
 def _record(root, trial):
-    t = next(x for x in _trials(root) if x._trial_id == trial._trial_id)
+    t = next(x for x in _trials(root) if trial_id_of(x) == trial_id_of(trial))
     return t.state, t.value, dict(t.user_attrs), dict(t.intermediate_values)
 
 

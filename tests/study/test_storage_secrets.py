@@ -1,7 +1,7 @@
 """A password given in `--storage` reaches no file the platform writes.
 
 Real PostgreSQL (the cluster rig's server, on 127.0.0.1 only), two worker processes (so
-the coordinator writes its plan for them): the plan holds no password and is 0600 while
+the coordinator writes its worker payload for them): the payload holds no password and is 0600 while
 the workers run and gone after; nothing under the study's folder (stores, run folders,
 logs, report) and nothing in the Optuna database (pg_dump) holds it; everything under
 `mlruns/` is the user's only (files 0600, folders 0700).
@@ -41,8 +41,8 @@ def pg_dump(server, database: str) -> str:
     return proc.stdout
 
 
-class PlanWatcher(threading.Thread):
-    """Reads every plan file while it exists (the coordinator removes it at the end)."""
+class PayloadWatcher(threading.Thread):
+    """Reads every worker payload file while it exists (the coordinator removes it at the end)."""
 
     def __init__(self, folder):
         super().__init__(daemon=True)
@@ -50,9 +50,9 @@ class PlanWatcher(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            for plan in self.folder.rglob("plan-*.pkl"):
+            for payload in self.folder.rglob("worker-payload-*.pkl"):
                 try:
-                    self.seen[plan] = (plan.read_bytes(), stat.S_IMODE(plan.stat().st_mode))
+                    self.seen[payload] = (payload.read_bytes(), stat.S_IMODE(payload.stat().st_mode))
                 except OSError:
                     pass  # removed between listing and reading
             time.sleep(0.05)
@@ -67,7 +67,7 @@ def test_the_database_password_reaches_no_file(postgres, corpus, tmp_path):
     write_study(tmp_path, name="secret", grid=(1.7e-3, 5.1e-3), corpus=corpus)
     env = {**os.environ, "CEM_ABLATE_CACHE": own_cache(tmp_path), "HF_DATASETS_OFFLINE": "1",
            "MLFLOW_DISABLE_TELEMETRY": "true"}
-    watcher = PlanWatcher(tmp_path)
+    watcher = PayloadWatcher(tmp_path)
     watcher.start()
     try:
         proc = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "study", "secret.yaml", "--workers", "2",
@@ -80,11 +80,11 @@ def test_the_database_password_reaches_no_file(postgres, corpus, tmp_path):
     assert rig.PG_PASSWORD not in proc.stdout + proc.stderr
     assert "storage postgresql://cem@127.0.0.1" in proc.stdout  # what the study says it uses
 
-    # The plan: seen while the workers ran, without the password, 0600; removed after.
-    assert watcher.seen, "no plan file was seen while the workers ran"
-    for plan, (content, mode) in watcher.seen.items():
-        assert secret not in content and mode == 0o600, (plan, oct(mode))
-    assert list(tmp_path.rglob("plan-*.pkl")) == []
+    # The payload: seen while the workers ran, without the password, 0600; removed after.
+    assert watcher.seen, "no worker payload file was seen while the workers ran"
+    for payload, (content, mode) in watcher.seen.items():
+        assert secret not in content and mode == 0o600, (payload, oct(mode))
+    assert list(tmp_path.rglob("worker-payload-*.pkl")) == []
 
     written = [p for p in tmp_path.rglob("*") if p.is_file() and "corpus" not in p.parts]
     assert any(p.name == "result.json" for p in written) and any(p.suffix == ".log" for p in written)

@@ -11,7 +11,7 @@ from cem_ablate.cli.main import main
 from cem_ablate.cli.study_command import load_expanded
 from cem_ablate.config.errors import ConfigError
 from cem_ablate.study.transfer import ProxyOptimum, proxy_study, round_lr, target_study
-from cem_ablate.study.trials import plan_slots
+from cem_ablate.study.trials import trial_slots
 from tests.study.tiny_study import write_study
 
 TRANSFER = {"method": "transfer", "proxy": {"model.d_model": 16, "model.d_mlp": 32}, "grid": [1e-3, 4e-3]}
@@ -41,7 +41,7 @@ def test_targets_train_at_their_proxys_rounded_lr_star_only(tmp_path, corpus):
     expanded = load_expanded(str(_mup_study(tmp_path, corpus, seeds=[0, 1])), None, [])
     proxies = proxy_study(expanded)
     assert proxies.spec.name == "tr_proxy" and proxies.spec.lr_search.method == "grid"
-    assert {len(plan_slots(v.lr_search(proxies.spec.lr_search), list(proxies.spec.seeds)))
+    assert {len(trial_slots(v.lr_search(proxies.spec.lr_search), list(proxies.spec.seeds)))
             for v in proxies.variants} == {4}  # 2 lrs x 2 seeds
     optima = {p.key: ProxyOptimum(p.key, lr, round_lr(lr), None, None)
               for p, lr in zip(expanded.proxies, (1.23456e-3, 3.0e-3))}
@@ -49,7 +49,7 @@ def test_targets_train_at_their_proxys_rounded_lr_star_only(tmp_path, corpus):
     for v in targets.variants:
         search = v.lr_search(targets.spec.lr_search)
         assert search.grid == [optima[v.proxy].lr]
-        assert [s.lr for s in plan_slots(search, [0, 1])] == [optima[v.proxy].lr] * 2
+        assert [s.lr for s in trial_slots(search, [0, 1])] == [optima[v.proxy].lr] * 2
     assert round_lr(1.23456e-3) == 1.23e-3
     assert targets.study_hash != dataclasses.replace(targets, variants=expanded.variants).study_hash
 

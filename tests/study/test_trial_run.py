@@ -1,4 +1,4 @@
-"""Fencing (issue 28): an attempt whose claim was failed as stale writes nothing more.
+"""Fencing: an attempt whose claim was failed as stale writes nothing more.
 
 Real engine, real SQLite Optuna storage, real MLflow store. A claimed trial trains;
 once it has written a checkpoint its claim is failed as stale, exactly as another
@@ -24,6 +24,7 @@ from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from cem_ablate.training.checkpoints import CheckpointFiles
 from tests.study.tiny_study import write_study
+from cem_ablate.study.optuna_storage import trial_id_of
 
 
 def _frozen(trials, trial_id):
@@ -51,8 +52,8 @@ def test_a_fenced_attempt_writes_nothing_and_the_retry_resumes_its_checkpoint(tm
         # what another worker does to a claim whose heartbeat is older than the grace period
         while not list((tmp_path / "work").rglob("digests.json")):
             time.sleep(0.02)
-        trials.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        seen["trial"] = _frozen(trials, trial._trial_id)
+        trials.storage.set_trial_state_values(trial_id_of(trial), TrialState.FAIL)
+        seen["trial"] = _frozen(trials, trial_id_of(trial))
         seen["digests"] = next((tmp_path / "work").rglob("digests.json")).read_text()
 
     failer = threading.Thread(target=fail_after_a_checkpoint)
@@ -67,7 +68,7 @@ def test_a_fenced_attempt_writes_nothing_and_the_retry_resumes_its_checkpoint(tm
     checkpoints = CheckpointFiles(run_dir / "checkpoints")
     fenced_step = _step(checkpoints)
     assert fenced_step < 300 and checkpoints.verified(warn=False) == checkpoints.last
-    assert _frozen(trials, trial._trial_id) == seen["trial"]  # Optuna untouched after the fence
+    assert _frozen(trials, trial_id_of(trial)) == seen["trial"]  # Optuna untouched after the fence
     client = make_client(tracking)
     child = client.get_run(record.run_id)
     assert T.STATUS not in child.data.tags  # no outcome written for the fenced attempt
@@ -85,7 +86,7 @@ def test_a_fenced_attempt_writes_nothing_and_the_retry_resumes_its_checkpoint(tm
     steps = [m.step for m in client.get_metric_history(record.run_id, "train_loss")]
     # resumed from the fenced attempt's checkpoint, not restarted: (300 - c) / 2 more points
     assert max(steps) == 299 and len(steps) == len(fenced_points) + (300 - fenced_step) // 2
-    assert _frozen(trials, trial._trial_id) == seen["trial"]
+    assert _frozen(trials, trial_id_of(trial)) == seen["trial"]
 
 
 def _step(checkpoints):

@@ -11,7 +11,8 @@ from optuna.trial import TrialState
 from cem_ablate.study.spec import LrSearchConfig
 from cem_ablate.study.storage import StorageSettings, open_storage
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.trials import VariantTrials, plan_slots, worker_identity
+from cem_ablate.study.trials import VariantTrials, trial_slots, worker_identity
+from cem_ablate.study.optuna_storage import trial_id_of
 
 GRID = LrSearchConfig(grid=[1e-3, 2e-3, 4e-3])
 
@@ -35,12 +36,12 @@ def url(tmp_path):
     return f"sqlite:///{tmp_path / 'optuna.db'}"
 
 
-def test_plan_slots():
-    assert [s.key for s in plan_slots(GRID, [0, 1])] == [
+def test_trial_slots():
+    assert [s.key for s in trial_slots(GRID, [0, 1])] == [
         "lr=0.001,seed=0", "lr=0.001,seed=1", "lr=0.002,seed=0", "lr=0.002,seed=1", "lr=0.004,seed=0",
         "lr=0.004,seed=1"]
     tpe = LrSearchConfig(method="tpe", grid=[], low=1e-4, high=1e-2, n_trials=3)
-    slots = plan_slots(tpe, [0])
+    slots = trial_slots(tpe, [0])
     assert len(slots) == 3 and all(s.lr is None for s in slots)
 
 
@@ -97,7 +98,7 @@ def test_a_trial_of_a_dead_local_process_is_requeued_with_its_params(url, tmp_pa
     claimed = [claim_and_suggest(vt, worker_identity()) for _ in range(3)]
     assert vt.claim(worker_identity()) is None
     assert sorted(lr for _, lr, _ in claimed) == [1e-3, 2e-3, 4e-3]
-    dead = vt.storage.get_trial(running[0]._trial_id)
+    dead = vt.storage.get_trial(trial_id_of(running[0]))
     assert dead.state == TrialState.FAIL and dead.user_attrs["status"] == TrialStatus.KILLED
     assert killed_lr in [lr for _, lr, _ in claimed]
 
@@ -115,7 +116,7 @@ def test_a_silent_trial_goes_stale_after_the_grace_period(url):
     time.sleep(3.5)
     retry = vt.claim(worker_identity())
     assert retry is not None and retry.number != trial.number
-    assert vt.storage.get_trial(trial._trial_id).state == TrialState.FAIL
+    assert vt.storage.get_trial(trial_id_of(trial)).state == TrialState.FAIL
 
 
 def _claim_all(url, out, delay):

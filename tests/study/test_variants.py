@@ -174,7 +174,7 @@ def test_the_quickstart_study_is_valid():
     mapping = load_study_mapping("studies/quickstart.yaml")
     out = expanded(mapping)
     assert [v.name for v in out.variants] == ["llama", "cem_attention", "full_cem_T2"]
-    assert out.spec.lr_search.grid == [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2]  # brackets every lr* (issue 30)
+    assert out.spec.lr_search.grid == [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2]  # brackets every lr*
     full = out.variants[2].run_config(1e-3, 0).model
     assert (full.attention.name, full.attention.steps, full.mlp.name, full.mlp.steps) == ("cem", 2, "cem", 2)
 

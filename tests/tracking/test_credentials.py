@@ -139,7 +139,7 @@ def test_a_study_logs_to_a_server_with_authentication_and_writes_no_password(aut
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert password not in proc.stdout + proc.stderr
     leaks = [p for p in work.rglob("*") if p.is_file() and password.encode() in p.read_bytes()]
-    assert leaks == [] and list(work.rglob("plan-*.pkl")) == []
+    assert leaks == [] and list(work.rglob("worker-payload-*.pkl")) == []
     assert (work / "reports" / "authed" / "report.md").exists()
 
     os.environ[MLFLOW_USERNAME_ENV], os.environ[MLFLOW_PASSWORD_ENV] = ADMIN, password

@@ -92,11 +92,11 @@ def significant_digits(text: str) -> int:
 @pytest.mark.skipif(not ARIAL_METRICS, reason="no Arial-metric font (apt-get install -y fonts-liberation): the widths are sized for it")
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install -y chromium)")
 def test_cem_ablate_ui_opens_on_the_answer_readable_at_1600_px(tmp_path):
-    """Issue 30: the experiment's plain URL in a fresh browser profile at 1600 x 1000 shows,
-    per variant and baseline, Δ, its interval, the Holm p and the verdict, each header and
-    value whole (not cut), left of the screen's edge, values at <= 4 significant digits;
-    the assistant panel is closed. Also when the browser first came while the study's
-    first trials trained (the view is stored on the first visit)."""
+    """The answer readable with no setup: the experiment's plain URL in a fresh browser
+    profile at 1600 x 1000 shows, per variant and baseline, Δ, its interval, the Holm p and
+    the verdict, each header and value whole (not cut), left of the screen's edge, values at
+    <= 4 significant digits; the assistant panel is closed. Also when the browser first came
+    while the study's first trials trained (the view is stored on the first visit)."""
     pytest.importorskip("websocket", reason="websocket-client (the test extra) drives Chromium")
     from cem_ablate.tracking.comparison_columns import BaselineAnswer, display_record
     from cem_ablate.tracking.server import UI_APP

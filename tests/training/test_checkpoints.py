@@ -1,4 +1,4 @@
-"""Checkpoint integrity (issue 28): a checkpoint altered after a crash is never resumed.
+"""Checkpoint integrity: a checkpoint altered after a crash is never resumed.
 
 A real run crashes between checkpoints (last.ckpt at step 10, previous.ckpt at 5); its
 folder is copied and `last.ckpt` is truncated, overwritten with random bytes, or
@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from cem_ablate.training.checkpoints import CheckpointFiles, file_digest
+from cem_ablate.training.config import parse_run_config
 from cem_ablate.training.engine import train_run
 from tests.training.helpers import CrashAt, RecordLosses, tiny_run
 
-CFG = tiny_run(name="integrity", max_steps=20, ckpt_every_n_steps=5, val_every_n_steps=10)
+CFG = parse_run_config(tiny_run(name="integrity", max_steps=20, ckpt_every_n_steps=5, val_every_n_steps=10))
 
 
 def _truncate(path):

@@ -55,7 +55,7 @@ def test_chinchilla_budget_counts_the_vocabulary_the_model_is_built_with():
     """One owner for the vocabulary: a byte-tokenizer model's budget is 20 x its own
     Llama baseline (257 ids), not the 32,000-id default."""
     from cem_ablate.model.config import llama_baseline_params
-    from cem_ablate.training.engine import plan_run
+    from cem_ablate.training.engine import resolve_run
 
     cfg = parse_run_config({"model": {"size": "tiny"}, "train": {"token_budget": "chinchilla"},
                             "data": {"tokenizer": "byte"}})
@@ -63,7 +63,7 @@ def test_chinchilla_budget_counts_the_vocabulary_the_model_is_built_with():
     baseline = llama_baseline_params(cfg.training_model())
     assert resolve_budget(cfg).requested_tokens == 20 * baseline
     llama = parse_run_config({"model": {"size": "tiny"}, "data": {"tokenizer": "byte"}})
-    assert plan_run(llama).report.params_total == baseline  # the model that trains is that baseline
+    assert resolve_run(llama).report.params_total == baseline  # the model that trains is that baseline
     # a tokenizer the engine has loaded decides when the config does not say
     assert resolve_budget(cfg, tokenizer_vocab_size=1000).requested_tokens == 20 * llama_baseline_params(
         cfg.training_model(1000))

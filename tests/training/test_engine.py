@@ -7,13 +7,14 @@ import pytest
 from mlflow import MlflowClient
 
 from cem_ablate.config import ConfigError
-from cem_ablate.training.engine import plan_run, train_run
+from cem_ablate.training.config import parse_run_config
+from cem_ablate.training.engine import resolve_run, train_run
 from tests.training.helpers import UNIFORM_BYTE_PPL, CrashAt, RecordLosses, tiny_run
 
 
 def test_tiny_run_learns_and_logs_to_mlflow(tmp_path, tracking_uri):
     losses = RecordLosses()
-    cfg = tiny_run(name="learns", max_steps=60)
+    cfg = parse_run_config(tiny_run(name="learns", max_steps=60))
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False,
                        extra_callbacks=[losses])
     assert result.status == "finished" and result.error is None and result.steps == 60
@@ -21,7 +22,7 @@ def test_tiny_run_learns_and_logs_to_mlflow(tmp_path, tracking_uri):
     assert math.isclose(result.test_loss, math.log(result.test_ppl), rel_tol=1e-5)
     assert sum(list(losses.losses.values())[-10:]) < sum(list(losses.losses.values())[:10])
     assert result.tokens_seen == 60 * 8 * 64 and result.tokens_per_sec > 0 and 0 < result.mfu < 1
-    assert result.params == plan_run(cfg).report.params_total
+    assert result.params == resolve_run(cfg).report.params_total
 
     client = MlflowClient(tracking_uri)
     run = client.get_run(result.mlflow_run_id)
@@ -40,7 +41,7 @@ def test_tiny_run_learns_and_logs_to_mlflow(tmp_path, tracking_uri):
 def test_resume_after_a_crash_reproduces_the_uninterrupted_run(tmp_path, tracking_uri):
     # 24 steps, checkpoints every 8: the crash at 10 resumes from 8, with 16 steps left
     # (a loader as short as the remaining steps once replayed batches 9-16 here).
-    cfg = tiny_run(name="resume", max_steps=24, ckpt_every_n_steps=8, val_every_n_steps=12)
+    cfg = parse_run_config(tiny_run(name="resume", max_steps=24, ckpt_every_n_steps=8, val_every_n_steps=12))
     straight = RecordLosses()
     full = train_run(cfg, run_dir=tmp_path / "straight", tracking_uri=tracking_uri, progress=False,
                      extra_callbacks=[straight])
@@ -61,11 +62,12 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_run(tmp_path, trackin
     # an ended run is not trained again, and its folder is not reused by another config
     assert train_run(cfg, run_dir=tmp_path / "resumed", tracking_uri=tracking_uri).test_loss == resumed.test_loss
     with pytest.raises(ConfigError, match="different config"):
-        train_run(tiny_run(name="resume", lr=1e-3), run_dir=tmp_path / "resumed", tracking_uri=tracking_uri)
+        train_run(parse_run_config(tiny_run(name="resume", lr=1e-3)), run_dir=tmp_path / "resumed",
+                  tracking_uri=tracking_uri)
 
 
 def test_huge_learning_rate_ends_as_diverged(tmp_path, tracking_uri):
-    cfg = tiny_run(name="diverge", lr=1e4, warmup_frac=0.0, max_steps=30)
+    cfg = parse_run_config(tiny_run(name="diverge", lr=1e4, warmup_frac=0.0, max_steps=30))
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "diverged" and result.diverged_step is not None and result.diverged_step < 30
     assert result.steps == result.diverged_step and math.isfinite(result.train_loss)
@@ -80,7 +82,7 @@ def test_mqar_with_cem_layers_reports_recall_and_energies(tmp_path, tracking_uri
     cfg["model"] = {"size": "tiny", "attention": {"name": "cem", "steps": 2}, "mlp": {"name": "cem", "steps": 2}}
     cfg["data"] = {"task": "mqar", "block_size": 32,
                    "mqar": {"vocab_size": 64, "num_kv_pairs": 4, "n_train": 400, "n_val": 40, "n_test": 40}}
-    result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
+    result = train_run(parse_run_config(cfg), run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and 0.0 <= result.recall_accuracy <= 1.0
     assert result.objective == pytest.approx(1 - result.recall_accuracy)
     metrics = MlflowClient(tracking_uri).get_run(result.mlflow_run_id).data.metrics
@@ -91,22 +93,22 @@ def test_mqar_with_cem_layers_reports_recall_and_energies(tmp_path, tracking_uri
 
 
 def test_gp_regression_with_recursive_cem_mlps(tmp_path, tracking_uri):
-    cfg = {
+    cfg = parse_run_config({
         "name": "gp",
         "model": {"d_model": 32, "n_layers": 2, "n_heads": 1, "d_mlp": 64, "mlp": {"name": "cem", "steps": 2}},
         "train": {"lr": 3e-3, "batch_size": 32, "max_steps": 60, "val_every_n_steps": 30, "log_every_n_steps": 10},
         "data": {"task": "gp", "gp": {"n_train": 512, "n_val": 64, "n_test": 128}},
-    }
+    })
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and 0 < result.rmse < 1.0  # the prior std is ~0.88
     assert result.objective == result.rmse and math.isnan(result.test_ppl)
-    report = plan_run(cfg).report
+    report = resolve_run(cfg).report
     assert report.params_by_component["mlp"] == 2 * 2 * 32 * 64  # two tied D x D_m matrices per layer
 
 
 @pytest.mark.slow
 def test_compile_path_trains_on_cpu(tmp_path, tracking_uri):
-    cfg = tiny_run(name="compiled", compile=True, max_steps=2, val_batches=1, test_batches=1)
+    cfg = parse_run_config(tiny_run(name="compiled", compile=True, max_steps=2, val_batches=1, test_batches=1))
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and math.isfinite(result.test_loss)
 
@@ -115,7 +117,7 @@ def test_compile_path_trains_on_cpu(tmp_path, tracking_uri):
 @pytest.mark.soak
 def test_ddp_called_as_a_library_runs_in_a_subprocess(tmp_path, tracking_uri):
     """The study runner's path: devices > 1 from a script that must not be re-executed."""
-    cfg = tiny_run(name="ddp-library", max_steps=6, val_every_n_steps=6, devices=2)
+    cfg = parse_run_config(tiny_run(name="ddp-library", max_steps=6, val_every_n_steps=6, devices=2))
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and result.steps == 6 and result.tokens_seen == 6 * 16 * 64
     client = MlflowClient(tracking_uri)
@@ -130,7 +132,8 @@ def test_mfu_counts_the_backward_pass_that_truncated_backprop_runs(tmp_path, tra
 
     cfg = tiny_run(name="mfu-truncated", max_steps=4, val_every_n_steps=4, val_batches=1, test_batches=1)
     cfg["model"]["attention"] = {"name": "cem", "steps": 4, "backprop_steps": 1}
-    report = plan_run(cfg).report
+    cfg = parse_run_config(cfg)
+    report = resolve_run(cfg).report
     assert report.train_flops_per_token < 0.9 * 3 * report.flops_per_token
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished"

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cem_ablate.model import build_model
+from cem_ablate import build_model
 from cem_ablate.training.head_loss import head_loss, head_loss_unit, resolve_loss_impl
 
 VOCAB, D = 37, 12

@@ -1,4 +1,5 @@
-"""No host sync on ordinary training steps (issue 20: training = bench).
+"""No host sync on ordinary training steps (training = bench: a sync makes
+the GPU wait for Python).
 
 On a GPU, reading a tensor's value (`.item()`, `float(t)`, `bool(t)`, `.tolist()`)
 makes Python wait for every queued kernel. The engine reads values only on check
@@ -19,6 +20,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from cem_ablate.training.config import parse_run_config
 from cem_ablate.training.engine import train_run
 from tests.training.helpers import tiny_run
 
@@ -67,8 +69,8 @@ def counted_reads(monkeypatch):
 
 def test_ordinary_training_steps_read_no_tensor_values(tmp_path, tracking_uri, counted_reads):
     windows, reads = counted_reads
-    cfg = tiny_run(name="no-syncs", max_steps=12, log_every_n_steps=5, val_every_n_steps=12, ckpt_every_n_steps=12,
-                   val_batches=1, test_batches=1)
+    cfg = parse_run_config(tiny_run(name="no-syncs", max_steps=12, log_every_n_steps=5, val_every_n_steps=12,
+                                    ckpt_every_n_steps=12, val_batches=1, test_batches=1))
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False,
                        extra_callbacks=[windows])
     assert result.status == "finished" and math.isfinite(result.train_loss) and result.tokens_per_sec > 0
@@ -85,8 +87,8 @@ def test_ordinary_training_steps_read_no_tensor_values(tmp_path, tracking_uri, c
 def test_a_run_diverging_between_check_steps_reports_the_first_bad_step(tmp_path, tracking_uri):
     """The loss is checked on the device; the host learns of a non-finite one at the
     next check step, and reports the step it first happened at."""
-    cfg = tiny_run(name="diverge-late", lr=1e4, warmup_frac=0.0, max_steps=30, log_every_n_steps=7,
-                   val_every_n_steps=30, ckpt_every_n_steps=30)
+    cfg = parse_run_config(tiny_run(name="diverge-late", lr=1e4, warmup_frac=0.0, max_steps=30, log_every_n_steps=7,
+                                    val_every_n_steps=30, ckpt_every_n_steps=30))
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "diverged" and result.diverged_step is not None
     assert result.steps == result.diverged_step < 30 and math.isfinite(result.train_loss)

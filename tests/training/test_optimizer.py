@@ -1,11 +1,11 @@
-"""training/optimizer.py: the one place that picks AdamW's kernel (issue 20)."""
+"""training/optimizer.py: the one place that picks AdamW's kernel (SPEC §7)."""
 
 from __future__ import annotations
 
 import torch
 
 from cem_ablate.bench.train_step import make_optimizer
-from cem_ablate.model import build_model
+from cem_ablate import build_model
 from cem_ablate.training.optimizer import adamw_kernel_options, build_adamw, parameters_device
 
 

@@ -1,4 +1,4 @@
-"""Optimizer parameter groups of the training recipe (SPEC §7, issue 12)."""
+"""Optimizer parameter groups of the training recipe (SPEC §7)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ if _PACKAGE:
                   and n.rpartition(".")[2] not in ("modeling_cem_ablate", "configuration_cem_ablate")]:
         del sys.modules[_name]
 
-from .cem_ablate_bundle import build_model, decode, new_cache  # noqa: E402
+from .cem_ablate_bundle import build_model, decode, new_cache, parse_model_config  # noqa: E402
 from .configuration_cem_ablate import CEMAblateConfig
 
 
@@ -88,7 +88,7 @@ class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
         # (RoPE's inv_freq) with empty tensors, then calls _init_weights: so the model is
         # built on the CPU here and each module keeps its computed buffers to restore.
         with torch.device("cpu"):
-            self.model = build_model(config.cem_model)
+            self.model = build_model(parse_model_config(config.cem_model))
         for module in self.model.modules():
             module._cem_buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers(recurse=False)
                                    if name in module._non_persistent_buffers_set}
