@@ -218,6 +218,11 @@ def _run_study(expanded, args: argparse.Namespace, console) -> int:
             code = run_study(expanded, settings, workers, echo=echo)
         if code is None:  # a transfer whose proxy has no lr*
             return 1
+        from cem_ablate.training.preemption import STOP, exit_soon
+
+        if STOP.received is not None:  # stopped by a signal: its deadline leaves no time for a report
+            exit_soon()
+            return code
         if not args.no_report:
             from cem_ablate.reporting.report import make_report
 

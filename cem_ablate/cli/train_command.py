@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print("this run already ended; its result follows (--fresh trains it again)")
     from cem_ablate.tracking.local_store import private_files
 
-    from cem_ablate.training.preemption import Preempted, exit_code
+    from cem_ablate.training.preemption import Preempted, exit_code, exit_soon
 
     with private_files():  # the MLflow store and the run folder: the user's only (0600/0700)
         try:
@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         except Preempted as stop:
             if talk:
                 print(f"{stop}: checkpoint saved in {run_dir}; rerun the same command to resume", flush=True)
+            exit_soon()
             return exit_code(stop)
     if talk:
         print_summary(result)

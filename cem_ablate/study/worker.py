@@ -33,7 +33,7 @@ from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import HeartbeatThread, worker_identity
-from cem_ablate.training.preemption import STOP, STOP_SIGNALS
+from cem_ablate.training.preemption import STOP, STOP_SIGNALS, exit_soon
 
 IDLE_POLL_S = 2.0
 PREEMPTED = "preempted: "  # the first words of a worker's line for a preempted trial
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{outcome.variant} {outcome.slot}: {outcome.status} {outcome.value or ''} "
                   f"{outcome.reason} ({outcome.seconds:.0f} s)", flush=True)
         if STOP.signum is not None:
+            exit_soon()
             return 128 + STOP.signum  # stopped by a signal: the shell's convention
     except Exception as err:
         from cem_ablate.config import ConfigError
