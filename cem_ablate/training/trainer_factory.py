@@ -11,7 +11,10 @@
 - the data modules shard data across ranks themselves (`use_distributed_sampler`
   off) so the order stays a pure function of (seed, position), see data.sampler;
 - checkpointing is the engine's `PeriodicCheckpoint` (atomic `last.ckpt`), not
-  Lightning's ModelCheckpoint.
+  Lightning's ModelCheckpoint;
+- under SLURM, Lightning's SLURM environment without its auto-requeue: a stop signal
+  is the engine's (a verified checkpoint at a step boundary, `training.preemption`),
+  never an `hpc_ckpt_<n>.ckpt` written from inside the signal handler.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def build_trainer(
 
         callbacks.append(RichProgressBar(leave=True))
     return L.Trainer(
+        plugins=_cluster_environment(),
         accelerator=accelerator,
         devices=train.devices,
         num_nodes=train.num_nodes,
@@ -93,6 +97,13 @@ def build_trainer(
         use_distributed_sampler=False,
         default_root_dir=default_root_dir,
     )
+
+
+def _cluster_environment() -> list:
+    """The environment Lightning would pick under SLURM, its auto-requeue off (module docstring)."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
 def is_terminal() -> bool:

@@ -133,8 +133,9 @@ def test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial_and_the_rerun_is_
     for slot, metrics in histories.items():
         for key, steps in metrics.items():
             assert max(steps.values()) == 1, (slot, key, steps)  # no (metric, step) twice
-        assert {k: set(v) for k, v in metrics.items() if k not in ("tokens_per_sec", "mfu")} == {
-            k: set(v) for k, v in reference[slot].items() if k not in ("tokens_per_sec", "mfu")}  # none missing
+        timed = ("tokens_per_sec", "mfu", "system/")  # sampled by the wall clock: steps depend on speed
+        assert {k: set(v) for k, v in metrics.items() if not k.startswith(timed)} == {
+            k: set(v) for k, v in reference[slot].items() if not k.startswith(timed)}  # none missing
 
 
 @pytest.mark.slow
