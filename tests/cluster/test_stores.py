@@ -193,6 +193,8 @@ def _restart_mid_trial(postgres_server, corpus, tmp_path, down_s: float) -> None
             proc.kill()
     assert proc.returncode == 0, out[-3000:]
     assert rig.PG_PASSWORD not in out
+    if down_s >= 10:  # a heartbeat (every 10 s) met the server away: the wait is said, and its end
+        assert "retrying for up to 120 s" in out and "reachable again after" in out, out[-3000:]
     _run(path, tmp_path / "straight")
     straight = list(_objectives(tmp_path / "straight").values())
     assert _states_and_values(storage) == [("COMPLETE", straight[0])]  # nothing failed or retried; bit for bit
