@@ -131,7 +131,7 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
         lost = lost_tracking_server(err, session.settings.tracking_uri)
         if lost is None or attempt is None:
             raise
-        release(session, attempt, lost)
+        release(session, attempt, lost, mark_child=False)  # marking it would wait out the window again
         raise lost from None
 
 
@@ -226,12 +226,12 @@ def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialR
     return attempt.record(status if recorded else TrialStatus.KILLED, value, reason, seconds)
 
 
-def release(session, attempt: Attempt, stop: Exception) -> None:
+def release(session, attempt: Attempt, stop: Exception, mark_child: bool = True) -> None:
     """Queue the stopped attempt's trial again now (WAITING; its checkpoint is saved)
     and end its child run KILLED; nothing else is recorded."""
     import contextlib
 
-    if attempt.trials.release(attempt.trial, reason=str(stop)):
+    if attempt.trials.release(attempt.trial, reason=str(stop)) and mark_child:
         with contextlib.suppress(Exception):  # a tracking server that is away: the run stays RUNNING
             session.tracker.mark_killed(attempt.child)
 

@@ -56,6 +56,7 @@ from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
 # The exit code of `python -m cem_ablate.training.launch` for a preempted run (EX_TEMPFAIL:
 # "try again later"): the run saved its checkpoint and wrote no result.
 PREEMPTED_EXIT = 75
+
 if TYPE_CHECKING:  # Lightning loads only when a run trains (dry runs stay fast)
     from cem_ablate.training.tasks import Task
 

@@ -95,3 +95,42 @@ def test_a_signal_to_one_ddp_rank_stops_every_rank_at_one_step(tmp_path, isolate
     for key in ("steps", "test_loss", "test_ppl", "val_loss"):
         assert resumed[key] == uninterrupted[key], key
     assert yaml.safe_load(config.read_text())["train"]["devices"] == 2
+
+
+LIBRARY_DDP = """
+import sys, yaml
+from cem_ablate.training.engine import train_run
+from cem_ablate.training.preemption import Preempted
+try:
+    train_run(yaml.safe_load(open(sys.argv[1])), run_dir=sys.argv[2], tracking_uri=sys.argv[3], progress=False)
+except Preempted as stop:
+    print(f"stopped: {stop.signal_name} {stop.step}", flush=True)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+def test_a_ddp_run_launched_as_a_subprocess_gets_the_signal_relayed(tmp_path, isolated_cache):
+    """A library caller (the study's worker) runs DDP as `python -m cem_ablate.training.launch`:
+    a SIGTERM to the caller alone reaches the ranks, which checkpoint; the caller raises
+    `Preempted` with the checkpoint's step."""
+    import os
+    import subprocess
+    import sys
+
+    config = write_config(tmp_path / "ddp.yaml", max_steps=30, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=30,
+                          devices=2)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", LIBRARY_DDP, str(config), str(run_dir),
+                             f"sqlite:///{tmp_path / 'mlflow.db'}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, CEM_ABLATE_CACHE=str(isolated_cache)))
+    deadline = time.monotonic() + 600
+    while CheckpointFiles(run_dir / "checkpoints").newest_step() is None:
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # the caller only, not its process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err[-3000:]
+    step = _preempted_checkpoint(run_dir)
+    assert out.strip() == f"stopped: SIGTERM {step}"
