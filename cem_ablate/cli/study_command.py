@@ -220,7 +220,7 @@ def _run_study(expanded, args: argparse.Namespace, console) -> int:
             return 1
         from cem_ablate.training.preemption import STOP, exit_soon
 
-        if STOP.received is not None:  # stopped by a signal: its deadline leaves no time for a report
+        if STOP.received in ("SIGTERM", "SIGUSR1"):  # the machine is taken back: no time for a report
             exit_soon()
             return code
         if not args.no_report:
