@@ -140,6 +140,16 @@ def test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial_and_the_rerun_is_
 
 @pytest.mark.slow
 def test_sigterm_to_a_two_worker_study_queues_every_trial_in_training(tmp_path, corpus):
+    _two_workers(tmp_path, corpus, compare=False)
+
+
+@pytest.mark.slow
+@pytest.mark.soak
+def test_sigterm_to_a_two_worker_study_then_the_rerun_is_exact(tmp_path, corpus):
+    _two_workers(tmp_path, corpus, compare=True)
+
+
+def _two_workers(tmp_path, corpus, compare: bool):
     path = _study_file(tmp_path, corpus, "preempted2", [2e-3, 4e-3], steps=60)
     proc = _start(path, tmp_path / "job", workers=2)
     seconds, out = _signal_after_first_checkpoint(proc, tmp_path / "job", signal.SIGTERM, running=2)
@@ -153,6 +163,9 @@ def test_sigterm_to_a_two_worker_study_queues_every_trial_in_training(tmp_path, 
     assert len(_objectives(tmp_path / "job")) == 2, again[-3000:]
     for slot, metrics in _child_histories(tmp_path / "job", "preempted2").items():
         assert all(max(steps.values()) == 1 for steps in metrics.values()), (slot, metrics)
+    if compare:  # one thread per worker (the tiny study's execution.threads): the same float order
+        _run(path, tmp_path / "straight")
+        assert _objectives(tmp_path / "job") == _objectives(tmp_path / "straight")  # bit for bit
 
 
 @pytest.mark.slow
@@ -178,6 +191,7 @@ def test_sigusr1_in_a_slurm_job_requeues_it_and_the_requeued_job_resumes(tmp_pat
     assert len(_objectives(tmp_path / "job")) == 1, again[-3000:]
 
 
+@pytest.mark.slow
 def test_a_normal_study_records_each_metric_step_once(tmp_path, corpus, monkeypatch):
     """Lightning adds `epoch` to every dict it logs (the training step's and the
     validation's share a step), and the outcome repeats the final test metrics at the

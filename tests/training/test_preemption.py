@@ -54,18 +54,32 @@ def _preempted_checkpoint(run_dir) -> int:
 
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_rerun_is_exact(tmp_path, isolated_cache):
-    config = write_config(tmp_path / "run.yaml", max_steps=40, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=20)
+    _sigterm_and_rerun(tmp_path, isolated_cache)
+
+
+@pytest.mark.slow
+@pytest.mark.soak
+def test_sigterm_mid_accumulation_stops_at_the_optimizer_step(tmp_path, isolated_cache):
+    """Two micro-batches per optimizer step: the signal lands in either, the checkpoint is
+    taken after the optimizer step (a mid-accumulation one would lose the accumulated
+    gradients and the rerun would differ)."""
+    _sigterm_and_rerun(tmp_path, isolated_cache, effective_batch=16)
+
+
+def _sigterm_and_rerun(tmp_path, cache, **train):
+    config = write_config(tmp_path / "run.yaml", max_steps=40, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=20,
+                          **train)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code, seconds, err, run_dir = _signal_after_first_checkpoint(config, uri, tmp_path, isolated_cache,
+    code, seconds, err, run_dir = _signal_after_first_checkpoint(config, uri, tmp_path, cache,
                                                                  signal.SIGTERM)
     assert code == 128 + signal.SIGTERM, err[-3000:]
     step = _preempted_checkpoint(run_dir)
     print(f"cem-ablate train, SIGTERM: exited {seconds:.1f} s after the signal, checkpoint at step {step}")
 
-    rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache)
+    rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=cache)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     straight = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
-                   env_cache=isolated_cache)
+                   env_cache=cache)
     assert straight.returncode == 0, straight.stderr[-3000:]
     resumed, uninterrupted = _result(run_dir), _result(tmp_path / "straight")
     for key in ("steps", "test_loss", "test_ppl", "val_loss", "train_loss"):
