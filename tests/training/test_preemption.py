@@ -113,10 +113,12 @@ def test_a_signal_to_one_ddp_rank_stops_every_rank_at_one_step(tmp_path, isolate
 
 LIBRARY_DDP = """
 import sys, yaml
+from cem_ablate.training.config import parse_run_config
 from cem_ablate.training.engine import train_run
 from cem_ablate.training.preemption import Preempted
 try:
-    train_run(yaml.safe_load(open(sys.argv[1])), run_dir=sys.argv[2], tracking_uri=sys.argv[3], progress=False)
+    config = parse_run_config(yaml.safe_load(open(sys.argv[1])))
+    train_run(config, run_dir=sys.argv[2], tracking_uri=sys.argv[3], progress=False)
 except Preempted as stop:
     print(f"stopped: {stop.signal_name} {stop.step}", flush=True)
     sys.exit(3)
