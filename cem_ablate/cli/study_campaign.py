@@ -54,7 +54,7 @@ def run_campaign_command(args: argparse.Namespace, console) -> int:
 def _dry_run(by_scale: list, args: argparse.Namespace, console) -> int:
     from cem_ablate.cli.study_command import gpu_rate
     from cem_ablate.study.campaign import plan_campaign
-    from cem_ablate.study.campaign_dry_run import print_campaign, settled_trials
+    from cem_ablate.study.campaign_dry_run import gh, print_campaign, settled_trials
     from cem_ablate.study.storage import default_storage_url
 
     costs = []
@@ -62,10 +62,10 @@ def _dry_run(by_scale: list, args: argparse.Namespace, console) -> int:
         rate = gpu_rate(args, all(v.config.train.compile for f in files for v in f.expanded.variants))
         plan = plan_campaign(files, args.effect)
         settled = None if args.no_reuse else settled_trials(plan, args.storage or default_storage_url())
-        costs.append((scale, print_campaign(plan, rate, console, scale, settled)))
+        costs.append((scale, print_campaign(plan, rate, console, scale, settled, args.budget)))
     if len(costs) > 1:
-        side = "; ".join(f"scale {scale or '(none)'} {cost.worst:,.0f}"
-                         + (f" ({cost.expected:,.0f} expected)" if cost.sequential else "") for scale, cost in costs)
+        side = "; ".join(f"scale {scale or '(none)'} {gh(cost.worst)}"
+                         + (f" ({gh(cost.expected)} expected)" if cost.sequential else "") for scale, cost in costs)
         console.print(f"beside: {side} GPU-hours, each campaign's distinct trials once", markup=False,
                       highlight=False)
     return 0

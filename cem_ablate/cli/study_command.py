@@ -69,6 +69,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="dry run of several files: the true Δ, in seed-to-seed stds, at which sequential seeds' "
                              "expected case is computed (default: the smallest Δ 3 fixed seeds detect with 80%% "
                              "power)")
+    parser.add_argument("--budget", type=float, default=None, metavar="GPU_HOURS",
+                        help="dry run of several files: the GPU-hours the campaign may cost; says whether it fits, by "
+                             "how much it misses, and the MFU at which it would fit")
     parser.add_argument("--cpu-gflops", type=float, default=None,
                         help="dry run: training GFLOP/s of this CPU machine, startup and evaluation included, for the "
                              "CPU time (default 26.2, measured on the quickstart on 2 cores; conservative for wider "
@@ -102,6 +105,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("--gpu-tflops", f"must be > 0, got {args.gpu_tflops}.")
     if args.cpu_gflops is not None and not args.cpu_gflops > 0:
         raise ConfigError("--cpu-gflops", f"must be > 0, got {args.cpu_gflops}.")
+    if args.budget is not None and not args.budget > 0:
+        raise ConfigError("--budget", f"must be > 0 GPU-hours, got {args.budget}.")
     if args.effect is not None and not args.effect > 0:
         raise ConfigError("--effect", f"must be > 0 (a Δ in seed-to-seed stds), got {args.effect}.")
     if len(args.scale) > 1 and not args.dry_run:

@@ -37,6 +37,11 @@ def campaign_cost(plan: CampaignPlan, rate: GpuRate) -> CampaignCost:
                         any(t.trained < 1.0 for t in trials))
 
 
+def gh(hours: float) -> str:
+    """GPU-hours for a line: whole hours with thousands separators, 3 digits below 100."""
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
+
+
 def _role_counts(trials: list[CampaignTrial]) -> str:
     counts = {}
     for t in trials:
@@ -44,8 +49,20 @@ def _role_counts(trials: list[CampaignTrial]) -> str:
     return " + ".join(f"{n:,} {role}" for role, n in counts.items())
 
 
+def budget_line(cost: CampaignCost, rate: GpuRate, budget: float) -> str:
+    """Whether the campaign (its expected case under sequential seeds) fits `budget` GPU-hours,
+    by how much it misses, and the MFU at which the same FLOPs would fit."""
+    need = cost.expected
+    case = " expected" if cost.sequential else ""
+    if need <= budget:
+        return f"budget {gh(budget)} GPU-hours: the campaign fits ({gh(need)}{case}, {gh(budget - need)} to spare)"
+    return (f"budget {gh(budget)} GPU-hours: the campaign misses it by {gh(need - budget)} GPU-hours "
+            f"({gh(need)}{case}, {need / budget:.2f}x the budget); the same FLOPs fit at "
+            f"{rate.mfu * need / budget * 100:.3g}% MFU of {rate.tflops:g} TFLOP/s")
+
+
 def print_campaign(plan: CampaignPlan, rate: GpuRate, console, scale: str | None,
-                   settled: dict[str, bool] | None = None) -> CampaignCost:
+                   settled: dict[str, bool] | None = None, budget: float | None = None) -> CampaignCost:
     """The table and totals of one campaign (module docstring); returns its cost."""
     from rich.table import Table
 
@@ -57,10 +74,11 @@ def print_campaign(plan: CampaignPlan, rate: GpuRate, console, scale: str | None
     for f in plan.files:
         mine, owned = plan.file_trials(f.name), plan.owned(f.name)
         table.add_row(f.label, f.name, str(len(f.expanded.variants)), f"{len(mine):,}",
-                      f"{sum(rate.gpu_hours(t.train_flops) for t in mine):,.0f}", f"{len(owned):,}",
-                      f"{sum(rate.gpu_hours(t.train_flops) for t in owned):,.0f}")
+                      f"{gh(sum(rate.gpu_hours(t.train_flops) for t in mine))}", f"{len(owned):,}",
+                      f"{gh(sum(rate.gpu_hours(t.train_flops) for t in owned))}")
     console.print(table)
-    for line in _total_lines(plan, cost, rate, settled):
+    lines = _total_lines(plan, cost, rate, settled) + ([budget_line(cost, rate, budget)] if budget else [])
+    for line in lines:
         console.print(line, markup=False, highlight=False)
     return cost
 
@@ -72,12 +90,12 @@ def _total_lines(plan: CampaignPlan, cost: CampaignCost, rate: GpuRate, settled:
     trials = list(plan.trials.values())
     lines = [f"distinct: {len(trials):,} trials ({_role_counts(trials)}) of {asked:,} the files ask for; "
              f"{len(variants)} variants, {len(models)} distinct models trained (variant keys, proxies included)"]
-    roles = ", ".join(f"{role} {hours:,.0f}" for role, hours in cost.by_role.items())
+    roles = ", ".join(f"{role} {gh(hours)}" for role, hours in cost.by_role.items())
     worst = " in the worst case (every sequential seed trained)" if cost.sequential else ""
-    lines.append(f"GPU time at {rate.describe()}: the files priced alone {cost.alone:,.0f} GPU-hours; the campaign "
-                 f"{cost.worst:,.0f} GPU-hours{worst}, each distinct trial once ({roles})")
+    lines.append(f"GPU time at {rate.describe()}: the files priced alone {gh(cost.alone)} GPU-hours; the campaign "
+                 f"{gh(cost.worst)} GPU-hours{worst}, each distinct trial once ({roles})")
     if cost.sequential:
-        lines.append(f"expected case: {cost.expected:,.0f} GPU-hours (each seed past min weighted by the chance a "
+        lines.append(f"expected case: {gh(cost.expected)} GPU-hours (each seed past min weighted by the chance a "
                      "comparison of its variant is still unresolved; comparisons taken as independent, before Holm)")
     lines += [design.text() for design in plan.designs]
     if settled is not None:
@@ -93,7 +111,7 @@ def _settled_line(plan: CampaignPlan, settled: dict[str, bool], rate: GpuRate) -
     if not done:
         return "storage: none of these trials is settled in it yet (a run trains them all)"
     return (f"storage: {len(done):,} of the {len(trials):,} trials are settled in it under this code (finished or "
-            f"diverged, any study): a run trains the other {len(left):,} ({hours:,.0f} GPU-hours"
+            f"diverged, any study): a run trains the other {len(left):,} ({gh(hours)} GPU-hours"
             f"{', expected' if any(t.trained < 1 for t in left) else ''})")
 
 

@@ -103,6 +103,7 @@ def _complete(root: Path) -> dict[str, list]:
                    if t.state == optuna.trial.TrialState.COMPLETE] for name in optuna.get_all_study_names(storage)}
 
 
+@pytest.mark.slow
 def test_a_campaign_of_two_files_trains_their_shared_baseline_once(tmp_path, corpus, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     a = write_study(tmp_path, name="a", corpus=corpus)
@@ -124,3 +125,37 @@ def test_a_campaign_of_two_files_trains_their_shared_baseline_once(tmp_path, cor
     assert sorted(len(ts) for ts in _complete(tmp_path).values()) == [2, 2, 2, 2]
     assert main(["study", str(a), str(b), "--dry-run"]) == 0
     assert "storage: 6 of the 6 trials are settled" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_budget_line_says_by_how_much_a_campaign_misses():
+    from cem_ablate.study.campaign_dry_run import CampaignCost, budget_line
+    from cem_ablate.study.estimates import GpuRate
+
+    cost = CampaignCost(alone=2173.0, worst=1415.0, expected=1415.0, by_role={}, sequential=False)
+    line = budget_line(cost, GpuRate(312.0, 0.4), 1000.0)
+    assert "misses it by 415 GPU-hours" in line and "1.42x" in line and "56.6% MFU of 312 TFLOP/s" in line
+    assert "fits" in budget_line(cost, GpuRate(312.0, 0.4), 2000.0)
+
+
+@pytest.mark.slow
+def test_a_transfer_campaign_tunes_and_trains_a_shared_model_once(tmp_path, corpus, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from tests.study.test_transfer import TRANSFER
+
+    paths = []
+    for name, variants in (("tr", None), ("tr2", [{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}])):
+        extra = {"variants": variants, "baselines": {"llama": {"model.mlp": "llama"}}} if variants else {}
+        path = write_study(tmp_path, name, corpus=corpus, lr_search=TRANSFER, **extra)
+        path.write_text(path.read_text().replace(
+            "max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 16"))
+        paths.append(str(path))
+    assert main(["study", *paths, "--no-report"]) == 0
+    complete = _complete(tmp_path)
+    assert sorted(name.split("/")[0] for name in complete) == ["tr", "tr", "tr2", "tr2", "tr2_proxy", "tr2_proxy",
+                                                               "tr_proxy", "tr_proxy"]
+    trials = [t for ts in complete.values() for t in ts]
+    trained = [t.user_attrs["trial_key"] for t in trials if "reused_from" not in t.user_attrs]
+    # Llama's proxy (2 lrs) and its target (1 lr) are asked for by both files and trained once
+    assert len(trials) == 12 and len(trained) == len(set(trained)) == 9
+    assert main(["study", *paths, "--no-report"]) == 0  # a rerun trains nothing
+    assert sum(len(ts) for ts in _complete(tmp_path).values()) == 12
