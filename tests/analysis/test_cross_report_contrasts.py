@@ -3,27 +3,17 @@ the committed reports (docs/figures/*/report.md), equal the platform's rule appl
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from tests.analysis.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def contrasts():
-    sys.path.insert(0, str(SCRIPTS))  # the script imports its sibling report_trials_csv
-    try:
-        spec = importlib.util.spec_from_file_location("cross_report_contrasts", SCRIPTS / "cross_report_contrasts.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return load_script("cross_report_contrasts")
 
 
 def test_every_contrast_has_a_test_and_the_paired_ones_match_scipy(contrasts):

@@ -4,28 +4,21 @@ CSVs built from known curves."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from tests.analysis.scripts import load_script
+
 GRID = [1.0e-3, 1.41e-3, 2.0e-3, 2.83e-3, 4.0e-3, 5.66e-3]
 FIELDS = ["study", "variant", "lr", "seed", "state", "status", "value", "seconds", "trial_key", "reason"]
 
 
 @pytest.fixture(scope="module")
 def bootstrap():
-    sys.path.insert(0, str(SCRIPTS))  # the script imports its sibling mup_width_csv_report
-    try:
-        spec = importlib.util.spec_from_file_location("lr_drift_bootstrap", SCRIPTS / "lr_drift_bootstrap.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return load_script("lr_drift_bootstrap")
 
 
 def write(path: Path, stars: dict[tuple[str, int], list[float]]) -> Path:

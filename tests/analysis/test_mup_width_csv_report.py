@@ -5,23 +5,20 @@ known curves."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mup_width_csv_report.py"
+from tests.analysis.scripts import load_script
+
 GRID = [1.0e-3, 1.41e-3, 2.0e-3, 2.83e-3, 4.0e-3, 5.66e-3]
 FIELDS = ["study", "variant", "lr", "seed", "state", "status", "value", "seconds", "trial_key", "reason"]
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("mup_width_csv_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("mup_width_csv_report")
 
 
 def curve(lr: float, lr_star: float, floor: float, seed: int) -> float:

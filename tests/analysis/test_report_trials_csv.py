@@ -5,15 +5,15 @@ lists, so the rows must reproduce it through the report's estimators)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from cem_ablate.analysis.statistics import Observation, variant_stats
+
+from tests.analysis.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "figures" / "mup_width_cpu_first" / "report.md"
@@ -21,14 +21,7 @@ REPORT = ROOT / "docs" / "figures" / "mup_width_cpu_first" / "report.md"
 
 @pytest.fixture(scope="module")
 def module():
-    sys.path.insert(0, str(ROOT / "scripts"))  # the script imports its sibling store_trials_csv
-    try:
-        spec = importlib.util.spec_from_file_location("report_trials_csv", ROOT / "scripts" / "report_trials_csv.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    return load_script("report_trials_csv")
 
 
 def test_the_rows_reproduce_the_reports_own_optima(module):

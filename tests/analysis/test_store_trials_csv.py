@@ -4,19 +4,15 @@ with the columns scripts/mup_width_csv_report.py reads."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
-from pathlib import Path
 
 import optuna
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "store_trials_csv.py"
+from tests.analysis.scripts import load_script
 
 
 def test_every_trial_of_every_study_is_one_row(tmp_path):
-    spec = importlib.util.spec_from_file_location("store_trials_csv", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("store_trials_csv")
     db = tmp_path / "optuna.db"
     storage = f"sqlite:///{db}"
     for name, variant, values in (("w/d32_llama-k", "d32_llama", [5.5, 5.25]), ("w/d64_llama-k", "d64_llama", [4.5])):
