@@ -1,5 +1,7 @@
-"""The GPU-hours table of docs/reproducing.md ("Learning-rate transfer"): every paper figure study's dry run
-under the paper's protocol (1 seed, full grid), calibrated (3 seeds, full grid) and its `transfer` scale.
+"""The per-figure GPU-hours table of docs/reproducing.md ("Learning-rate transfer"): every paper figure study's
+dry run, each priced alone, under the paper's protocol (1 seed, full grid), calibrated (3 seeds, full grid) and its
+`transfer` scale. The eight as one campaign (each shared trial once) is what `cem-ablate study studies/fig*.yaml
+--dry-run` prints.
 
     python scripts/paper_costs.py      # from the repository root
 """

@@ -65,6 +65,24 @@ def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps
     verdict at the last look taken is better/worse, and that look's Δ. The tests of one
     look (the two grid points of `at: both`) are correlated `rho` per seed.
     """
+    rejected, delta, _ = _run(design, delta_over_std, paired, reps, seed, rho)
+    return rejected, delta
+
+
+def stopping_seeds(design: Design, delta_over_std: float, paired: bool = True, *, reps: int = REPS,
+                   seed: int = RNG_SEED, rho: float = RHO) -> dict[int, float]:
+    """Seed count -> the probability that one comparison's seeds stop there (its last
+    look; the design's largest when no look resolves every tested Δ), simulated through
+    the decision rule at a true Δ of `delta_over_std` seed-to-seed stds. What a sequential
+    design costs: its worst case is the largest look, its expected case the mean of this."""
+    _, _, used = _run(design, delta_over_std, paired, reps, seed, rho)
+    counts = np.bincount(used, minlength=max(design.looks) + 1)
+    return {n: float(counts[n]) / reps for n in range(len(counts)) if counts[n]}
+
+
+def _run(design: Design, delta_over_std: float, paired: bool, reps: int, seed: int,
+         rho: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`simulate`, also returning each simulated comparison's seed count at its last look."""
     tests = design.tests_per_look
     noise = _draws(reps, tests, max(design.looks), seed, rho, paired)
     if paired:
@@ -74,14 +92,16 @@ def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps
     rejected = np.zeros((reps, tests), dtype=bool)
     delta = np.zeros((reps, tests))
     stopped = np.zeros(reps, dtype=bool)
+    used = np.full(reps, max(design.looks))
     for n in design.testing_looks:
         result = paired_t(diffs[..., :n]) if paired else welch_t(x[..., :n], y[..., :n])
         now = rejects(design_p(result.p, design), design.alpha) & (result.delta != 0.0)
         going = ~stopped
         rejected[going] = now[going]
         delta[going] = result.delta[going]
+        used[going & now.all(axis=1)] = n
         stopped |= now.all(axis=1)  # more seeds while any tested Δ is unresolved
-    return rejected, delta
+    return rejected, delta, used
 
 
 def false_positive_rate(design: Design, paired: bool = True, *, reps: int = REPS, seed: int = RNG_SEED,

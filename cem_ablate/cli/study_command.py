@@ -1,10 +1,16 @@
-"""`cem-ablate study FILE`: train every variant at every learning rate, fit lr*, report.
+"""`cem-ablate study FILE [FILE ...]`: train every variant at every learning rate, fit lr*, report.
 
     cem-ablate study studies/quickstart.yaml --dry-run     # plan and cost, nothing written
     cem-ablate study studies/quickstart.yaml               # run (or resume) it
     cem-ablate study studies/quickstart.yaml --workers 2   # two local worker processes
     cem-ablate study paper.yaml --storage postgresql://... --tracking-uri http://mlflow:5000
                                                            # same command on every machine
+    cem-ablate study studies/fig*.yaml --scale transfer --dry-run
+                                                           # several files as one campaign
+
+Several files are one campaign (`study.campaign`, cli/study_campaign.py): every distinct
+trial counted, priced and trained once, in one queue (proxies first); each file's report
+as if it ran alone.
 
 The whole file (every variant after axis expansion) is validated before anything is
 created: a bad file exits with one `error:` line and leaves the stores untouched.
@@ -20,14 +26,20 @@ from cem_ablate.config import ConfigError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="study file (YAML)")
+    parser.add_argument("file", nargs="+",
+                        help="study file (YAML); several files are one campaign: each distinct trial (by its trial "
+                             "key) trained once in one queue, proxies first, and each file's report as alone")
     parser.add_argument("--dry-run", action="store_true",
                         help="print variants x learning rates with parameters, tokens, FLOPs, GPU-hours, the CPU "
                              "time of the trials left (and what the storage's finished trials of the same variants "
-                             "took) and the design's power; start and write nothing")
-    parser.add_argument("--scale", help="apply the study file's named overrides under `scale:` (e.g. smoke)")
+                             "took) and the design's power; for several files the campaign's distinct trials and "
+                             "GPU-hours beside the files priced alone; start and write nothing")
+    parser.add_argument("--scale", action="append", default=[],
+                        help="apply each study file's named overrides under `scale:` (e.g. smoke); a dry run takes "
+                             "several and prices each beside the others (e.g. --scale transfer --scale forecast)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a key of the study file, e.g. base.train.max_steps=50 (repeatable)")
+                        help="override a key of the study file (of every file), e.g. base.train.max_steps=50 "
+                             "(repeatable)")
     parser.add_argument("--workers", type=int,
                         help="local worker processes (default: the file's execution.workers, else 1: in this process)")
     parser.add_argument("--storage", help="Optuna storage URL shared by all workers and machines "
@@ -54,6 +66,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-tflops", type=float, default=312.0,
                         help="dry run: dense bf16 peak per GPU for GPU-hours (default 312, A100)")
     parser.add_argument("--mfu", type=float, default=0.4, help="dry run: assumed model FLOPs utilization (default 0.4)")
+    parser.add_argument("--bench", metavar="FILE",
+                        help="dry run: price GPU time at the GPU peak and MFU of a `cem-ablate bench` results file "
+                             "(JSON; Llama's MFU in the mode the studies train in) instead of --gpu-tflops and --mfu")
+    parser.add_argument("--effect", type=float, default=None,
+                        help="dry run of several files: the true Δ, in seed-to-seed stds, at which sequential seeds' "
+                             "expected case is computed (default: the smallest Δ 3 fixed seeds detect with 80%% "
+                             "power)")
+    parser.add_argument("--budget", type=float, default=None, metavar="GPU_HOURS",
+                        help="dry run of several files: the GPU-hours the campaign may cost; says whether it fits, by "
+                             "how much it misses, and the MFU at which it would fit")
     parser.add_argument("--cpu-gflops", type=float, default=None,
                         help="dry run: training GFLOP/s of this CPU machine, startup and evaluation included, for the "
                              "CPU time (default 26.2, measured on the quickstart on 2 cores; conservative for wider "
@@ -89,6 +111,13 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("--gpu-tflops", f"must be > 0, got {args.gpu_tflops}.")
     if args.cpu_gflops is not None and not args.cpu_gflops > 0:
         raise ConfigError("--cpu-gflops", f"must be > 0, got {args.cpu_gflops}.")
+    if args.budget is not None and not args.budget > 0:
+        raise ConfigError("--budget", f"must be > 0 GPU-hours, got {args.budget}.")
+    if args.effect is not None and not args.effect > 0:
+        raise ConfigError("--effect", f"must be > 0 (a Δ in seed-to-seed stds), got {args.effect}.")
+    if len(args.scale) > 1 and not args.dry_run:
+        raise ConfigError("--scale", f"a run takes one scale, got {', '.join(args.scale)}; several price side by "
+                                     "side with --dry-run.")
 
 
 def _check_tokenizers(expanded) -> None:
@@ -123,6 +152,11 @@ def run(args: argparse.Namespace) -> int:
     # From here on the URLs carry no password: it waits in the environment, which the
     # workers inherit, and never reaches a file (tracking.credentials).
     args.storage, args.tracking_uri = without_password(args.storage), without_password(args.tracking_uri)
+    if len(args.file) > 1 or len(args.scale) > 1:
+        from cem_ablate.cli.study_campaign import run_campaign_command
+
+        return run_campaign_command(args, _console())
+    args.file, args.scale = args.file[0], (args.scale[0] if args.scale else None)
     expanded = load_expanded(args.file, args.scale, args.set)
     from cem_ablate.study.trusted_widths import trust_warning
 
@@ -130,19 +164,38 @@ def run(args: argparse.Namespace) -> int:
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
 
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:  # logs and pipes: don't squeeze tables to 80 columns
-        console = Console(width=160)
+    console = _console()
     if args.dry_run:
         return _dry_run(expanded, args, console)
     return _run_study(expanded, args, console)
 
 
+def _console():
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: don't squeeze tables to 80 columns
+        console = Console(width=160)
+    return console
+
+
+def gpu_rate(args: argparse.Namespace, compiled: bool):
+    """The GPU-hours rate of a dry run: --bench's measured one, else --gpu-tflops and --mfu."""
+    from cem_ablate.study.estimates import GpuRate, measured_rate
+
+    if args.bench:
+        return measured_rate(args.bench, compiled)
+    return GpuRate(args.gpu_tflops, args.mfu)
+
+
 def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     """Print the plan: what the study will run and cost, and its power; nothing is written."""
     from cem_ablate.study.transfer import is_transfer
+
+    rate = gpu_rate(args, all(v.config.train.compile for v in expanded.variants))
+    args.gpu_tflops, args.mfu = rate.tflops, rate.mfu
+    if rate.source:
+        console.print(f"GPU time at {rate.describe()}", markup=False, highlight=False)
 
     if is_transfer(expanded):
         from cem_ablate.study.dry_run import print_transfer_plan
@@ -171,12 +224,24 @@ def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     return 0
 
 
-def _study_settings(expanded, args: argparse.Namespace, workers: int, console):
+def stopped_for_the_machine() -> bool:
+    """Whether SIGTERM or SIGUSR1 stopped the run (the machine is taken back,
+    training.preemption): then no report is written, and the process leaves its final
+    garbage collection out (`exit_soon`), within the signal's deadline."""
+    from cem_ablate.training.preemption import STOP, exit_soon
+
+    if STOP.received not in ("SIGTERM", "SIGUSR1"):
+        return False
+    exit_soon()
+    return True
+
+
+def study_settings(expanded, args: argparse.Namespace, workers: int, console):
     """The run's settings, once every store, server, tokenizer and eval task it needs
     has been checked (before anything is created)."""
     from cem_ablate.study.session import StudySettings
     from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
-    from cem_ablate.tracking.store import check_tracking_server
+    from cem_ablate.tracking.store import check_tracking_server, set_mlflow_outage_window
     from cem_ablate.tracking.store import default_tracking_uri
 
     execution = expanded.spec.execution
@@ -189,6 +254,7 @@ def _study_settings(expanded, args: argparse.Namespace, workers: int, console):
         from cem_ablate.study.trial_eval import check_eval
 
         check_eval(expanded.spec.eval)
+    set_mlflow_outage_window(args.outage_wait)  # this process's MLflow client and the workers it starts
     return StudySettings(
         storage=StorageSettings(storage_url, args.heartbeat, args.grace, args.outage_wait),
         tracking_uri=args.tracking_uri or default_tracking_uri(),
@@ -204,11 +270,9 @@ def _run_study(expanded, args: argparse.Namespace, console) -> int:
     from cem_ablate.study.coordinator import run_study
     from cem_ablate.study.transfer import is_transfer
     from cem_ablate.tracking.local_store import private_files
-    from cem_ablate.tracking.store import set_mlflow_outage_window
 
     workers = args.workers or expanded.spec.execution.workers
-    settings = _study_settings(expanded, args, workers, console)
-    set_mlflow_outage_window(args.outage_wait)  # this process's client and the workers it starts
+    settings = study_settings(expanded, args, workers, console)
     echo = lambda line: print(line, flush=True)  # noqa: E731
     # stores, run folders, logs, worker payload and the report's artifacts on the parents: the user's only (0600/0700)
     with private_files():
@@ -218,10 +282,7 @@ def _run_study(expanded, args: argparse.Namespace, console) -> int:
             code = run_study(expanded, settings, workers, echo=echo)
         if code is None:  # a transfer whose proxy has no lr*
             return 1
-        from cem_ablate.training.preemption import STOP, exit_soon
-
-        if STOP.received in ("SIGTERM", "SIGUSR1"):  # the machine is taken back: no time for a report
-            exit_soon()
+        if stopped_for_the_machine():
             return code
         if not args.no_report:
             from cem_ablate.reporting.report import make_report

@@ -43,6 +43,7 @@ SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
     "mini": (128, 4, 4, 344),
     "small": (256, 6, 8, 688),
 }
+DIM_KEYS = ("d_model", "n_layers", "n_heads", "d_mlp")  # what a size preset sets
 DEFAULT_VOCAB_SIZE = 32000
 GENERIC_SUBLAYER_KEYS = ("name", "steps", "depth_mode")
 
@@ -181,6 +182,24 @@ class ModelConfig(ModelOptions):
             out.pop("mup_readout", None)
         out["attention"] = self.attention.to_mapping()
         out["mlp"] = self.mlp.to_mapping()
+        return out
+
+    def identity_mapping(self) -> dict[str, Any]:
+        """`to_mapping` as the variant key hashes it: what is built, not how it was named.
+
+        A size preset stands for its dims only when no dim is given beside it; with any
+        dim given, the resolved d_model, n_layers, n_heads and d_mlp are hashed and the
+        preset's name is not (a proxy `{d_model: 384, d_mlp: 1024}` of the 108M, 134M and
+        162M presets is one 12-layer model, trained once). A bare preset keeps its name,
+        so every config without overrides keeps its key (the committed reference of every
+        study file's variant keys, tests/model/test_parametrization.py); dims spelled out
+        without a preset are hashed as spelled, whether or not a preset has them too.
+        """
+        out = self.to_mapping()
+        if self.size is not None and any(k in out for k in DIM_KEYS):
+            dims = self.dims
+            del out["size"]
+            out.update({k: getattr(dims, k) for k in DIM_KEYS})
         return out
 
 

@@ -50,7 +50,6 @@ from typing import IO
 from cem_ablate.config import ConfigError
 from cem_ablate.study.interrupt_latch import InterruptLatch
 from cem_ablate.study.progress import changes, snapshot
-from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.session import StudySession, StudySettings
 from cem_ablate.study.stalls import fail_lapsed_claims, stalled
 from cem_ablate.study.storage import sqlite_path
@@ -96,7 +95,9 @@ def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, ec
 def run_study_outcome(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> StudyOutcome:
     """run_study, also saying whether the study's last snapshot was complete (a transfer's
     proxies must be: an lr* from an unfinished grid is a wrong number)."""
-    session = StudySession(expanded, settings)
+    from cem_ablate.study.campaign_session import open_session
+
+    session = open_session(expanded, settings)
     try:
         return _run_session(session, workers, echo)
     finally:
@@ -104,14 +105,12 @@ def run_study_outcome(expanded: ExpandedStudy, settings: StudySettings, workers:
 
 
 def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
-    from cem_ablate.study.pairing import pair_study
-
-    expanded, settings = session.expanded, session.settings
+    settings = session.settings
     session.prepare()
     # Once per study run: which comparisons are paired by seed (builds each pair's models once).
-    publisher = StudyPublisher(session, pair_study(session.variants))
+    publisher = session.publisher()
     before = snapshot(session)
-    echo(f"study {expanded.spec.name}: {len(session.variants)} variants, {before.total} trials; "
+    echo(f"{session.title}: {len(session.variants)} variants, {before.total} trials; "
          f"storage {shown_url(settings.storage.url)}; tracking {shown_url(settings.tracking_uri)}")
     servers = _outage_windows(settings)
     if servers:
@@ -126,7 +125,7 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
             elif not snapshot(session).complete:
                 _run_workers(session, publisher, workers, echo)
             # Sequential seeds: a seed more to each unresolved pair, then run those (study.sequential).
-            added = add_seeds(session, publisher) if snapshot(session).complete else []
+            added = session.add_seeds(publisher) if snapshot(session).complete else []
             for line in added:
                 echo(line)
             if not added:

@@ -22,6 +22,50 @@ CPU_TRAIN_FLOPS_PER_S = 3.59e12 / 137.0
 
 
 @dataclass(frozen=True)
+class GpuRate:
+    """What a GPU delivers: its dense bf16 peak and the share of it a run achieves (MFU),
+    assumed (the defaults) or measured by `cem-ablate bench` (`measured_rate`)."""
+
+    tflops: float = DEFAULT_GPU_TFLOPS
+    mfu: float = DEFAULT_MFU
+    source: str = ""  # where a measured MFU comes from
+
+    def gpu_hours(self, flops: float) -> float:
+        return flops / (self.tflops * 1e12 * self.mfu) / 3600.0
+
+    def describe(self) -> str:
+        return f"{self.tflops:g} TFLOP/s and {self.mfu * 100:.3g}% MFU" + (f" ({self.source})" if self.source else "")
+
+
+def measured_rate(path: str, compiled: bool) -> GpuRate:
+    """The rate of a `cem-ablate bench` results file (bench/results.py): its GPU's bf16 peak and
+    the Llama baseline's median MFU in the mode the studies train in (`train.compile`), bf16,
+    over the sizes it measured; the other variants' MFU range in that mode is named beside it."""
+    import statistics
+
+    from cem_ablate.bench.results import read_json
+    from cem_ablate.config import ConfigError
+
+    try:
+        rows, meta = read_json(path)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError("--bench", f"{path} is not a results file of cem-ablate bench ({err}).") from None
+    mode = "compiled" if compiled else "eager"
+    timed = [r for r in rows if r.mode == mode and r.precision == "bf16" and not r.error and not r.memory_only
+             and r.step_s and r.peak_flops and r.peak_flops == r.peak_flops]
+    llama = [r for r in timed if r.variant == "llama"]
+    if not llama:
+        raise ConfigError("--bench", f"{path} has no timed bf16 {mode} row of llama (the mode the studies train "
+                                     "in: train.compile); run cem-ablate bench on the GPU with that mode.")
+    mfu = statistics.median(r.mfu for r in llama)
+    others = sorted(r.mfu for r in timed)
+    gpu = meta.get("gpu") or meta.get("device") or "its device"
+    source = (f"{gpu}, llama {mode} bf16 at {', '.join(sorted({r.size for r in llama}))}, {path}; every variant "
+              f"there {others[0]:.1%}-{others[-1]:.1%}")
+    return GpuRate(llama[0].peak_flops / 1e12, mfu, source)
+
+
+@dataclass(frozen=True)
 class VariantEstimate:
     params_total: int
     params_by_component: dict[str, int]

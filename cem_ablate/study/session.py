@@ -51,6 +51,8 @@ class StudySession:
         self.tracker = StudyTracker(settings.tracking_uri, self.spec.name)
         self.trials: dict[str, VariantTrials] = {}
         self._finished: dict | None = None  # trial key -> its finished TrialRecord, read once (study.reuse)
+        # trial keys another study of a campaign may finish while this one runs: read again on a miss
+        self.shared_keys: frozenset[str] = frozenset()
         self._created: dict[str, bool] = {}
         self._parents: dict[str, str] = {}
         for variant in expanded.variants:
@@ -71,6 +73,31 @@ class StudySession:
     @property
     def variants(self) -> list[Variant]:
         return self.expanded.variants
+
+    @property
+    def title(self) -> str:
+        return f"study {self.spec.name}"
+
+    def queue(self) -> list[list[tuple[StudySession, Variant]]]:
+        """What a worker claims from, in tiers (`study.worker.work`): one study is one tier."""
+        return [[(self, v) for v in self.variants]]
+
+    def waits(self, session: StudySession, variant: Variant):
+        """Which of a variant's slots to leave queued for now: none in a study alone."""
+        return None
+
+    def publisher(self):
+        """The parents' publisher of this study run, its pairs checked once (`study.pairing`)."""
+        from cem_ablate.study.pairing import pair_study
+        from cem_ablate.study.summary import StudyPublisher
+
+        return StudyPublisher(self, pair_study(self.variants))
+
+    def add_seeds(self, publisher) -> list[str]:
+        """Sequential seeds: one more where a Δ is unresolved (`study.sequential`)."""
+        from cem_ablate.study.sequential import add_seeds
+
+        return add_seeds(self, publisher)
 
     @property
     def study_dir(self) -> Path:
@@ -144,6 +171,11 @@ class StudySession:
 
             self._finished = finished_trials(self.storage)
         original = self._finished.get(trial_key)
+        if original is None and trial_key in self.shared_keys:  # finished by another study since the read
+            from cem_ablate.study.reuse import finished_trials
+
+            self._finished = finished_trials(self.storage)
+            original = self._finished.get(trial_key)
         if original is None or original.study == optuna_study:
             return None
         return original

@@ -328,8 +328,10 @@ class VariantTrials:
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass
 
-    def claim(self, identity: dict[str, Any]):
-        """Take one queued slot as an `optuna.Trial` (RUNNING, heartbeat on), or None."""
+    def claim(self, identity: dict[str, Any], waits: Callable[[str], bool] | None = None):
+        """Take one queued slot as an `optuna.Trial` (RUNNING, heartbeat on), or None.
+        `waits(slot key)`: leave that slot queued for now (a campaign's trial that another
+        study trains first, `study.campaign_session`)."""
         import optuna
         from optuna.trial import TrialState
 
@@ -337,6 +339,8 @@ class VariantTrials:
             self.fail_dead_trials()
             self.reconcile()
             for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.WAITING,)):
+                if waits is not None and waits(trial_facts(t).slot):
+                    continue
                 # Heartbeat first: a claimed trial never exists without one, so a worker
                 # killed right after claiming still leaves a trial that goes stale.
                 trial_id = trial_id_of(t)

@@ -6,7 +6,7 @@ runs one worker process over the payload the coordinator wrote (`write_worker_pa
 study and its settings, pickled: typed objects, so nothing is parsed again). Any number
 of workers (processes, machines) run this loop against one storage.
 Variants are visited round-robin, starting at a different one per worker, so
-results arrive for every variant early. When nothing is queued but trials are still
+results arrive for every variant early (a campaign's tiers in order: its proxies first). When nothing is queued but trials are still
 running elsewhere, the worker waits: a running trial of a dead worker goes stale and
 is queued again, and this worker may be the one to retry it.
 
@@ -48,44 +48,53 @@ def preempted_line(outcome: TrialRecord) -> str:
 def work(session, worker_index: int = 0,
          on_start: Callable[[str, object], None] | None = None,
          on_end: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
-    """Claim and train trials until none is left, or until a stop signal (then the trial
-    in training is queued again with its checkpoint, `STOP.received` says which signal)."""
+    """Claim and run trials until none is queued or running, or until a stop signal (then
+    the trial in training is queued again with its checkpoint, `STOP.received` says which
+    signal). `session.queue()` gives the (study session, variant) pairs in tiers, an
+    earlier tier claimed first (a campaign's proxies); one study is one tier."""
     with STOP.listen(STOP_SIGNALS + (signal.SIGINT,)):
         return _work(session, worker_index, on_start, on_end)
 
 
 def _work(session, worker_index, on_start, on_end) -> list[TrialRecord]:
     identity = worker_identity()
-    variants = session.variants
+    tiers = session.queue()
+    turns = [worker_index] * len(tiers)
     outcomes: list[TrialRecord] = []
-    turn = worker_index
     while STOP.received is None:
-        claimed = None
-        for i in range(len(variants)):
-            variant = variants[(turn + i) % len(variants)]
-            trial = session.trials[variant.key].claim(identity)
-            if trial is not None:
-                claimed = (variant, trial)
-                break
+        claimed = _claim(session, tiers, turns, identity)
         if claimed is None:
             if any(t.has_running() for t in session.trials.values()):
                 time.sleep(IDLE_POLL_S)
                 continue
             return outcomes
-        variant, trial = claimed
-        turn = variants.index(variant) + 1
+        owner, variant, trial = claimed
         # Heartbeat from the claim on, not only while training: the trial's MLflow child,
         # imports and config come first, and a claimed trial that stays silent past the
         # grace period is taken for dead and trained twice (seen on the multi-host test rig).
-        trials = session.trials[variant.key]
-        with HeartbeatThread(session.storage, trial_id_of(trial), lambda: trials.is_live(trial)):
+        trials = owner.trials[variant.key]
+        with HeartbeatThread(owner.storage, trial_id_of(trial), lambda: trials.is_live(trial)):
             if on_start is not None:
                 on_start(variant.name, trial)
-            outcome = run_trial(session, variant, trial)
+            outcome = run_trial(owner, variant, trial)
         outcomes.append(outcome)
         if on_end is not None and outcome.status != TrialStatus.WAITING:  # a preempted trial did not end
             on_end(outcome)
     return outcomes
+
+
+def _claim(session, tiers: list[list], turns: list[int], identity: dict):
+    """(study session, variant, claimed trial) of the first tier with a claimable slot, or None.
+    Within a tier the variants are visited round-robin from `turns[i]`, which moves past the
+    one claimed (a different start per worker, so results arrive for every variant early)."""
+    for i, tier in enumerate(tiers):
+        for j in range(len(tier)):
+            owner, variant = tier[(turns[i] + j) % len(tier)]
+            trial = owner.trials[variant.key].claim(identity, session.waits(owner, variant))
+            if trial is not None:
+                turns[i] = (turns[i] + j) % len(tier) + 1
+                return owner, variant, trial
+    return None
 
 
 def set_torch_threads(threads: int | None) -> None:
@@ -122,7 +131,7 @@ def write_worker_payload(path: Path, expanded, settings) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cem_ablate.study.session import StudySession
+    from cem_ablate.study.campaign_session import open_session
 
     parser = argparse.ArgumentParser(prog="python -m cem_ablate.study.worker",
                                      description="One study worker over a payload written by `cem-ablate study`.")
@@ -139,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     set_torch_threads(settings.threads)
     quiet_lightning()
     try:
-        session = StudySession(expanded, settings, worker_index=args.index)
+        session = open_session(expanded, settings, worker_index=args.index)
         for outcome in work(session, args.index):
             if outcome.status == TrialStatus.WAITING:
                 print(preempted_line(outcome), flush=True)

@@ -141,8 +141,10 @@ class RunConfig:
     def variant_mapping(self) -> dict[str, Any]:
         """What defines a variant: the resolved config without the run name, the
         per-trial keys (lr, seed) and the execution settings (they change how fast or
-        how often things happen, never the numbers a run produces)."""
+        how often things happen, never the numbers a run produces). The model is its
+        `identity_mapping`: resolved dims, not a preset's name its overrides replaced."""
         out = self.to_mapping()
+        out["model"] = self.model.identity_mapping()
         del out["name"]
         for key in TRIAL_KEYS + EXECUTION_KEYS:
             del out["train"][key]

@@ -32,6 +32,19 @@ def test_each_figure_transfers_from_a_d384_proxy_of_its_own_depth(name):
         assert proxy.attention == target.attention and proxy.mlp == target.mlp
 
 
+@pytest.mark.parametrize("name", LM_FIGURES)
+def test_the_twelve_layer_sizes_share_one_proxy(name):
+    """108M, 134M and 162M have 12 layers and 12 heads: their d 384 proxies are one model
+    (one key, trained once); 86M's 8-layer proxy is another."""
+    expanded = load_expanded(path_of(name), "transfer", [])
+    by_depth: dict[tuple[str, int], set[str]] = {}
+    for v in expanded.variants:
+        family = v.name.rsplit(",size=", 1)[0]
+        by_depth.setdefault((family, v.config.model.dims.n_layers), set()).add(v.proxy)
+    assert all(len(proxies) == 1 for proxies in by_depth.values())
+    assert len(expanded.proxies) == len(by_depth)
+
+
 def test_transfer_costs_less_than_the_calibrated_full_grid():
     """The docs/reproducing.md table's claim, per figure: 3 seeds by transfer < 3 seeds on the grid."""
     for name in LM_FIGURES:

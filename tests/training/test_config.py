@@ -103,3 +103,34 @@ def test_loss_impl_is_an_execution_setting():
     plain, chunked = (parse_run_config(tiny_run(loss_impl=impl)) for impl in ("plain", "chunked"))
     assert plain.variant_key() == chunked.variant_key()
     assert parse_run_config(tiny_run()).train.loss_impl == "auto"
+
+
+def _keyed(model: dict) -> str:
+    cfg = tiny_run()
+    cfg["model"] = model
+    return parse_run_config(cfg).variant_key()
+
+
+def test_one_model_one_key_whatever_preset_its_overrides_replaced():
+    """The key hashes what is built: a preset whose dims are overridden is a label, not a
+    model. The mini (4 layers, 4 heads) and small (6 layers) presets with every dim given
+    build one model, and so do tiny and mini with the dims they differ in given."""
+    dims = {"d_model": 96, "n_layers": 2, "n_heads": 4, "d_mlp": 256}
+    spelled = _keyed(dims)
+    assert _keyed({"size": "mini", **dims}) == _keyed({"size": "small", **dims}) == spelled
+    assert _keyed({"size": "tiny", "d_model": 96, "d_mlp": 256}) == spelled
+    assert _keyed({"size": "mini", "d_model": 96, "n_layers": 2, "d_mlp": 256}) == spelled
+    assert _keyed({"size": "tiny", "d_model": 96, "d_mlp": 256, "n_layers": 3}) != spelled
+
+
+def test_a_bare_preset_keeps_its_key():
+    """No dim given: the preset's name is hashed as before, so configs that only name a
+    preset keep the keys their stores hold (the golden keys: tests/model/test_parametrization.py)."""
+    from cem_ablate.config.identity import digest
+
+    cfg = parse_run_config(tiny_run())
+    mapping = cfg.to_mapping()
+    del mapping["name"]
+    for key in ("lr", "seed", "threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl"):
+        del mapping["train"][key]
+    assert cfg.variant_key() == digest(mapping) and mapping["model"]["size"] == "tiny"
