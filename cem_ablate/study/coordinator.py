@@ -119,17 +119,7 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
     if before.complete:
         echo("every trial is already done")
     try:
-        while True:
-            if not snapshot(session).complete and workers == 1:
-                _run_here(session, publisher, echo)
-            elif not snapshot(session).complete:
-                _run_workers(session, publisher, workers, echo)
-            # Sequential seeds: a seed more to each unresolved pair, then run those (study.sequential).
-            added = session.add_seeds(publisher) if snapshot(session).complete else []
-            for line in added:
-                echo(line)
-            if not added:
-                break
+        _run_until_done(session, publisher, workers, echo)
     except KeyboardInterrupt:
         after = snapshot(session)  # the workers are stopped: what finished is what the storage holds
         echo(after.line())
@@ -148,6 +138,25 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
              "rerunning the same command retries them once")
         return StudyOutcome(1, True)
     return StudyOutcome(0, True)
+
+
+def _run_until_done(session: StudySession, publisher: StudyPublisher, workers: int, echo) -> None:
+    """Run the queued trials (here or in workers), then any seeds sequential seeds add;
+    SIGTERM or SIGUSR1 meanwhile raises `Preempted` once the workers stopped."""
+    with STOP.listen():
+        while STOP.received is None:
+            if not snapshot(session).complete and workers == 1:
+                _run_here(session, publisher, echo)
+            elif not snapshot(session).complete:
+                _run_workers(session, publisher, workers, echo)
+            # Sequential seeds: a seed more to each unresolved pair, then run those (study.sequential).
+            added = session.add_seeds(publisher) if snapshot(session).complete and STOP.received is None else []
+            for line in added:
+                echo(line)
+            if not added:
+                break
+        if STOP.received is not None:
+            raise Preempted(STOP.received, None)
 
 
 def _stopped(session: StudySession, stop: Preempted, echo) -> StudyOutcome:
@@ -257,7 +266,7 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     snap = snapshot(session)
     reported: set[int] = set()  # pids of stalled workers already said so
     try:
-        with watchdog, InterruptLatch() as latch, STOP.listen():
+        with watchdog, InterruptLatch() as latch:
             _follow(session, publisher, pool, watchdog.killed, latch, snap, reported, echo)
     except (KeyboardInterrupt, Preempted) as stop:
         _stop(pool.workers, signal.SIGUSR1 if getattr(stop, "signal_name", "") == "SIGUSR1" else signal.SIGTERM)
