@@ -23,7 +23,7 @@ from cem_ablate.config import ConfigError
 def campaign_files(args: argparse.Namespace, scale: str | None) -> list:
     """Every file at `scale` with `--set`, validated; the study names must differ (they name
     the Optuna studies and MLflow experiments each file keeps)."""
-    from cem_ablate.cli.study_command import load_expanded
+    from cem_ablate.cli.study_setup import load_expanded
     from cem_ablate.study.campaign import CampaignFile, check_campaign_file
     from cem_ablate.study.trusted_widths import trust_warning
 
@@ -52,7 +52,7 @@ def run_campaign_command(args: argparse.Namespace, console) -> int:
 
 
 def _dry_run(by_scale: list, args: argparse.Namespace, console) -> int:
-    from cem_ablate.cli.study_command import gpu_rate
+    from cem_ablate.cli.study_setup import gpu_rate
     from cem_ablate.study.campaign import plan_campaign
     from cem_ablate.study.campaign_dry_run import gh, print_campaign, settled_trials
     from cem_ablate.study.storage import default_storage_url
@@ -73,7 +73,7 @@ def _dry_run(by_scale: list, args: argparse.Namespace, console) -> int:
 
 def _run(files: list, args: argparse.Namespace, console) -> int:
     """Run (or resume) the campaign, then write each file's report."""
-    from cem_ablate.cli.study_command import stopped_for_the_machine, study_settings
+    from cem_ablate.cli.study_setup import stopped_for_the_machine, study_settings
     from cem_ablate.tracking.local_store import private_files
 
     first = files[0].expanded

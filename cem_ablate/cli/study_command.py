@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 from cem_ablate.config import ConfigError
+from cem_ablate.cli.study_setup import (  # noqa: F401  (load_expanded: other commands read studies through it)
+    gpu_rate, load_expanded, stopped_for_the_machine, study_settings)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -82,18 +84,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "models)")
 
 
-def load_expanded(file: str, scale: str | None, overrides: list[str]):
-    """Read, override and validate the whole study; ConfigError names the file and key."""
-    from cem_ablate.study.spec import load_study_mapping, parse_study
-    from cem_ablate.study.variants import expand
-
-    try:
-        mapping = load_study_mapping(file, scale, overrides)
-        return expand(parse_study(mapping), mapping)
-    except ConfigError as err:
-        raise ConfigError("", f"{file}: {err}") from None
-
-
 def _check_options(args: argparse.Namespace) -> None:
     if args.workers is not None and args.workers < 1:
         raise ConfigError("--workers", f"must be at least 1, got {args.workers}.")
@@ -118,15 +108,6 @@ def _check_options(args: argparse.Namespace) -> None:
     if len(args.scale) > 1 and not args.dry_run:
         raise ConfigError("--scale", f"a run takes one scale, got {', '.join(args.scale)}; several price side by "
                                      "side with --dry-run.")
-
-
-def _check_tokenizers(expanded) -> None:
-    """Load every Hugging Face tokenizer the study names before any store is created:
-    offline (or a wrong id) is one `error:` line now, not a failed trial per slot."""
-    from cem_ablate.data.tokenizer import tokenizer_vocab_size
-
-    for data in {v.config.data for v in expanded.variants}:
-        tokenizer_vocab_size(data)
 
 
 def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: int, args: argparse.Namespace,
@@ -179,15 +160,6 @@ def _console():
     return console
 
 
-def gpu_rate(args: argparse.Namespace, compiled: bool):
-    """The GPU-hours rate of a dry run: --bench's measured one, else --gpu-tflops and --mfu."""
-    from cem_ablate.study.estimates import GpuRate, measured_rate
-
-    if args.bench:
-        return measured_rate(args.bench, compiled)
-    return GpuRate(args.gpu_tflops, args.mfu)
-
-
 def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     """Print the plan: what the study will run and cost, and its power; nothing is written."""
     from cem_ablate.study.transfer import is_transfer
@@ -222,47 +194,6 @@ def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     if not args.no_reuse:
         _print_reuse(rows, reused, done, retrain, args, console)
     return 0
-
-
-def stopped_for_the_machine() -> bool:
-    """Whether SIGTERM or SIGUSR1 stopped the run (the machine is taken back,
-    training.preemption): then no report is written, and the process leaves its final
-    garbage collection out (`exit_soon`), within the signal's deadline."""
-    from cem_ablate.training.preemption import STOP, exit_soon
-
-    if STOP.received not in ("SIGTERM", "SIGUSR1"):
-        return False
-    exit_soon()
-    return True
-
-
-def study_settings(expanded, args: argparse.Namespace, workers: int, console):
-    """The run's settings, once every store, server, tokenizer and eval task it needs
-    has been checked (before anything is created)."""
-    from cem_ablate.study.session import StudySettings
-    from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
-    from cem_ablate.tracking.store import check_tracking_server, set_mlflow_outage_window
-    from cem_ablate.tracking.store import default_tracking_uri
-
-    execution = expanded.spec.execution
-    storage_url = args.storage or default_storage_url()
-    sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created
-    if args.tracking_uri:
-        check_tracking_server(args.tracking_uri)  # a dead server: one line now, not MLflow's 4-minute retry
-    _check_tokenizers(expanded)
-    if expanded.spec.eval is not None:  # task names and data, before anything is created
-        from cem_ablate.study.trial_eval import check_eval
-
-        check_eval(expanded.spec.eval)
-    set_mlflow_outage_window(args.outage_wait)  # this process's MLflow client and the workers it starts
-    return StudySettings(
-        storage=StorageSettings(storage_url, args.heartbeat, args.grace, args.outage_wait),
-        tracking_uri=args.tracking_uri or default_tracking_uri(),
-        workdir=Path(args.workdir).resolve(),
-        threads=args.threads or execution.threads,
-        progress=workers == 1 and console.is_terminal,
-        reuse=not args.no_reuse,
-    )
 
 
 def _run_study(expanded, args: argparse.Namespace, console) -> int:
