@@ -156,7 +156,10 @@ def _two_workers(tmp_path, corpus, compare: bool):
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
     assert seconds < 30, seconds
     preempted = _preempted(tmp_path / "job", out, "SIGTERM")
-    assert len(preempted) == 2, out[-3000:]
+    # Every trial still training was preempted; on a loaded machine one worker may have
+    # finished its trial before the other's first checkpoint (then only one was training).
+    finished = len(_objectives(tmp_path / "job"))
+    assert len(preempted) >= 1 and len(preempted) + finished == 2, out[-3000:]
     print(f"SIGTERM, 2 workers: exited {seconds:.1f} s after the signal; checkpoints at steps "
           f"{sorted(s for _, s in preempted)}")
     again = _run(path, tmp_path / "job", workers=2)
