@@ -68,3 +68,20 @@ def _writes_nothing_into_the_repository(_outputs_at_start):
         _outputs_at_start["snapshot"] = now  # blame the next offender only for its own writes
         pytest.fail(f"this test wrote into the repository ({ROOT}), not its tmp_path: {', '.join(changed[:8])}"
                     + (f" and {len(changed) - 8} more" if len(changed) > 8 else ""), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_retry_window_stays_in_its_test():
+    """An in-process `cem-ablate study` sets MLflow's retry variables for itself and the
+    processes it starts (tracking.store.set_mlflow_outage_window), and a value already set
+    wins: left in this process's environment, one test's window would become every later
+    subprocess's (a 10 s `--outage-wait` waiting 2 minutes per request)."""
+    from cem_ablate.tracking.store import MLFLOW_BACKOFF_VAR, MLFLOW_RETRIES_VAR
+
+    before = {name: os.environ.get(name) for name in (MLFLOW_RETRIES_VAR, MLFLOW_BACKOFF_VAR)}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
