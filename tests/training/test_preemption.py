@@ -52,6 +52,19 @@ def _preempted_checkpoint(run_dir) -> int:
     return step
 
 
+def _rerun_equals_uninterrupted(config, uri: str, tmp_path, cache, run_dir, keys) -> None:
+    """Rerun the stopped run (it resumes its checkpoint) and run it once uninterrupted;
+    `keys` of their results agree bit for bit."""
+    rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=cache)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    straight = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
+                   env_cache=cache)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    resumed, uninterrupted = _result(run_dir), _result(tmp_path / "straight")
+    for key in keys:
+        assert resumed[key] == uninterrupted[key], key  # bit for bit
+
+
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_rerun_is_exact(tmp_path, isolated_cache):
     _sigterm_and_rerun(tmp_path, isolated_cache)
@@ -76,14 +89,8 @@ def _sigterm_and_rerun(tmp_path, cache, **train):
     step = _preempted_checkpoint(run_dir)
     print(f"cem-ablate train, SIGTERM: exited {seconds:.1f} s after the signal, checkpoint at step {step}")
 
-    rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=cache)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    straight = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
-                   env_cache=cache)
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    resumed, uninterrupted = _result(run_dir), _result(tmp_path / "straight")
-    for key in ("steps", "test_loss", "test_ppl", "val_loss", "train_loss"):
-        assert resumed[key] == uninterrupted[key], key  # bit for bit
+    _rerun_equals_uninterrupted(config, uri, tmp_path, cache, run_dir,
+                                ("steps", "test_loss", "test_ppl", "val_loss", "train_loss"))
 
 
 @pytest.mark.slow
@@ -100,14 +107,8 @@ def test_a_signal_to_one_ddp_rank_stops_every_rank_at_one_step(tmp_path, isolate
     assert code == 128 + signal.SIGUSR1, err[-3000:]
     step = _preempted_checkpoint(run_dir)
     print(f"DDP, SIGUSR1 to rank 1: exited {seconds:.1f} s after the signal, checkpoint at step {step}")
-    rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=isolated_cache)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    straight = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
-                   env_cache=isolated_cache)
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    resumed, uninterrupted = _result(run_dir), _result(tmp_path / "straight")
-    for key in ("steps", "test_loss", "test_ppl", "val_loss"):
-        assert resumed[key] == uninterrupted[key], key
+    _rerun_equals_uninterrupted(config, uri, tmp_path, isolated_cache, run_dir,
+                                ("steps", "test_loss", "test_ppl", "val_loss"))
     assert yaml.safe_load(config.read_text())["train"]["devices"] == 2
 
 
