@@ -55,7 +55,7 @@ from cem_ablate.analysis.akima import curve_minima
 from cem_ablate.analysis.decision import ALPHA, Design, decide
 from cem_ablate.analysis.statistics import Observation, variant_stats
 from cem_ablate.analysis.smooth_gap import smooth_gap
-from cem_ablate.study.verdicts import decide_family, design_of
+from cem_ablate.study.verdicts import decide_family
 
 FAMILIES = ("llama", "cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full_cem_T2")
 WIDTHS = (32, 64, 128, 256)
@@ -198,7 +198,7 @@ def _stats(per_seed: dict[int, dict[float, float]]):
 
 def _verdicts(stats: dict) -> dict[str, str]:
     """family -> "verdict (Δ [interval], Holm p)" of its tuned-vs-tuned test against Llama."""
-    design = design_of(sorted({s for st in stats.values() for row in st.by_lr for s in row.seeds}), ALPHA)
+    design = Design.fixed(len({s for st in stats.values() for row in st.by_lr for s in row.seeds}), ALPHA)
     tests = decide_family(stats, {f: {"llama": "llama"} for f in FAMILIES[1:]}, {}, design, "holm")
     out = {}
     for t in tests:

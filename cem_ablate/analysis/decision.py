@@ -8,6 +8,12 @@ objective is minimized, so Δ = variant − baseline < 0 means better.
   sides finished) only where pairing is real -- the two variants get identical initial
   values for every parameter they share, so the seed-to-seed noise cancels; otherwise
   Welch's t-test over every finite seed each side has.
+- `Design.pooled` (`statistics.variance: pooled`): an unpaired Δ's standard error takes
+  the seed-to-seed variance pooled over every point the family compares (each model at
+  the learning rate it is tested at), the one-way ANOVA's within-group mean square, with
+  Σ(n_i − 1) degrees of freedom (`pooled_t`). Valid where every point has the same seed
+  variance -- a model property of one recipe that docs/results/pooled-variance.md checks;
+  it buys the degrees of freedom two seeds per side cannot give Welch's test.
 - The seed design (`Design`) says at how many seed counts a verdict is looked at and
   how many tests each look makes (`at: both` tests two grid points). Each look is
   tested at `look_alpha` = α / K, K = looks × tests per look (Bonferroni over the
@@ -44,7 +50,7 @@ import numpy as np
 from scipy import stats
 
 BETTER, WORSE, UNRESOLVED = "better", "worse", "unresolved"
-PAIRED_T, WELCH_T = "paired t", "Welch t"
+PAIRED_T, WELCH_T, POOLED_T = "paired t", "Welch t", "pooled t"
 ALPHA = 0.05
 
 
@@ -56,6 +62,7 @@ class Design:
     looks: tuple[int, ...]  # fixed seeds: (n,); sequential {min 2, max 5}: (2, 3, 4, 5)
     tests_per_look: int = 1  # 2 for sequential `at: both` (two grid points tested per look)
     alpha: float = ALPHA
+    pooled: bool = False  # unpaired Δs use the seed variance pooled over the family's points (`pooled_t`)
 
     def __post_init__(self) -> None:
         # Programming errors, not user input: the study file and the CLI validate theirs first.
@@ -65,11 +72,12 @@ class Design:
             raise ValueError(f"tests_per_look >= 1 and 0 < alpha < 1, got {self.tests_per_look}, {self.alpha}")
 
     @classmethod
-    def fixed(cls, n: int, alpha: float = ALPHA) -> Design:
-        return cls((int(n),), 1, float(alpha))
+    def fixed(cls, n: int, alpha: float = ALPHA, pooled: bool = False) -> Design:
+        return cls((int(n),), 1, float(alpha), bool(pooled))
 
     @classmethod
-    def sequential(cls, min: int, max: int, at: str = "baseline", alpha: float = ALPHA) -> Design:  # noqa: A002
+    def sequential(cls, min: int, max: int, at: str = "baseline", alpha: float = ALPHA,  # noqa: A002
+                   pooled: bool = False) -> Design:
         """`seeds: {min, max, until: resolved, at}`: a look after every added seed. A look
         with fewer than 2 seeds tests nothing (no spread to judge by) and spends no α."""
         if at not in ("baseline", "own", "both"):
@@ -77,7 +85,7 @@ class Design:
         if int(max) < int(min):
             raise ValueError(f"max must be at least min, got min {min}, max {max}")
         looks = tuple(range(builtin_max(int(min), 2), int(max) + 1))
-        return cls(looks or (int(max),), 2 if at == "both" else 1, float(alpha))
+        return cls(looks or (int(max),), 2 if at == "both" else 1, float(alpha), bool(pooled))
 
     @property
     def testing_looks(self) -> tuple[int, ...]:
@@ -99,6 +107,10 @@ class Design:
         return self.alpha / self.n_tests
 
     def describe(self) -> str:
+        pooled = "; unpaired Δs with the seed variance pooled over the compared points" if self.pooled else ""
+        return self._describe_looks() + pooled
+
+    def _describe_looks(self) -> str:
         if self.sequential_looks:
             at = ", 2 grid points per look (at: both)" if self.tests_per_look == 2 else ""
             return (f"sequential seeds {self.looks[0]}..{self.looks[-1]} (a look after every seed{at}); "
@@ -119,13 +131,13 @@ class Decision:
     high: float | None
     p: float | None  # raw two-sided p of the test
     p_design: float | None  # p corrected for the design's looks and tests: min(1, K·p)
-    test: str  # PAIRED_T | WELCH_T
+    test: str  # PAIRED_T | WELCH_T | POOLED_T
     n_variant: int
     n_baseline: int
     n_pairs: int
     p_holm: float | None = None  # filled by `adjust`
     verdict: str = UNRESOLVED  # better | worse | unresolved
-    std: float | None = None  # paired: std of the differences; Welch: pooled per-side std (ddof=1)
+    std: float | None = None  # paired: std of the differences; Welch: the two sides' rms std; pooled: the pooled std
     level: float | None = None  # the interval's confidence level, 1 − look_alpha
 
     @property
@@ -190,6 +202,35 @@ def welch_t(x: np.ndarray, y: np.ndarray) -> TStat:
     return TStat(delta, se, df, _two_sided(delta, se, df))
 
 
+def pooled_t(delta: np.ndarray, n_x: np.ndarray, n_y: np.ndarray, variance: np.ndarray, df: np.ndarray) -> TStat:
+    """t-test of a difference of means `delta` (n_x and n_y values) whose seed variance is
+    `variance`, pooled over groups with `df` = Σ(n_i − 1) degrees of freedom (`pool`). With the
+    two sides as the only groups this is Student's two-sample t, scipy's ttest_ind(equal_var=True)."""
+    delta = np.asarray(delta, dtype=np.float64)
+    se = np.sqrt(np.asarray(variance, dtype=np.float64) * (1.0 / np.asarray(n_x) + 1.0 / np.asarray(n_y)))
+    df = np.broadcast_to(np.asarray(df, dtype=np.float64), delta.shape)
+    return TStat(delta, se, df, _two_sided(delta, se, df))
+
+
+class PooledVariance(NamedTuple):
+    """The within-group seed variance of several groups (one-way ANOVA's mean square)."""
+
+    variance: float
+    df: int  # Σ(n_i − 1)
+
+
+def pool(groups: Sequence[Sequence[float]]) -> PooledVariance | None:
+    """Σ_i Σ_s (x_is − mean_i)² / Σ_i (n_i − 1) over the groups' finite values; None when no
+    group has two values (nothing to estimate a spread from)."""
+    ss, df = 0.0, 0
+    for group in groups:
+        x = np.asarray([v for v in group if v is not None and math.isfinite(float(v))], dtype=np.float64)
+        if len(x) >= 2:
+            ss += float(((x - x.mean()) ** 2).sum())
+            df += len(x) - 1
+    return PooledVariance(ss / df, df) if df else None
+
+
 def design_p(p, design: Design):
     """The design-corrected p: min(1, K·p) (Bonferroni over the design's K tests)."""
     return np.minimum(1.0, np.asarray(p, dtype=np.float64) * design.n_tests)
@@ -211,16 +252,19 @@ def _verdict(delta: float | None, p_corrected: float | None, alpha: float) -> st
 
 
 def decide(variant: Mapping[int, float], baseline: Mapping[int, float], *, paired: bool,
-           design: Design) -> Decision:
+           design: Design, pooled: PooledVariance | None = None) -> Decision:
     """Δ, interval, p and verdict of variant vs baseline; values keyed by seed.
 
-    Paired: over the seeds both have (n_pairs); Welch: every seed each side has.
+    Paired: over the seeds both have (n_pairs); unpaired: every seed each side has, by
+    Welch's test, or by `pooled_t` with `pooled` (the family's pooled variance) where
+    `design.pooled` (then one seed per side suffices: the spread comes from the pool).
     Non-finite values (diverged trials) are dropped. Fewer than 2 per side (paired: 2
     pairs) -> no test: Δ where defined, every other field None, unresolved.
     """
     v, b = _finite(variant), _finite(baseline)
     shared = sorted(set(v) & set(b))
-    test = PAIRED_T if paired else WELCH_T
+    use_pool = design.pooled and not paired and pooled is not None
+    test = PAIRED_T if paired else POOLED_T if use_pool else WELCH_T
     base = dict(test=test, n_variant=len(v), n_baseline=len(b), n_pairs=len(shared))
     if paired:
         if not shared:
@@ -235,10 +279,14 @@ def decide(variant: Mapping[int, float], baseline: Mapping[int, float], *, paire
             return Decision(None, None, None, None, None, **base)
         xv = np.asarray(list(v.values()), dtype=np.float64)
         xb = np.asarray(list(b.values()), dtype=np.float64)
-        if len(xv) < 2 or len(xb) < 2:
+        if use_pool:
+            result = pooled_t(xv.mean() - xb.mean(), len(xv), len(xb), pooled.variance, pooled.df)
+            std = math.sqrt(pooled.variance)
+        elif len(xv) < 2 or len(xb) < 2:
             return Decision(float(xv.mean() - xb.mean()), None, None, None, None, **base)
-        result = welch_t(xv, xb)
-        std = float(math.sqrt((np.var(xv, ddof=1) + np.var(xb, ddof=1)) / 2.0))
+        else:
+            result = welch_t(xv, xb)
+            std = float(math.sqrt((np.var(xv, ddof=1) + np.var(xb, ddof=1)) / 2.0))
     delta, se, df, p = (float(a) for a in result)
     level = 1.0 - design.look_alpha()
     half = float(stats.t.ppf(0.5 + level / 2.0, df)) * se if se > 0 else 0.0

@@ -12,6 +12,10 @@ user decides how many to buy (`cem-ablate power`, the dry run).
   data (between n − 1 and 2n − 2 at equal n). The noncentral t with 2n − 2 df (Welch's
   df at equal variances) overstates it -- by 0.03 at 5 seeds and Δ = 1.5σ -- so Welch
   designs are simulated like sequential ones.
+- A pooled design (`Design.pooled`) estimates the seed variance from `groups` points of n
+  seeds each (the comparison's two sides and the report's other points, all at the same
+  variance): fixed, one test, its power is the noncentral t's with groups·(n − 1) df
+  (`exact_power`); sequential, the other groups are simulated beside the two sides.
 - Sequential or multi-test designs are simulated through the decision rule itself
   (`decision.paired_t` / `decision.welch_t`, `decision.design_p`, `decision.rejects`,
   the functions `decide` uses), vectorized over all simulated studies with numpy and
@@ -31,7 +35,7 @@ import math
 import numpy as np
 from scipy import optimize, stats
 
-from cem_ablate.analysis.decision import Design, design_p, paired_t, rejects, welch_t
+from cem_ablate.analysis.decision import Design, design_p, paired_t, pooled_t, rejects, welch_t
 
 REPS = 20_000
 RNG_SEED = 0
@@ -57,31 +61,44 @@ def _draws(reps: int, tests: int, n_max: int, seed: int, rho: float, paired: boo
     return (one(),) if paired else (one(), one())
 
 
+@functools.lru_cache(maxsize=8)
+def _other_groups(reps: int, tests: int, n_max: int, groups: int, seed: int) -> np.ndarray:
+    """Each other pooled group's sample variance at every seed count n (axis -1, n = 2..n_max at
+    index n − 2), (reps, tests, groups − 2, n_max − 1); drawn apart from `_draws`, so that the
+    two sides' seeds are the same with and without pooling."""
+    rng = np.random.default_rng([seed, groups])
+    x = rng.standard_normal((reps, tests, groups - 2, n_max))
+    out = np.stack([x[..., :n].var(axis=-1, ddof=1) for n in range(2, n_max + 1)], axis=-1)
+    out.setflags(write=False)
+    return out
+
+
 def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps: int = REPS,
-             seed: int = RNG_SEED, rho: float = RHO) -> tuple[np.ndarray, np.ndarray]:
+             seed: int = RNG_SEED, rho: float = RHO, groups: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """Run the design's decision rule on `reps` simulated comparisons.
 
     Returns (rejected, delta), each of shape (reps, tests_per_look): whether each test's
     verdict at the last look taken is better/worse, and that look's Δ. The tests of one
-    look (the two grid points of `at: both`) are correlated `rho` per seed.
+    look (the two grid points of `at: both`) are correlated `rho` per seed. `groups`: the
+    points a pooled design's variance is pooled over (the two sides included).
     """
-    rejected, delta, _ = _run(design, delta_over_std, paired, reps, seed, rho)
+    rejected, delta, _ = _run(design, delta_over_std, paired, reps, seed, rho, groups)
     return rejected, delta
 
 
 def stopping_seeds(design: Design, delta_over_std: float, paired: bool = True, *, reps: int = REPS,
-                   seed: int = RNG_SEED, rho: float = RHO) -> dict[int, float]:
+                   seed: int = RNG_SEED, rho: float = RHO, groups: int = 2) -> dict[int, float]:
     """Seed count -> the probability that one comparison's seeds stop there (its last
     look; the design's largest when no look resolves every tested Δ), simulated through
     the decision rule at a true Δ of `delta_over_std` seed-to-seed stds. What a sequential
     design costs: its worst case is the largest look, its expected case the mean of this."""
-    _, _, used = _run(design, delta_over_std, paired, reps, seed, rho)
+    _, _, used = _run(design, delta_over_std, paired, reps, seed, rho, groups)
     counts = np.bincount(used, minlength=max(design.looks) + 1)
     return {n: float(counts[n]) / reps for n in range(len(counts)) if counts[n]}
 
 
 def _run(design: Design, delta_over_std: float, paired: bool, reps: int, seed: int,
-         rho: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         rho: float, groups: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`simulate`, also returning each simulated comparison's seed count at its last look."""
     tests = design.tests_per_look
     noise = _draws(reps, tests, max(design.looks), seed, rho, paired)
@@ -89,12 +106,17 @@ def _run(design: Design, delta_over_std: float, paired: bool, reps: int, seed: i
         diffs = delta_over_std + noise[0]
     else:
         x, y = delta_over_std + noise[0], noise[1]
+    pooled = design.pooled and not paired
+    others = _other_groups(reps, tests, max(design.looks), groups, seed) if pooled and groups > 2 else None
     rejected = np.zeros((reps, tests), dtype=bool)
     delta = np.zeros((reps, tests))
     stopped = np.zeros(reps, dtype=bool)
     used = np.full(reps, max(design.looks))
     for n in design.testing_looks:
-        result = paired_t(diffs[..., :n]) if paired else welch_t(x[..., :n], y[..., :n])
+        if pooled:
+            result = _pooled_look(x[..., :n], y[..., :n], others, groups)
+        else:
+            result = paired_t(diffs[..., :n]) if paired else welch_t(x[..., :n], y[..., :n])
         now = rejects(design_p(result.p, design), design.alpha) & (result.delta != 0.0)
         going = ~stopped
         rejected[going] = now[going]
@@ -104,24 +126,34 @@ def _run(design: Design, delta_over_std: float, paired: bool, reps: int, seed: i
     return rejected, delta, used
 
 
+def _pooled_look(x: np.ndarray, y: np.ndarray, others: np.ndarray | None, groups: int):
+    """`decision.pooled_t` at one look of n seeds: the two sides' variances with the other groups'."""
+    n = x.shape[-1]
+    total = x.var(axis=-1, ddof=1) + y.var(axis=-1, ddof=1)
+    if others is not None:
+        total = total + others[..., n - 2].sum(axis=-1)
+    return pooled_t(x.mean(axis=-1) - y.mean(axis=-1), n, n, total / groups, groups * (n - 1.0))
+
+
 def false_positive_rate(design: Design, paired: bool = True, *, reps: int = REPS, seed: int = RNG_SEED,
-                        rho: float = RHO) -> float:
+                        rho: float = RHO, groups: int = 2) -> float:
     """Share of comparisons with no true difference that end with any verdict
     better/worse (any of the look's tests), simulated through the decision rule."""
-    rejected, _ = simulate(design, 0.0, paired=paired, reps=reps, seed=seed, rho=rho)
+    rejected, _ = simulate(design, 0.0, paired=paired, reps=reps, seed=seed, rho=rho, groups=groups)
     return float(rejected.any(axis=1).mean())
 
 
 def _exact(design: Design, paired: bool) -> bool:
-    return paired and len(design.looks) == 1 and design.tests_per_look == 1
+    return (paired or design.pooled) and len(design.looks) == 1 and design.tests_per_look == 1
 
 
-def exact_power(n: int, delta_over_std: float, alpha: float, *, paired: bool = True) -> float:
+def exact_power(n: int, delta_over_std: float, alpha: float, *, paired: bool = True, groups: int = 2) -> float:
     """Two-sided t-test power from the noncentral t (both tails); unpaired: the pooled
-    test's (Welch's df at equal variances), an upper bound of Welch's power."""
+    test's over `groups` points of n seeds (2: Welch's df at equal variances, an upper
+    bound of Welch's power)."""
     if n < 2:
         return 0.0
-    df = n - 1.0 if paired else 2.0 * n - 2.0
+    df = n - 1.0 if paired else groups * (n - 1.0)
     nc = delta_over_std * (math.sqrt(n) if paired else math.sqrt(n / 2.0))
     crit = stats.t.ppf(1.0 - alpha / 2.0, df)
     # The lower tail P(T < -crit) as sf(crit) of the mirrored nct: scipy's nct.cdf returns nan
@@ -130,12 +162,14 @@ def exact_power(n: int, delta_over_std: float, alpha: float, *, paired: bool = T
 
 
 def power(design: Design, delta_over_std: float, paired: bool = True, *, reps: int = REPS,
-          seed: int = RNG_SEED, rho: float = RHO) -> float:
+          seed: int = RNG_SEED, rho: float = RHO, groups: int = 2) -> float:
     """Probability that the headline comparison (the first test of a look) ends with the
     right verdict when the true Δ is `delta_over_std` seed-to-seed stds."""
     if _exact(design, paired):
-        return exact_power(design.looks[0], abs(delta_over_std), design.look_alpha(), paired=paired)
-    rejected, delta = simulate(design, abs(delta_over_std), paired=paired, reps=reps, seed=seed, rho=rho)
+        return exact_power(design.looks[0], abs(delta_over_std), design.look_alpha(), paired=paired,
+                           groups=groups)
+    rejected, delta = simulate(design, abs(delta_over_std), paired=paired, reps=reps, seed=seed, rho=rho,
+                               groups=groups)
     return float((rejected[:, 0] & (delta[:, 0] > 0)).mean())
 
 
@@ -143,7 +177,7 @@ _power = power  # `min_detectable_effect`'s argument `power` (the target) shadow
 
 
 def min_detectable_effect(design: Design, power: float = POWER, paired: bool = True, *,
-                          reps: int = REPS, seed: int = RNG_SEED, rho: float = RHO) -> float | None:
+                          reps: int = REPS, seed: int = RNG_SEED, rho: float = RHO, groups: int = 2) -> float | None:
     """The smallest Δ (in seed-to-seed stds) detected with probability `power`; None
     when the design cannot test at all (fewer than 2 seeds)."""
     if not design.testing_looks:
@@ -151,7 +185,7 @@ def min_detectable_effect(design: Design, power: float = POWER, paired: bool = T
     target = power
 
     def gap(d: float) -> float:
-        return _power(design, d, paired, reps=reps, seed=seed, rho=rho) - target
+        return _power(design, d, paired, reps=reps, seed=seed, rho=rho, groups=groups) - target
 
     high = 1.0
     while gap(high) < 0.0:

@@ -136,7 +136,7 @@ def build_comparisons(records: list[VariantRecord], spec=None, pairings=None,
     stats = {r.key: s.stats for r in records if (s := _statistics(r, published)) is not None}
     recorded = next((p.design for p in published.values() if p is not None and p.design is not None), None)
     if spec is not None:
-        design, correction = design_of(spec.seeds, spec.statistics.alpha), spec.statistics.correction
+        design, correction = design_of(spec.seeds, spec.statistics), spec.statistics.correction
     elif recorded is not None:
         design, correction = design_from_record(recorded)
     else:

@@ -16,11 +16,15 @@ seed s >= min trains only if a comparison it takes part in is still unresolved a
 the worst case trains every seed up to max; the expected case weights each such trial by
 the probability that some comparison of its variant asks for it, 1 - prod F(s) over the
 comparisons (F: the design's own simulated stopping distribution at a stated Δ,
-`analysis.power.stopping_seeds`, comparisons taken as independent).
+`analysis.power.stopping_seeds`, comparisons taken as independent). Every design other than `FIXED_REFERENCE_SEEDS` fixed seeds
+of the two sides' own variance (sequential, or `statistics.variance: pooled`) is printed beside
+that reference: its simulated false-positive rate and power, a pooled design's over as many
+points as its file compares (one per variant: a transfer target trains at one rate).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -106,20 +110,31 @@ class SeedDesignLine:
 
     design: object  # analysis.decision.Design
     paired: bool
+    groups: int  # the points a pooled design pools over (2: the two sides only)
     effect: float  # Δ in seed-to-seed stds the expected case is computed at
     false_positive: float
     power: float
     reference_false_positive: float
     reference_power: float
     expected_seeds: float  # one comparison's, at `effect`
+    files: tuple[str, ...] = ()  # the study names with this design
+
+    @property
+    def meets(self) -> bool:
+        """As calibrated (up to the simulations' noise) and as powerful as the reference, or better."""
+        return self.false_positive <= self.reference_false_positive + 0.005 and self.power >= self.reference_power
 
     def text(self) -> str:
-        test = "paired t" if self.paired else "Welch t"
-        meets = (self.false_positive <= self.reference_false_positive + 0.005 and self.power >= self.reference_power)
-        return (f"seed design {self.design.describe()} ({test}): false-positive rate {self.false_positive:.3f}, "
+        test = ("paired t" if self.paired else
+                f"pooled t over {self.groups} points" if self.design.pooled else "Welch t")
+        calibrated = self.false_positive <= self.reference_false_positive + 0.005
+        verdict = ("as calibrated and as powerful or better" if self.meets else
+                   "as calibrated but less powerful" if calibrated else "more false positives")
+        where = f"{', '.join(self.files)}: " if self.files else ""
+        return (f"{where}seed design {self.design.describe()} ({test}): false-positive rate {self.false_positive:.3f}, "
                 f"power {self.power:.3f} at Δ = {self.effect:.3g} × the seed std; {FIXED_REFERENCE_SEEDS} fixed seeds: "
                 f"{self.reference_false_positive:.3f}, {self.reference_power:.3f} "
-                f"({'as calibrated or better' if meets else 'less calibrated than those'}); a comparison takes "
+                f"({verdict}); a comparison takes "
                 f"{self.expected_seeds:.2f} seeds expected at that Δ, {max(self.design.looks)} at most "
                 f"(simulated, analysis.power)")
 
@@ -199,12 +214,16 @@ def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
     stopping: dict[str, dict[int, float]] = {}  # file -> its design's P(stop at n)
     for f in plan.files:
         spec = f.expanded.spec
+        design = design_of(spec.seeds, spec.statistics)
+        if not (design.sequential_looks or design.pooled or design.looks != (FIXED_REFERENCE_SEEDS,)):
+            continue
+        paired = spec.lr_search.method == "grid"  # a transfer target's pairs are at two lrs: unpaired
+        groups = len(f.expanded.variants) if design.pooled and not paired else 2
+        line = designs.get((design, paired, groups))
+        if line is None:
+            line = seed_design_line(design, paired, effect, groups)
+        designs[(design, paired, groups)] = dataclasses.replace(line, files=(*line.files, f.name))
         if isinstance(spec.seeds, SequentialSeeds):
-            paired = spec.lr_search.method == "grid"  # a transfer target's pairs are at two lrs: Welch
-            line = designs.get((spec.seeds, spec.statistics.alpha, paired))
-            if line is None:
-                line = seed_design_line(design_of(spec.seeds, spec.statistics.alpha), paired, effect)
-                designs[(spec.seeds, spec.statistics.alpha, paired)] = line
             stopping[f.name] = _stopping(line)
     plan.designs = list(designs.values())
     if not stopping:
@@ -224,19 +243,20 @@ def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
 def _stopping(line: SeedDesignLine) -> dict[int, float]:
     from cem_ablate.analysis.power import stopping_seeds
 
-    return stopping_seeds(line.design, line.effect, line.paired)
+    return stopping_seeds(line.design, line.effect, line.paired, groups=line.groups)
 
 
-def seed_design_line(design, paired: bool, effect: float | None = None) -> SeedDesignLine:
-    """A sequential design's error rates and expected seeds beside `FIXED_REFERENCE_SEEDS` fixed
-    seeds', at `effect` (None: the Δ the fixed seeds detect with 80% power), simulated."""
-    from cem_ablate.analysis.decision import Design
+def seed_design_line(design, paired: bool, effect: float | None = None, groups: int = 2) -> SeedDesignLine:
+    """A design's error rates and expected seeds beside `FIXED_REFERENCE_SEEDS` fixed seeds' of the
+    two sides' own variance at α 0.05 (the calibration the campaign is held to), at `effect` (None:
+    the Δ the fixed seeds detect with 80% power), simulated; `groups`: a pooled design's points."""
+    from cem_ablate.analysis.decision import ALPHA, Design
     from cem_ablate.analysis.power import false_positive_rate, min_detectable_effect, power, stopping_seeds
 
-    reference = Design.fixed(FIXED_REFERENCE_SEEDS, design.alpha)
+    reference = Design.fixed(FIXED_REFERENCE_SEEDS, ALPHA)
     if effect is None:
         effect = min_detectable_effect(reference, 0.8, paired)
-    stops = stopping_seeds(design, effect, paired)
-    return SeedDesignLine(design, paired, effect, false_positive_rate(design, paired), power(design, effect, paired),
-                          false_positive_rate(reference, paired), power(reference, effect, paired),
-                          sum(n * p for n, p in stops.items()))
+    stops = stopping_seeds(design, effect, paired, groups=groups)
+    return SeedDesignLine(design, paired, groups, effect, false_positive_rate(design, paired, groups=groups),
+                          power(design, effect, paired, groups=groups), false_positive_rate(reference, paired),
+                          power(reference, effect, paired), sum(n * p for n, p in stops.items()))

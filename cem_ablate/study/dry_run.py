@@ -163,7 +163,7 @@ def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> li
     from cem_ablate.study.verdicts import design_of
 
     spec = expanded.spec
-    design = design_of(spec.seeds, spec.statistics.alpha)
+    design = design_of(spec.seeds, spec.statistics)
     family = {"holm": "Holm over the report's comparisons", "none": "no correction over the report"}
     lines = [f"seed design: {design.describe()}; {family[spec.statistics.correction]}"]
     metric = OBJECTIVE_NAMES[expanded.variants[0].config.data.task] if expanded.variants else "objective"

@@ -51,7 +51,7 @@ def add_seeds(session, publisher=None) -> list[str]:
     seeds = session.spec.seeds
     if not isinstance(seeds, SequentialSeeds):
         return []
-    design = design_of(seeds, session.spec.statistics.alpha)
+    design = design_of(seeds, session.spec.statistics)
     pairings = publisher.pairings if publisher is not None else {}
     method = session.spec.lr_search.interpolation
     stats = {v.key: variant_stats(observations(session.trials[v.key].points()), method, n_resamples=0)

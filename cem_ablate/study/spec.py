@@ -176,11 +176,14 @@ class StatisticsConfig:
 
     `alpha` is the false-positive rate of a whole report: its comparisons are one family,
     Holm-adjusted (`correction: holm`), or each tested at `alpha` alone (`none`). The
-    sequential seed rule spends the same `alpha` over its looks.
+    sequential seed rule spends the same `alpha` over its looks. `variance: pooled` assumes
+    one seed-to-seed variance for every model the report compares (one recipe), which
+    gives two seeds per model the degrees of freedom of many.
     """
 
     alpha: float = 0.05  # the false-positive rate of the whole report
     correction: Literal["holm", "none"] = "holm"  # holm: the comparisons are one family; none: each at alpha
+    variance: Literal["own", "pooled"] = "own"  # own: an unpaired Δ's spread from its two sides (Welch); pooled: one seed variance from every point compared
 
     def validate(self, path: str) -> None:
         # Above 0.5 a "verdict" is closer to a coin flip than to evidence.

@@ -113,7 +113,7 @@ class StudyPublisher:
         self.session = session
         self.pairings = dict(pairings)
         spec = session.spec
-        self.design = design_of(spec.seeds, spec.statistics.alpha)
+        self.design = design_of(spec.seeds, spec.statistics)
         self.correction = spec.statistics.correction
         self._points: dict[str, list[TrialRecord]] = {}
         self._stats: dict[str, tuple[tuple, VariantStats]] = {}

@@ -10,7 +10,9 @@ minimized: Δ < 0 is better), each the grid point nearest (log2 lr) an Akima lr*
 Tests on the same data are one test, not two. Each is `analysis.decision.decide`:
 paired t over the shared seeds where the pair is paired (one learning rate, and
 `study.pairing` found identical initializations and data order), else Welch over every
-finished seed of each side. The family is every test of the report: Holm-adjusted at
+finished seed of each side -- or, with `statistics.variance: pooled`, the t-test with the
+seed variance pooled over every point the family compares (`analysis.decision.pooled_t`).
+The family is every test of the report: Holm-adjusted at
 the study's `statistics: {alpha, correction}` (`analysis.decision.adjust`), on the
 p-values already corrected for the seed design's looks (`Design`).
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cem_ablate.analysis.decision import Decision, Design, adjust, decide
+from cem_ablate.analysis.decision import Decision, Design, PooledVariance, adjust, decide, pool
 from cem_ablate.analysis.statistics import VariantStats
 
 AT_BASELINE, AT_OWN, AT_OPTIMA = "baseline lr*", "own lr*", "optima"
@@ -42,34 +44,36 @@ class Test:
     decision: Decision
 
 
-def design_of(seeds, alpha: float) -> Design:
+def design_of(seeds, statistics) -> Design:
     """The study's seed design: a list of seeds is one look; `{min, max, until, at}` a
-    look after every seed (`at: both`: two tests per look)."""
+    look after every seed (`at: both`: two tests per look); `statistics`
+    (`study.spec.StatisticsConfig`) gives α and whether the seed variance is pooled."""
     from cem_ablate.study.spec import SequentialSeeds
 
+    pooled = statistics.variance == "pooled"
     if isinstance(seeds, SequentialSeeds):
-        return Design.sequential(seeds.min, seeds.max, seeds.at, alpha)
-    return Design.fixed(len(seeds), alpha)
+        return Design.sequential(seeds.min, seeds.max, seeds.at, statistics.alpha, pooled)
+    return Design.fixed(len(seeds), statistics.alpha, pooled)
 
 
 def design_record(design: Design, correction: str) -> dict:
     """How the verdicts were decided, for stats.json (a report of the stored study reads it)."""
     return {"looks": list(design.looks), "tests_per_look": design.tests_per_look, "alpha": design.alpha,
-            "correction": correction}
+            "correction": correction, "pooled": design.pooled}
 
 
 def design_from_record(record: Mapping) -> tuple[Design, str]:
-    return (Design(tuple(record["looks"]), int(record["tests_per_look"]), float(record["alpha"])),
-            str(record["correction"]))
+    return (Design(tuple(record["looks"]), int(record["tests_per_look"]), float(record["alpha"]),
+                   bool(record.get("pooled", False))), str(record["correction"]))
 
 
 def decide_at(variant: VariantStats, baseline: VariantStats, lr_variant: float, lr_baseline: float,
-              paired: bool, design: Design) -> Decision:
+              paired: bool, design: Design, pooled: PooledVariance | None = None) -> Decision:
     """One Δ: the variant at `lr_variant` vs the baseline at `lr_baseline`; paired only
-    at one learning rate of a paired pair."""
+    at one learning rate of a paired pair; `pooled`: the family's pooled seed variance."""
     v, b = variant.at(lr_variant), baseline.at(lr_baseline)
     return decide(v.by_seed() if v else {}, b.by_seed() if b else {},
-                  paired=paired and lr_variant == lr_baseline, design=design)
+                  paired=paired and lr_variant == lr_baseline, design=design, pooled=pooled)
 
 
 def comparison_points(variant: VariantStats, baseline: VariantStats) -> list[tuple[str, float, float]]:
@@ -101,20 +105,30 @@ def decide_family(stats: Mapping[str, VariantStats], baselines: Mapping[str, Map
     `stats`: variant key -> its statistics; `baselines`: variant key -> {baseline name:
     baseline's variant key}; `paired`: (variant key, baseline name) -> whether the pair
     is paired (missing: not paired, Welch)."""
+    points = [(key, name, base_key, paired.get((key, name), False), at, lr_v, lr_b)
+              for key, named in baselines.items() if key in stats
+              for name, base_key in named.items() if base_key in stats
+              for at, lr_v, lr_b in comparison_points(stats[key], stats[base_key])]
+    pooled = _pooled(stats, points) if design.pooled else None
     tests = []
-    for key, named in baselines.items():
-        if key not in stats:
-            continue
-        for name, base_key in named.items():
-            if base_key not in stats:
-                continue
-            is_paired = paired.get((key, name), False)
-            for at, lr_v, lr_b in comparison_points(stats[key], stats[base_key]):
-                decision = decide_at(stats[key], stats[base_key], lr_v, lr_b, is_paired, design)
-                tests.append(Test(key, name, at, lr_v, lr_b, is_paired and lr_v == lr_b, decision))
+    for key, name, base_key, is_paired, at, lr_v, lr_b in points:
+        decision = decide_at(stats[key], stats[base_key], lr_v, lr_b, is_paired, design, pooled)
+        tests.append(Test(key, name, at, lr_v, lr_b, is_paired and lr_v == lr_b, decision))
     adjusted = adjust([t.decision for t in tests], alpha=design.alpha, correction=correction)
     return [Test(t.variant, t.baseline, t.at, t.lr_variant, t.lr_baseline, t.paired, d)
             for t, d in zip(tests, adjusted)]
+
+
+def _pooled(stats: Mapping[str, VariantStats], points: list[tuple]) -> PooledVariance | None:
+    """The seed variance pooled over every point the family compares: each (variant, learning
+    rate) once, whichever tests share it (`analysis.decision.pool`)."""
+    groups = {}
+    for key, _, base_key, _, _, lr_v, lr_b in points:
+        for k, lr in ((key, lr_v), (base_key, lr_b)):
+            point = stats[k].at(lr)
+            if point is not None:
+                groups.setdefault((k, lr), list(point.by_seed().values()))
+    return pool(list(groups.values()))
 
 
 def study_family(variants, stats: Mapping[str, VariantStats], pairings: Mapping, design: Design,

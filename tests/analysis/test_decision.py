@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from cem_ablate.analysis.decision import (
-    BETTER, PAIRED_T, UNRESOLVED, WELCH_T, WORSE, Decision, Design, adjust, decide, holm)
+    BETTER, PAIRED_T, POOLED_T, UNRESOLVED, WELCH_T, WORSE, Decision, Design, adjust, decide, holm, pool)
 
 
 def values(seeds, mean, rng):
@@ -61,6 +61,38 @@ def test_welch_decision_uses_every_seed_each_side_and_equals_ttest_ind(design):
     assert d.test == WELCH_T and (d.n_variant, d.n_baseline, d.n_pairs) == (3, 5, 3)
     assert d.p == pytest.approx(ref.pvalue, rel=1e-12)
     assert (d.low, d.high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+
+
+def test_pooled_over_the_two_sides_alone_is_students_t():
+    rng = np.random.default_rng(2)
+    v, b = values([0, 1, 2], 9.0, rng), values([0, 1, 2, 3], 10.0, rng)
+    design = Design.fixed(3, pooled=True)
+    d = decide(v, b, paired=False, design=design, pooled=pool([list(v.values()), list(b.values())]))
+    ref = stats.ttest_ind(list(v.values()), list(b.values()), equal_var=True)
+    ci = ref.confidence_interval(1 - design.look_alpha())
+    assert d.test == POOLED_T and d.p == pytest.approx(ref.pvalue, rel=1e-12)
+    assert (d.low, d.high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+
+
+def test_the_pool_is_the_one_way_anova_within_group_mean_square():
+    """Against scipy's one-way ANOVA: F = between mean square / within mean square."""
+    rng = np.random.default_rng(3)
+    groups = [list(rng.normal(m, 1.0, n)) for m, n in ((0, 2), (1, 3), (5, 2), (2, 4))]
+    pooled = pool(groups + [[7.0], [float("nan"), 1.0]])  # one value (or one finite) adds no df
+    everything = np.concatenate(groups)
+    between = sum(len(g) * (np.mean(g) - everything.mean()) ** 2 for g in groups) / (len(groups) - 1)
+    assert pooled.df == len(everything) - len(groups)
+    assert between / pooled.variance == pytest.approx(stats.f_oneway(*groups).statistic, rel=1e-12)
+    assert pool([[1.0], [2.0]]) is None
+
+
+def test_a_pooled_design_decides_one_seed_per_side_and_welch_without_a_pool():
+    design = Design.fixed(1, pooled=True)
+    d = decide({0: 9.0}, {0: 10.0}, paired=False, design=design, pooled=pool([[9.0, 9.2], [10.0, 9.9]]))
+    assert d.test == POOLED_T and d.p is not None and d.std == pytest.approx(math.sqrt(pool([[9.0, 9.2], [10.0, 9.9]]).variance))
+    assert decide({0: 9.0, 1: 9.1}, {0: 10.0, 1: 9.8}, paired=False, design=design).test == WELCH_T
+    assert decide({0: 9.0, 1: 9.1}, {0: 10.0, 1: 9.8}, paired=True, design=design,
+                  pooled=pool([[1.0, 2.0]])).test == PAIRED_T
 
 
 def test_paired_uses_only_shared_finite_seeds_and_needs_two():

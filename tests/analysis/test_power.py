@@ -66,3 +66,15 @@ def test_power_stays_finite_where_scipy_nct_cdf_is_nan():
     crit = stats.t.ppf(0.975, 2)
     assert math.isfinite(value)
     assert abs(value - stats.nct.sf(crit, 2, 0.5 / 0.101 * math.sqrt(3))) < 1e-12
+
+
+@pytest.mark.parametrize("groups", [2, 8])
+def test_a_pooled_design_simulated_through_the_rule_matches_the_noncentral_t(groups):
+    """Fixed, pooled over `groups` points of 2 seeds: the simulation runs `decision.pooled_t`, the
+    exact answer is the noncentral t with groups × 1 df; under no difference it rejects at α."""
+    design = Design.fixed(2, 0.05, pooled=True)
+    rejected, delta = simulate(design, 3.0, paired=False, groups=groups)
+    simulated = float((rejected[:, 0] & (delta[:, 0] > 0)).mean())
+    assert simulated == pytest.approx(power(design, 3.0, paired=False, groups=groups), abs=0.01)
+    assert false_positive_rate(design, paired=False, groups=groups) == pytest.approx(0.05, abs=0.005)
+    assert power(design, 3.0, paired=False, groups=8) > power(design, 3.0, paired=False, groups=2)

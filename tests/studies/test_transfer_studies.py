@@ -21,7 +21,10 @@ STUDIES = Path(__file__).resolve().parents[2] / "studies"
 @pytest.mark.parametrize("name", LM_FIGURES)
 def test_each_figure_transfers_from_a_d384_proxy_of_its_own_depth(name):
     expanded = load_expanded(path_of(name), "transfer", [])
-    assert expanded.spec.name == f"{name}_transfer" and list(expanded.spec.seeds) == [0, 1, 2]
+    assert expanded.spec.name == f"{name}_transfer" and expanded.spec.statistics.variance == "pooled"
+    # 2 seeds with a pooled variance match 3 fixed Welch seeds from 8 compared models on; Fig. 3a
+    # compares 6 and keeps 3 (tests/study/test_campaign.py holds every file's design to that)
+    assert list(expanded.spec.seeds) == ([0, 1, 2] if name == "fig3a_full_cem_lr" else [0, 1])
     assert expanded.spec.lr_search.method == "transfer"
     proxies = {p.key: p for p in expanded.proxies}
     for v in expanded.variants:
@@ -50,7 +53,8 @@ def test_transfer_costs_less_than_the_calibrated_full_grid():
     for name in LM_FIGURES:
         calibrated = load_expanded(path_of(name), None, ["seeds=[0,1,2]"])
         grid = sum(r.trials * r.estimate.gpu_hours(312.0, 0.4) for r in plan(calibrated))
-        costs = transfer_costs(load_expanded(path_of(name), "transfer", []), 312.0, 0.4, CPU_TRAIN_FLOPS_PER_S)
+        three = load_expanded(path_of(name), "transfer", ["seeds=[0,1,2]", "lr_search.proxy_seeds=[0,1,2]"])
+        costs = transfer_costs(three, 312.0, 0.4, CPU_TRAIN_FLOPS_PER_S)
         transfer = sum(r["proxy_gpu_hours"] + r["target_gpu_hours"] for r in costs)
         assert 0.2 < transfer / grid < 0.5, name
         assert sum(r["grid_gpu_hours"] for r in costs) == pytest.approx(grid)

@@ -42,16 +42,31 @@ def test_the_figures_transfer_campaign_tunes_each_proxy_once():
     files = _files(FIGURES, "transfer")
     plan = _plan(files)
     proxies = {p.trial_key(lr, seed) for f in files for p in f.expanded.proxies
-               for lr in f.expanded.spec.lr_search.grid for seed in (0, 1, 2)}
-    models = {v.variant_key for f in files for v in f.expanded.variants}
+               for lr in f.expanded.spec.lr_search.grid for seed in (0, 1)}
+    targets = {(v.variant_key, seed) for f in files for v in f.expanded.variants for seed in f.expanded.spec.seeds}
     by_role = {role: [t for t in plan.trials.values() if t.role == role] for role in ("proxy", "target")}
     assert {t.identity for t in by_role["proxy"]} == proxies
-    assert len(by_role["target"]) == 3 * len(models)
+    assert {(t.variant.variant_key, t.seed) for t in by_role["target"]} == targets
+    assert len(by_role["target"]) == len(targets)
     # the proxies come first in the queue; a family's 86M has its own (8 layers), and its
     # 108M, 134M and 162M share one (12 layers)
-    assert [t.role for t in plan.trials.values()] == ["proxy"] * len(proxies) + ["target"] * 3 * len(models)
+    assert [t.role for t in plan.trials.values()] == ["proxy"] * len(proxies) + ["target"] * len(targets)
     families = {v.variant_key for f in files for v in f.expanded.variants if v.name.endswith(",size=86M")}
     assert len({t.variant.variant_key for t in by_role["proxy"]}) == 2 * len(families)
+
+
+def test_the_figures_calibrated_campaign_fits_a_thousand_a100_hours():
+    """Every figure file's `transfer` design is held to 3 fixed Welch seeds (false-positive rate
+    and power, simulated) and the campaign, each distinct trial once, fits 1,000 A100-hours at
+    40% MFU (the engine's own FLOP estimates)."""
+    from cem_ablate.study.campaign_dry_run import campaign_cost
+    from cem_ablate.study.estimates import GpuRate
+
+    plan = plan_campaign(_files(FIGURES, "transfer"))
+    assert {name for line in plan.designs for name in line.files} == {f.name for f in plan.files}
+    assert all(line.meets and line.design.pooled for line in plan.designs)
+    cost = campaign_cost(plan, GpuRate(312.0, 0.4))
+    assert not cost.sequential and cost.worst == pytest.approx(cost.expected) and cost.worst <= 1000.0 < cost.alone
 
 
 def test_sequential_seeds_expected_case_weights_the_seeds_past_min(tmp_path):
@@ -76,9 +91,22 @@ def test_a_sequential_design_is_held_against_three_fixed_seeds_by_simulation():
 
     meets = seed_design_line(Design.sequential(2, 4), paired=False)
     assert meets.false_positive <= meets.reference_false_positive and meets.power >= meets.reference_power
-    assert "as calibrated or better" in meets.text()
+    assert meets.meets and "as calibrated and as powerful or better" in meets.text()
     short = seed_design_line(Design.sequential(2, 3), paired=False)
-    assert short.power < short.reference_power and "less calibrated" in short.text()
+    assert short.power < short.reference_power and "less powerful" in short.text() and not short.meets
+
+
+@pytest.mark.parametrize("groups, meets", [(6, False), (8, True), (24, True)])
+def test_two_seeds_with_a_pooled_variance_are_held_against_three_fixed_seeds(groups, meets):
+    """Two seeds per point with the variance pooled over `groups` points at α 0.034: its
+    false-positive rate is that of 3 fixed Welch seeds at α 0.05 (simulated), and its power
+    is theirs or better from 8 points on (noncentral t with groups × 1 df)."""
+    from cem_ablate.analysis.decision import Design
+
+    line = seed_design_line(Design.fixed(2, 0.034, pooled=True), paired=False, groups=groups)
+    assert abs(line.false_positive - 0.034) < 0.005 and abs(line.reference_false_positive - 0.034) < 0.005
+    assert line.meets is meets and (line.power >= line.reference_power) is meets
+    assert f"pooled t over {groups} points" in line.text()
 
 
 @pytest.mark.parametrize("extra, says", [

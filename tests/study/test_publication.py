@@ -3,6 +3,7 @@
 from cem_ablate.analysis.statistics import Observation, VariantStatistics, variant_stats
 from cem_ablate.study.publication import PairingRecord, VariantPublication, publications
 from cem_ablate.study.verdicts import design_of, design_record
+from cem_ablate.study.spec import StatisticsConfig
 
 OBS = [Observation(lr, s, 5 + (lr - 1e-3) ** 2 * 1e5 + 0.01 * s) for lr in (5e-4, 1e-3, 2e-3) for s in range(3)]
 
@@ -13,7 +14,7 @@ def _statistics():
 
 def test_stats_json_keeps_the_shape_every_stored_study_has():
     statistics = _statistics()
-    design = design_record(design_of([0, 1, 2], 0.05), "holm")
+    design = design_record(design_of([0, 1, 2], StatisticsConfig(alpha=0.05)), "holm")
     published = VariantPublication(statistics, {"llama": PairingRecord(True, "same init")}, design)
     # the exact mapping the publisher wrote before the record existed
     assert published.to_stats() == statistics.to_dict() | {
