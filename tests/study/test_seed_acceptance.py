@@ -172,3 +172,34 @@ def test_sequential_seeds_add_a_seed_only_while_unresolved(tmp_path, corpus, mon
     assert sorted(v) == ([0, 1] if resolved_at_two else [0, 1, 2])
     if not resolved_at_two:
         assert "a Δ is unresolved, now seeds 0..2 (max 3)" in capsys.readouterr().out
+
+
+def test_a_pooled_study_reports_the_pooled_t_from_the_trials_in_mlflow(tmp_path, corpus, monkeypatch, capsys):
+    """`statistics.variance: pooled` end to end, 3 variants x 2 seeds at one rate: every Δ the
+    report prints is the t-test with the variance pooled over the three variants, recomputed here
+    from the trials' final metrics in MLflow (scipy's ANOVA gives the mean square)."""
+    monkeypatch.chdir(tmp_path)
+    variants = [{"name": "llama"}, {"name": "cem_attention", "set": {"model.attention": "cem"}},
+                {"name": "cem_mlp", "set": {"model.mlp": "cem"}}]
+    path = write_study(tmp_path, name="pooled", grid=[2e-3], corpus=corpus, seeds=[0, 1], variants=variants,
+                       statistics={"variance": "pooled"},
+                       baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}})
+    assert main(["study", str(path)]) == 0
+    capsys.readouterr()
+    _, _, values = independent(tmp_path, "pooled")
+    groups = {name: [by_lr[2e-3][s] for s in (0, 1)] for name, by_lr in values.items()}
+    within = sum(((np.asarray(g) - np.mean(g)) ** 2).sum() for g in groups.values()) / 3  # 3 x (2 - 1) df
+    everything = np.concatenate(list(groups.values()))
+    between = sum(2 * (np.mean(g) - everything.mean()) ** 2 for g in groups.values()) / 2
+    assert between / within == pytest.approx(stats.f_oneway(*groups.values()).statistic, rel=1e-6)
+    comparisons = build_comparisons(read_study(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", "pooled"))
+    report = (tmp_path / "reports" / "pooled" / "report.md").read_text()
+    assert len(comparisons.rows) == 2
+    for c in comparisons.rows:
+        d = c.test.decision
+        delta = np.mean(groups[c.variant]) - np.mean(groups["llama"])
+        t = delta / math.sqrt(within * (1 / 2 + 1 / 2))
+        assert d.test == "pooled t" and d.delta == pytest.approx(delta, rel=1e-6, abs=1e-9)
+        assert d.p == pytest.approx(2 * stats.t.sf(abs(t), 3), rel=1e-6)
+        line = next(l for l in report.splitlines() if l.startswith(f"| {c.variant} | llama |"))
+        assert "| pooled t | 2 vs 2 |" in line, line
