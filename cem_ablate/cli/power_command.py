@@ -3,13 +3,15 @@
 Prints the design, its false-positive rate (simulated through the decision rule the
 reports use, `analysis.decision`), the smallest Δ it detects with 80% power (in units
 of the seed-to-seed std; in the objective's units with --std) and, with --delta and
---std, its power at that Δ (`analysis.power`). At paper scale a seed is tens of
+--std, its power at that Δ (`analysis.power`); `--pooled K` for a report that pools the
+seed variance over K points. At paper scale a seed is tens of
 GPU-hours: this is where to decide how many to buy.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 
@@ -25,6 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", default="0.05", help="the design's false-positive rate (default 0.05)")
     parser.add_argument("--welch", action="store_true",
                         help="unpaired (Welch) test: variants whose initial values are not shared")
+    parser.add_argument("--pooled", metavar="K",
+                        help="unpaired, with one seed variance pooled over K points (statistics.variance: pooled; "
+                             "K: the models the report compares, at least 2)")
     parser.add_argument("--delta", help="a difference in the objective's units (with --std)")
     parser.add_argument("--std", help="seed-to-seed std in the objective's units (paired: of the differences)")
 
@@ -74,15 +79,23 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
 
     design = parse_design(args.seeds, args.at, args.alpha)
-    paired = not args.welch
+    groups = 2
+    if args.pooled is not None:
+        groups = int(_number(args.pooled, "--pooled"))
+        if groups < 2 or str(groups) != args.pooled.strip():
+            raise ConfigError("--pooled", f"must be a whole number of points, at least 2, got {args.pooled!r}.")
+        design = dataclasses.replace(design, pooled=True)
+    paired = not args.welch and args.pooled is None
     std = _number(args.std, "--std") if args.std is not None else None
     delta = _number(args.delta, "--delta", positive=False) if args.delta is not None else None
     if delta is not None and std is None:
         raise ConfigError("--delta", "needs --std (the seed-to-seed std in the same units).")
     unit = "std of the per-seed differences" if paired else "seed-to-seed std of each side"
-    print(f"design: {design.describe()}; {'paired t' if paired else 'Welch t'}")
-    print(f"false-positive rate: {false_positive_rate(design, paired=paired):.3f} (simulated; α = {design.alpha:g})")
-    mde = min_detectable_effect(design, 0.8, paired)
+    test = "paired t" if paired else f"pooled t over {groups} points" if design.pooled else "Welch t"
+    print(f"design: {design.describe()}; {test}")
+    print(f"false-positive rate: {false_positive_rate(design, paired=paired, groups=groups):.3f} "
+          f"(simulated; α = {design.alpha:g})")
+    mde = min_detectable_effect(design, 0.8, paired, groups=groups)
     if mde is None:
         print("smallest Δ detected with 80% power: none (the design cannot resolve any Δ)")
     else:
@@ -90,5 +103,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"smallest Δ detected with 80% power: {mde:.3f} × {unit}{in_units}")
     if delta is not None:
         d = abs(delta) / std
-        print(f"power at Δ = {delta:g} (std {std:g}, Δ/std = {d:.3f}): {power(design, d, paired):.3f}")
+        print(f"power at Δ = {delta:g} (std {std:g}, Δ/std = {d:.3f}): {power(design, d, paired, groups=groups):.3f}")
     return 0

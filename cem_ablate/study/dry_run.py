@@ -167,16 +167,21 @@ def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> li
     family = {"holm": "Holm over the report's comparisons", "none": "no correction over the report"}
     lines = [f"seed design: {design.describe()}; {family[spec.statistics.correction]}"]
     metric = OBJECTIVE_NAMES[expanded.variants[0].config.data.task] if expanded.variants else "objective"
+    # pooled: over the models the report compares, at least one point each (a grid study's
+    # pairs that differ in lr* add a point each, so this is the fewest the pool can have)
+    groups = max(2, len(expanded.variants)) if design.pooled else 2
+    unpaired = f"pooled t over {groups} points" if design.pooled else "Welch t"
     for paired, test, unit in ((True, "paired t", "std of the per-seed differences"),
-                               (False, "Welch t", "seed-to-seed std of each side")):
-        mde = min_detectable_effect(design, 0.8, paired)
+                               (False, unpaired, "seed-to-seed std of each side")):
+        mde = min_detectable_effect(design, 0.8, paired, groups=groups)
         detects = (f"detects Δ ≥ {mde:.2f} × the {unit} with 80% power" if mde is not None
                    else "cannot resolve any Δ (fewer than 2 seeds)")
         std = None if spread is None else (spread.differences if paired else spread.side)
         if mde is not None and std is not None:
             detects += f" (≈ {mde * std:.3g} {metric} at the std {std:.3g} of {spread.trials} finished trials)"
         lines.append(f"  {test} ({'pairs checked paired' if paired else 'otherwise'}): false-positive rate "
-                     f"{false_positive_rate(design, paired=paired):.3f} (simulated, α = {design.alpha:g}); {detects}")
+                     f"{false_positive_rate(design, paired=paired, groups=groups):.3f} (simulated, α = {design.alpha:g}); "
+                     f"{detects}")
     return lines
 
 
