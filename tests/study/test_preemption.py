@@ -139,6 +139,7 @@ def test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial_and_the_rerun_is_
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # ~70 s; in CI the one-worker case: test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial...
 def test_sigterm_to_a_two_worker_study_queues_every_trial_in_training(tmp_path, corpus):
     _two_workers(tmp_path, corpus, compare=False)
 
