@@ -149,3 +149,30 @@ def test_paired_delta_interval_covers(name):
 @pytest.mark.parametrize("name", ["fixed 3", "fixed 5", "sequential 2..5"])
 def test_welch_interval_covers(name, ratio):
     assert coverage_of_delta(DESIGNS[name], False, np.random.default_rng(22), ratio=ratio) >= 0.90
+
+
+@pytest.mark.parametrize("points, seeds", [(8, 2), (3, 2), (6, 3)])
+def test_a_pooled_variance_is_calibrated_and_its_interval_covers(points, seeds):
+    """`statistics.variance: pooled`: `points` models of `seeds` seeds at one variance, the
+    first against the second; the within-point mean square written out here (N − k df)."""
+    from cem_ablate.analysis.decision import pool
+
+    rng = np.random.default_rng(31 + points)
+    delta = 0.7
+    x = rng.standard_normal((REPS, points, seeds))
+    x[:, 0] += delta
+    design = Design.fixed(seeds, pooled=True)
+    df = points * (seeds - 1)
+    msw = ((x - x.mean(axis=-1, keepdims=True)) ** 2).sum(axis=(1, 2)) / df
+    se = np.sqrt(msw * 2 / seeds)
+    est = x[:, 0].mean(-1) - x[:, 1].mean(-1)
+    half = stats.t.ppf(0.975, df) * se
+    assert float(((est - half <= delta) & (delta <= est + half)).mean()) >= 0.93
+    null = x[:, 2].mean(-1) - x[:, 1].mean(-1) if points > 2 else None
+    if null is not None:
+        p = 2 * stats.t.sf(np.abs(null) / se, df)
+        assert float((p <= ALPHA).mean()) <= BOUND
+    for r in range(DECIDE_SAMPLE):  # `decide` with the family's pool draws this interval
+        d = decide({s: x[r, 0, s] for s in range(seeds)}, {s: x[r, 1, s] for s in range(seeds)}, paired=False,
+                   design=design, pooled=pool(list(x[r])))
+        assert (d.low, d.high) == pytest.approx((est[r] - half[r], est[r] + half[r]), rel=1e-9)
