@@ -123,6 +123,7 @@ def tutorial(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the tutorial run end to end (~110 s, one module fixture); in CI its page's blocks: test_every_code_block_is_a_file_a_command_or_output
 def test_plugin_is_listed_and_installed_only_in_the_temporary_folder(tutorial):
     _, output = tutorial
     assert "[plugin gelu_mlp (gelu_mlp)]" in output
@@ -135,6 +136,7 @@ def test_plugin_is_listed_and_installed_only_in_the_temporary_folder(tutorial):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the tutorial run end to end (~110 s, one module fixture); in CI its page's blocks: test_every_code_block_is_a_file_a_command_or_output
 def test_dry_run_shows_matched_parameters(tutorial):
     _, output = tutorial
     assert "study first_ablation: 2 variants (dry run: nothing started)" in output
@@ -149,6 +151,7 @@ def _report_verdict(report: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the tutorial run end to end (~110 s, one module fixture); in CI its page's blocks: test_every_code_block_is_a_file_a_command_or_output
 def test_report_has_both_variants_and_the_verdict(tutorial):
     work, _ = tutorial
     report = (work / "reports" / STUDY / "report.md").read_text()
@@ -161,6 +164,7 @@ def test_report_has_both_variants_and_the_verdict(tutorial):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the tutorial run end to end (~110 s, one module fixture); in CI its page's blocks: test_every_code_block_is_a_file_a_command_or_output
 def test_mlflow_holds_what_the_ui_page_shows(tutorial):
     from mlflow import MlflowClient
 
@@ -182,6 +186,7 @@ def test_mlflow_holds_what_the_ui_page_shows(tutorial):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the tutorial run end to end (~110 s, one module fixture); in CI its page's blocks: test_every_code_block_is_a_file_a_command_or_output
 def test_winner_is_exported_and_scored(tutorial):
     from mlflow import MlflowClient
 

@@ -173,6 +173,7 @@ def _two_workers(tmp_path, corpus, compare: bool):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # ~30 s; in CI the same checkpoint-and-queue path under SIGTERM (the mid-trial test above)
 def test_sigusr1_in_a_slurm_job_requeues_it_and_the_requeued_job_resumes(tmp_path, corpus):
     """`#SBATCH --signal=USR1@90`: SIGUSR1 before the time limit; the study checkpoints,
     queues its trial and runs `scontrol requeue <job>` (a stand-in on PATH records it)."""

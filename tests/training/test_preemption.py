@@ -129,6 +129,7 @@ except Preempted as stop:
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # ~35 s; in CI DDP itself (tests/cli/test_train_command.py) and SIGTERM through a study (tests/study/test_preemption.py)
 def test_a_ddp_run_launched_as_a_subprocess_gets_the_signal_relayed(tmp_path, isolated_cache):
     """A library caller (the study's worker) runs DDP as `python -m cem_ablate.training.launch`:
     a SIGTERM to the caller alone reaches the ranks, which checkpoint; the caller raises
