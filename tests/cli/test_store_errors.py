@@ -104,7 +104,8 @@ def finished_study(tmp_path_factory, corpus):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store, option, kind, damage", [
-    ("optuna.db", "--storage", "Optuna", "truncate"),
+    # ~55 s with its finished study; in CI each store refusing a damaged file: tests/tracking/test_local_store.py
+    pytest.param("optuna.db", "--storage", "Optuna", "truncate", marks=pytest.mark.soak),
     pytest.param("mlflow.db", "--tracking-uri", "MLflow", "truncate", marks=pytest.mark.soak),
     # in CI: make_client refusing a damaged MLflow store (tests/tracking/test_local_store.py)
     pytest.param("mlflow.db", "--tracking-uri", "MLflow", "overwrite", marks=pytest.mark.soak),

@@ -68,6 +68,7 @@ def _outage_mid_trial(tmp_path, corpus, outage_s: float):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # ~60 s; in CI the retry window and the lost-server line: tests/tracking/test_outage_window.py
 def test_a_short_tracking_server_outage_mid_trial_costs_nothing(tmp_path, corpus):
     _outage_mid_trial(tmp_path, corpus, outage_s=3)
 
