@@ -106,7 +106,8 @@ class CampaignTrial:
 
 @dataclass(frozen=True)
 class SeedDesignLine:
-    """One sequential seed design of the campaign against `FIXED_REFERENCE_SEEDS` fixed seeds."""
+    """One seed design of the campaign (sequential, or pooled, or another seed count) against
+    `FIXED_REFERENCE_SEEDS` fixed seeds."""
 
     design: object  # analysis.decision.Design
     paired: bool
@@ -116,20 +117,29 @@ class SeedDesignLine:
     power: float
     reference_false_positive: float
     reference_power: float
-    expected_seeds: float  # one comparison's, at `effect`
+    stops: tuple[tuple[int, float], ...]  # (seed count, P(one comparison's seeds stop there)) at `effect`
     files: tuple[str, ...] = ()  # the study names with this design
 
     @property
+    def expected_seeds(self) -> float:
+        """One comparison's seeds, expected at `effect`."""
+        return sum(n * p for n, p in self.stops)
+
+    @property
+    def calibrated(self) -> bool:
+        """As calibrated as the reference or better, up to the simulations' noise."""
+        return self.false_positive <= self.reference_false_positive + 0.005
+
+    @property
     def meets(self) -> bool:
-        """As calibrated (up to the simulations' noise) and as powerful as the reference, or better."""
-        return self.false_positive <= self.reference_false_positive + 0.005 and self.power >= self.reference_power
+        """As calibrated and as powerful as the reference, or better."""
+        return self.calibrated and self.power >= self.reference_power
 
     def text(self) -> str:
         test = ("paired t" if self.paired else
                 f"pooled t over {self.groups} points" if self.design.pooled else "Welch t")
-        calibrated = self.false_positive <= self.reference_false_positive + 0.005
         verdict = ("as calibrated and as powerful or better" if self.meets else
-                   "as calibrated but less powerful" if calibrated else "more false positives")
+                   "as calibrated but less powerful" if self.calibrated else "more false positives")
         where = f"{', '.join(self.files)}: " if self.files else ""
         return (f"{where}seed design {self.design.describe()} ({test}): false-positive rate {self.false_positive:.3f}, "
                 f"power {self.power:.3f} at Δ = {self.effect:.3g} × the seed std; {FIXED_REFERENCE_SEEDS} fixed seeds: "
@@ -224,7 +234,7 @@ def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
             line = seed_design_line(design, paired, effect, groups)
         designs[(design, paired, groups)] = dataclasses.replace(line, files=(*line.files, f.name))
         if isinstance(spec.seeds, SequentialSeeds):
-            stopping[f.name] = _stopping(line)
+            stopping[f.name] = dict(line.stops)
     plan.designs = list(designs.values())
     if not stopping:
         return
@@ -240,12 +250,6 @@ def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
         trial.trained = 1.0 - math.prod(unstopped)
 
 
-def _stopping(line: SeedDesignLine) -> dict[int, float]:
-    from cem_ablate.analysis.power import stopping_seeds
-
-    return stopping_seeds(line.design, line.effect, line.paired, groups=line.groups)
-
-
 def seed_design_line(design, paired: bool, effect: float | None = None, groups: int = 2) -> SeedDesignLine:
     """A design's error rates and expected seeds beside `FIXED_REFERENCE_SEEDS` fixed seeds' of the
     two sides' own variance at α 0.05 (the calibration the campaign is held to), at `effect` (None:
@@ -259,4 +263,4 @@ def seed_design_line(design, paired: bool, effect: float | None = None, groups: 
     stops = stopping_seeds(design, effect, paired, groups=groups)
     return SeedDesignLine(design, paired, groups, effect, false_positive_rate(design, paired, groups=groups),
                           power(design, effect, paired, groups=groups), false_positive_rate(reference, paired),
-                          power(reference, effect, paired), sum(n * p for n, p in stops.items()))
+                          power(reference, effect, paired), tuple(sorted(stops.items())))
