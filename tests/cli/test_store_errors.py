@@ -75,7 +75,7 @@ def digest(path: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~45 s; in CI the lock itself: tests/tracking/test_local_store.py (one process at a time)
+@pytest.mark.soak  # in CI the lock itself: tests/tracking/test_local_store.py (one process at a time)
 def test_two_studies_started_together_on_an_empty_folder(tmp_path, corpus):
     """Both first launches create the stores; before the creation lock the second died
     in MLflow's schema migration (`table webhooks already exists`) 4 times in 4."""
@@ -104,7 +104,7 @@ def finished_study(tmp_path_factory, corpus):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store, option, kind, damage", [
-    # ~55 s with its finished study; in CI each store refusing a damaged file: tests/tracking/test_local_store.py
+    # in CI each store refusing a damaged file: tests/tracking/test_local_store.py
     pytest.param("optuna.db", "--storage", "Optuna", "truncate", marks=pytest.mark.soak),
     pytest.param("mlflow.db", "--tracking-uri", "MLflow", "truncate", marks=pytest.mark.soak),
     # in CI: make_client refusing a damaged MLflow store (tests/tracking/test_local_store.py)

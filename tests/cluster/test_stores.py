@@ -201,7 +201,7 @@ def _restart_mid_trial(postgres_server, corpus, tmp_path, down_s: float) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~45 s; in CI every storage call Optuna makes goes through the outage retries: tests/study/test_optuna_storage.py
+@pytest.mark.soak  # in CI every storage call Optuna makes goes through the outage retries: tests/study/test_optuna_storage.py
 def test_a_postgresql_restart_mid_study_is_waited_out(own_postgres, rig_corpus, tmp_path):
     _restart_mid_trial(own_postgres, rig_corpus, tmp_path, down_s=2)
 

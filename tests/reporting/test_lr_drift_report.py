@@ -23,7 +23,7 @@ def test_width_families_group_variants_that_differ_in_width_alone():
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~18 s; in CI the drift's families and fits: the unit tests above and tests/analysis/test_lr_drift_bootstrap.py
+@pytest.mark.soak  # in CI the drift's families and fits: the unit tests above and tests/analysis/test_lr_drift_bootstrap.py
 def test_the_smoke_study_reports_each_familys_drift(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -48,7 +48,7 @@ def test_the_twelve_layer_sizes_share_one_proxy(name):
     assert len(expanded.proxies) == len(by_depth)
 
 
-@pytest.mark.soak  # ~20 s of dry runs; in CI the campaign's costs: tests/study/test_campaign.py
+@pytest.mark.soak  # in CI the campaign's costs: tests/study/test_campaign.py
 def test_transfer_costs_less_than_the_calibrated_full_grid():
     """The docs/reproducing.md table's claim, per figure: 3 seeds by transfer < 3 seeds on the grid."""
     for name in LM_FIGURES:

@@ -83,7 +83,7 @@ def test_gp_draws_design(scale):
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~17 s; in CI the width report's statistics: tests/reporting/test_width_report.py
+@pytest.mark.soak  # in CI the width report's statistics: tests/reporting/test_width_report.py
 def test_width_smoke_report_slope_matches_scipy_on_the_children(tmp_path, monkeypatch, capsys):
     """The width report's slope is right, at smoke scale: b recomputed from the MLflow
     children's final metrics with scipy.stats.linregress equals the report's to 1e-6."""

@@ -166,7 +166,7 @@ def test_the_budget_line_says_by_how_much_a_campaign_misses():
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~20 s; in CI the grid campaign: test_a_campaign_of_two_files_trains_their_shared_baseline_once
+@pytest.mark.soak  # in CI the grid campaign: test_a_campaign_of_two_files_trains_their_shared_baseline_once
 def test_a_transfer_campaign_tunes_and_trains_a_shared_model_once(tmp_path, corpus, monkeypatch):
     monkeypatch.chdir(tmp_path)
     from tests.study.test_transfer import TRANSFER

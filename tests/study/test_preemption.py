@@ -139,7 +139,7 @@ def test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial_and_the_rerun_is_
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~70 s; in CI the one-worker case: test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial...
+@pytest.mark.soak  # in CI the one-worker case: test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial...
 def test_sigterm_to_a_two_worker_study_queues_every_trial_in_training(tmp_path, corpus):
     _two_workers(tmp_path, corpus, compare=False)
 
@@ -173,7 +173,7 @@ def _two_workers(tmp_path, corpus, compare: bool):
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~30 s; in CI the same checkpoint-and-queue path under SIGTERM (the mid-trial test above)
+@pytest.mark.soak  # in CI the same checkpoint-and-queue path under SIGTERM (the mid-trial test above)
 def test_sigusr1_in_a_slurm_job_requeues_it_and_the_requeued_job_resumes(tmp_path, corpus):
     """`#SBATCH --signal=USR1@90`: SIGUSR1 before the time limit; the study checkpoints,
     queues its trial and runs `scontrol requeue <job>` (a stand-in on PATH records it)."""

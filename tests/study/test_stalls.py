@@ -97,7 +97,7 @@ def _logs(root, name):
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~60 s; in CI the fence itself: tests/study/test_trial_run.py (a fenced attempt writes nothing)
+@pytest.mark.soak  # in CI the fence itself: tests/study/test_trial_run.py (a fenced attempt writes nothing)
 def test_a_stopped_worker_that_wakes_up_writes_nothing_for_its_lost_trial(tmp_path, corpus):
     grid = [1e-3, 2e-3, 4e-3]
     proc = _study(tmp_path, corpus, "woken", grid)
@@ -132,7 +132,7 @@ def test_a_stopped_worker_that_wakes_up_writes_nothing_for_its_lost_trial(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~40 s; in CI the fence itself: tests/study/test_trial_run.py (a fenced attempt writes nothing)
+@pytest.mark.soak  # in CI the fence itself: tests/study/test_trial_run.py (a fenced attempt writes nothing)
 def test_the_study_ends_without_the_worker_that_stays_stopped(tmp_path, corpus):
     grid = [1e-3, 2e-3]
     proc = _study(tmp_path, corpus, "stalled", grid)

@@ -24,7 +24,7 @@ def test_unknown_eval_task_is_one_error_before_anything(tmp_path, corpus, monkey
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.soak  # ~22 s; in CI the harness on the platform's models: tests/evaluation/test_harness.py
+@pytest.mark.soak  # in CI the harness on the platform's models: tests/evaluation/test_harness.py
 def test_every_finished_trial_is_scored_and_reported(tmp_path, corpus, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     tasks = write_tasks(tmp_path / "tasks")

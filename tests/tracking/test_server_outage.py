@@ -68,7 +68,7 @@ def _outage_mid_trial(tmp_path, corpus, outage_s: float):
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~60 s; in CI the retry window and the lost-server line: tests/tracking/test_outage_window.py
+@pytest.mark.soak  # in CI the retry window and the lost-server line: tests/tracking/test_outage_window.py
 def test_a_short_tracking_server_outage_mid_trial_costs_nothing(tmp_path, corpus):
     _outage_mid_trial(tmp_path, corpus, outage_s=3)
 
@@ -80,7 +80,7 @@ def test_a_20_s_tracking_server_outage_mid_trial_costs_nothing(tmp_path, corpus)
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~65 s; in CI the server back within the window (the short outage above)
+@pytest.mark.soak  # in CI the server back within the window (the short outage above)
 def test_a_tracking_server_away_past_the_window_queues_the_trial_with_one_line(tmp_path, corpus):
     path = _study_file(tmp_path, corpus, "lost", [2e-3], steps=400)
     port = free_port()

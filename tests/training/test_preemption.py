@@ -66,7 +66,7 @@ def _rerun_equals_uninterrupted(config, uri: str, tmp_path, cache, run_dir, keys
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~50 s; in CI the same through a study: tests/study/test_preemption.py (rerun bit for bit)
+@pytest.mark.soak  # in CI the same through a study: tests/study/test_preemption.py (rerun bit for bit)
 def test_sigterm_saves_a_checkpoint_and_the_rerun_is_exact(tmp_path, isolated_cache):
     _sigterm_and_rerun(tmp_path, isolated_cache)
 
@@ -95,7 +95,7 @@ def _sigterm_and_rerun(tmp_path, cache, **train):
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~65 s; in CI DDP under a signal: test_a_ddp_run_launched_as_a_subprocess_gets_the_signal_relayed
+@pytest.mark.soak  # in CI DDP under a signal: test_a_ddp_run_launched_as_a_subprocess_gets_the_signal_relayed
 def test_a_signal_to_one_ddp_rank_stops_every_rank_at_one_step(tmp_path, isolated_cache):
     config = write_config(tmp_path / "ddp.yaml", max_steps=30, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=30,
                           log_every_n_steps=2, devices=2)
@@ -129,7 +129,7 @@ except Preempted as stop:
 
 
 @pytest.mark.slow
-@pytest.mark.soak  # ~35 s; in CI DDP itself (tests/cli/test_train_command.py) and SIGTERM through a study (tests/study/test_preemption.py)
+@pytest.mark.soak  # in CI DDP itself (tests/cli/test_train_command.py) and SIGTERM through a study (tests/study/test_preemption.py)
 def test_a_ddp_run_launched_as_a_subprocess_gets_the_signal_relayed(tmp_path, isolated_cache):
     """A library caller (the study's worker) runs DDP as `python -m cem_ablate.training.launch`:
     a SIGTERM to the caller alone reaches the ranks, which checkpoint; the caller raises
