@@ -218,7 +218,7 @@ def _comparisons(files: list[CampaignFile]) -> dict[str, set[tuple]]:
 
 def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
     """Each sequential trial's probability of training (module docstring); the design lines."""
-    from cem_ablate.study.verdicts import design_of
+    from cem_ablate.study.verdicts import design_of, pooled_points
 
     designs: dict[tuple, SeedDesignLine] = {}
     stopping: dict[str, dict[int, float]] = {}  # file -> its design's P(stop at n)
@@ -228,7 +228,7 @@ def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
         if not (design.sequential_looks or design.pooled or design.looks != (FIXED_REFERENCE_SEEDS,)):
             continue
         paired = spec.lr_search.method == "grid"  # a transfer target's pairs are at two lrs: unpaired
-        groups = len(f.expanded.variants) if design.pooled and not paired else 2
+        groups = pooled_points(f.expanded.variants) if design.pooled and not paired else 2
         line = designs.get((design, paired, groups))
         if line is None:
             line = seed_design_line(design, paired, effect, groups)

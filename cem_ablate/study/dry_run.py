@@ -160,16 +160,14 @@ def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> li
     """The seed design's false-positive rate and 80%-power effect, paired and Welch (in
     the objective's units too where `spread` has a std)."""
     from cem_ablate.analysis.power import false_positive_rate, min_detectable_effect
-    from cem_ablate.study.verdicts import design_of
+    from cem_ablate.study.verdicts import design_of, pooled_points
 
     spec = expanded.spec
     design = design_of(spec.seeds, spec.statistics)
     family = {"holm": "Holm over the report's comparisons", "none": "no correction over the report"}
     lines = [f"seed design: {design.describe()}; {family[spec.statistics.correction]}"]
     metric = OBJECTIVE_NAMES[expanded.variants[0].config.data.task] if expanded.variants else "objective"
-    # pooled: over the models the report compares, at least one point each (a grid study's
-    # pairs that differ in lr* add a point each, so this is the fewest the pool can have)
-    groups = max(2, len(expanded.variants)) if design.pooled else 2
+    groups = pooled_points(expanded.variants) if design.pooled else 2
     unpaired = f"pooled t over {groups} points" if design.pooled else "Welch t"
     for paired, test, unit in ((True, "paired t", "std of the per-seed differences"),
                                (False, unpaired, "seed-to-seed std of each side")):

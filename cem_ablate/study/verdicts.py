@@ -119,6 +119,13 @@ def decide_family(stats: Mapping[str, VariantStats], baselines: Mapping[str, Map
             for t, d in zip(tests, adjusted)]
 
 
+def pooled_points(variants) -> int:
+    """How many points a pooled report's variance comes from, before it runs: one per variant
+    (a transfer target trains at one rate; a grid pair whose optima differ adds one, so this is
+    the fewest), at least the two sides of one comparison."""
+    return max(2, len(variants))
+
+
 def _pooled(stats: Mapping[str, VariantStats], points: list[tuple]) -> PooledVariance | None:
     """The seed variance pooled over every point the family compares: each (variant, learning
     rate) once, whichever tests share it (`analysis.decision.pool`)."""
