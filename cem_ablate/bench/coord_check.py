@@ -383,7 +383,7 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
             net = build_model(cfg)
             recorder = ActivationRecorder(net)
             optimizer = build_adamw(net.parameter_groups(settings.weight_decay), lr=settings.lr,
-                                    betas=(0.9, 0.95), eps=settings.eps, device="cpu")
+                                    betas=(0.9, 0.95), eps=settings.eps, kernel="single")
             for t in range(settings.steps):
                 batch = batches[t % len(batches)]
                 inputs, targets = batch[:, :-1], batch[:, 1:]

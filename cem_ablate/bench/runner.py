@@ -293,8 +293,8 @@ def attention_kernel(variant: Variant, device: torch.device, size: str = "bench"
 def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
     from cem_ablate.config.schema import to_dict
     from cem_ablate.training.hardware import cpu_model
-    from cem_ablate.training.head_loss import resolve_loss_impl
-    from cem_ablate.training.optimizer import adamw_kernel_options
+    from cem_ablate.bench.train_step import RECIPE
+    from cem_ablate.training.device_profile import resolve_device_profile
 
     facts: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -305,10 +305,10 @@ def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
         "python": platform.python_version(),
         "config": to_dict(cfg),
         "git_commit": _git_commit(),
-        "step": "forward + head and cross-entropy (fp32 logits; training.head_loss, "
-                f"{resolve_loss_impl('auto', device.type)}) + backward + clip 1.0 + AdamW "
-                f"({'fused' if adamw_kernel_options(device) else 'torch default'}) (SPEC §7); "
-                "compiled = each block and the head + loss unit torch.compile(fullgraph=True)",
+        "step": "forward + head and cross-entropy (fp32 logits; training.head_loss) + backward + clip + AdamW "
+                "(SPEC §7), the training recipe's; compiled = each block and the head + loss unit "
+                "torch.compile(fullgraph=True)",
+        "device_profile": resolve_device_profile(RECIPE, device.type).params(),
         "memory_method": "torch.profiler memory events (CPU) / max_memory_allocated (CUDA); "
                          "peak = weights + AdamW state + peak allocated inside the step",
     }

@@ -11,11 +11,13 @@ loss unit and AdamW kernel:
 
 - the bench: `run_bench` on that one case (warm-up, interleaved timed samples; the
   median step);
-- training: `train_run` (Lightning, the real engine) on the synthetic MQAR task (in
-  memory, so no tokenizer or corpus is needed; ids within the model's vocabulary),
-  `train.compile` for the compiled mode; its tokens/s is the engine's own summary
-  figure (`ThroughputMonitor`: training time only, the first optimizer step excluded),
-  the number `cem-ablate train` prints and logs.
+- training: the real `cem-ablate train` command, in a process of its own, on the
+  synthetic MQAR task (in memory, so no tokenizer or corpus is needed; ids within the
+  model's vocabulary), `train.compile` for the compiled mode, and every other choice
+  left to the device profile when it is the device's default (precision `auto`, AdamW
+  `auto`, clipping on: the settings a user's run gets); its tokens/s is the engine's own
+  summary figure (`ThroughputMonitor`: training time only, the first optimizer step
+  excluded), the number `cem-ablate train` prints and logs, read from its `result.json`.
 
 The ratio train / bench is printed with both numbers. On a CPU it runs too (tests use
 a tiny config) but says nothing about the GPU target: the host-side costs it measures
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.training.result import TrainResult
 
 Log = Callable[[str], None]
 
@@ -52,6 +55,7 @@ class ParityResult:
     train_mfu: float
     train_status: str
     train_steps: int
+    train_profile: str = ""  # the device profile line `cem-ablate train` printed
 
     @property
     def ratio(self) -> float:
@@ -67,22 +71,27 @@ class ParityResult:
             f"| {self.size} {self.variant} {self.mode} {self.precision}, batch {self.batch_size} x {self.seq_len}, "
             f"{self.device} | {self.bench_tokens_per_sec:,.0f} | {self.train_tokens_per_sec:,.0f} | "
             f"{self.ratio:.3f} | {self.train_mfu:.1%} |",
-        ])
+        ] + (["", f"`cem-ablate train`'s {self.train_profile}"] if self.train_profile else []))
 
 
 def train_config(variant: str, size: str, seq_len: int, batch_size: int, precision: str, mode: str, device: str,
                  steps: int, vocab_size: int, log_every_n_steps: int) -> dict[str, Any]:
     """The run config that trains the bench case: same model, batch, precision, compile."""
     from cem_ablate.bench.variants import model_mapping, parse_variant
+    from cem_ablate.training.config import TrainConfig
+    from cem_ablate.training.device_profile import resolve_device_profile
 
+    accelerator = "cuda" if device.startswith("cuda") else "cpu"
+    wanted = "bf16-mixed" if precision == "bf16" else "32-true"
+    default = resolve_device_profile(TrainConfig(accelerator=accelerator)).precision
     mqar_vocab = min(vocab_size, 512)  # the data's ids; the model keeps the bench's vocabulary (head size)
     return {
         "name": f"parity-{size}-{variant}-{mode}-{precision}",
         "model": model_mapping(parse_variant(variant), size, seq_len, vocab_size),
         "train": {
             "lr": 1e-4, "batch_size": batch_size, "max_steps": steps, "warmup_frac": 0.0,
-            "precision": "bf16-mixed" if precision == "bf16" else "32-true",
-            "accelerator": "cuda" if device.startswith("cuda") else "cpu",
+            "precision": "auto" if wanted == default else wanted,  # the user's default where it is the bench's
+            "accelerator": accelerator,
             "compile": mode == "compiled",
             "val_every_n_steps": steps, "val_batches": 1, "test_batches": 1, "ckpt_every_n_steps": steps,
             "log_every_n_steps": log_every_n_steps,
@@ -103,7 +112,6 @@ def measure_parity(variant: str = "llama", size: str = "86M", seq_len: int = 204
     from cem_ablate.bench.runner import run_bench
     from cem_ablate.config.schema import parse
     from cem_ablate.training.config import parse_run_config
-    from cem_ablate.training.engine import train_run
 
     bench_cfg = parse(BenchConfig, {
         "variants": [variant], "memory_variants": [], "sizes": [size], "modes": [mode], "precisions": [precision],
@@ -121,18 +129,41 @@ def measure_parity(variant: str = "llama", size: str = "86M", seq_len: int = 204
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
 
-    cfg = parse_run_config(train_config(variant, size, seq_len, batch_size, precision, mode, device, steps,
-                                        vocab_size, log_every_n_steps))
+    mapping = train_config(variant, size, seq_len, batch_size, precision, mode, device, steps, vocab_size,
+                           log_every_n_steps)
+    parse_run_config(mapping)  # a bad case fails here, before a process starts
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        result = train_run(cfg, run_dir=Path(tmp) / "run", tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
-                           resume=False, progress=False)
-    if result.status != TrialStatus.FINISHED:
-        raise RuntimeError(f"the training run ended {result.status}: {result.error}")
+        result, profile = train_command(mapping, Path(tmp), log)
+    if result is None or result.status != TrialStatus.FINISHED:
+        raise RuntimeError(f"`cem-ablate train` ended {result.status if result else 'without a result'}"
+                           f"{f': {result.error}' if result and result.error else ''}")
     log(f"[parity] train: {result.tokens_per_sec:,.0f} tokens/s, MFU {result.mfu:.1%} ({result.steps} steps)")
     return ParityResult(variant=variant, size=size, mode=mode, precision=precision, device=device,
                         batch_size=batch_size, seq_len=seq_len, bench_tokens_per_sec=bench_rate,
                         train_tokens_per_sec=result.tokens_per_sec, train_mfu=result.mfu,
-                        train_status=result.status.value, train_steps=result.steps)
+                        train_status=result.status.value, train_steps=result.steps, train_profile=profile)
+
+
+def train_command(mapping: dict[str, Any], folder: Path, log: Log) -> tuple[TrainResult | None, str]:
+    """Run `cem-ablate train` on `mapping` as a user would (its own process, a config file,
+    an MLflow store); its result and the device profile line it printed."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from cem_ablate.training.run_directory import RunDirectory
+
+    config_file, run_dir = folder / "parity.yaml", folder / "run"
+    config_file.write_text(yaml.safe_dump(mapping, sort_keys=False))
+    command = [sys.executable, "-m", "cem_ablate.cli.main", "train", str(config_file), "--run-dir", str(run_dir),
+               "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}", "--no-progress", "--fresh"]
+    log(f"[parity] {' '.join(command[2:])}")
+    done = subprocess.run(command, capture_output=True, text=True)
+    for line in (done.stdout + done.stderr).splitlines()[-15:]:
+        log(f"[parity] | {line}")
+    profile = next((line for line in done.stdout.splitlines() if line.startswith("device profile:")), "")
+    return RunDirectory(run_dir).read_result(), profile
 
 
 def main(argv: list[str] | None = None) -> int:

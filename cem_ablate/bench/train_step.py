@@ -3,9 +3,11 @@
 This is a plain PyTorch loop with the same math and the same code as the training
 engine's step (cem_ablate.training): the head + loss unit (`training.head_loss`: final
 norm, LM head and next-token cross-entropy on float32 logits; `auto` = chunked on
-CUDA, plain on CPU), gradient clipping at 1.0 and AdamW from `training.optimizer`
-(fused on CUDA) with betas (0.9, 0.95), eps 1e-9, weight decay 0.1 on matrices and
-embeddings only (SPEC §7), under `torch.autocast(bfloat16)` for bf16 ("bf16-mixed").
+CUDA, plain on CPU), gradient clipping and AdamW from `training.optimizer` with the
+training recipe's own hyper-parameters (`TrainConfig`'s betas, eps, weight decay on
+matrices and embeddings only, clip norm: SPEC §7) and the device profile's kernel
+(`training.device_profile`: fused on CUDA), under `torch.autocast(bfloat16)` for bf16
+("bf16-mixed"). Only the learning rate is the bench's own: speed does not depend on it.
 Lightning's per-step bookkeeping is left out so the numbers measure the model
 (`bench.train_parity` measures what it costs).
 
@@ -26,15 +28,16 @@ from torch import nn
 from torch.profiler import record_function
 
 from cem_ablate.bench.profile import LOSS_RANGE, OPTIMIZER_RANGE
+from cem_ablate.training.config import TrainConfig
+from cem_ablate.training.device_profile import resolve_device_profile
 from cem_ablate.training.head_loss import HeadLoss, head_loss_unit, resolve_loss_impl
-from cem_ablate.training.optimizer import build_adamw, parameters_device
+from cem_ablate.training.optimizer import build_adamw, clip_gradients, parameters_device
 
-ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-9}
-WEIGHT_DECAY = 0.1
-GRAD_CLIP = 1.0
+BENCH_LR = 1e-4  # the bench's only own hyper-parameter: a step's speed does not depend on it
+RECIPE = TrainConfig()  # the training recipe's defaults: betas, eps, weight decay, clip norm
 
 
-def decay_groups(model: nn.Module, weight_decay: float = WEIGHT_DECAY) -> list[dict]:
+def decay_groups(model: nn.Module, weight_decay: float = RECIPE.weight_decay) -> list[dict]:
     """SPEC §7 groups for any model: `parameter_groups` when it has one, else the same
     rule (decay the weights of nn.Linear / nn.Embedding) for transformers models."""
     if hasattr(model, "parameter_groups"):
@@ -103,7 +106,7 @@ class TrainStep:
                     loss = F.cross_entropy(out.flatten(0, 1).float(), targets.flatten())
         loss.backward()
         with record_function(OPTIMIZER_RANGE):
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+            clip_gradients(self.optimizer, RECIPE.grad_clip)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         return loss.detach() if loss.is_cuda else float(loss.detach())
@@ -117,5 +120,7 @@ class TrainStep:
 
 
 def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
-    """AdamW as training builds it (`training.optimizer`: fused on CUDA)."""
-    return build_adamw(decay_groups(model), **ADAMW, device=parameters_device(model))
+    """AdamW as training builds it: the recipe's hyper-parameters, the device profile's
+    kernel for the device the model lives on (fused on CUDA)."""
+    kernel = resolve_device_profile(RECIPE, parameters_device(model).type).optimizer_kernel
+    return build_adamw(decay_groups(model), lr=BENCH_LR, betas=RECIPE.betas, eps=RECIPE.eps, kernel=kernel)

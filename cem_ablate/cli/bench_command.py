@@ -47,7 +47,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "seed": "weights and batch seed (default 0)",
         "profile-steps": "after timing, profile N steps of every timed case: kernels (CUDA) or operators (CPU) "
                          "by name and category, GPU busy fraction, and a Chrome trace with shapes and FLOPs "
-                         "beside the JSON, <json stem>.<case>.trace.json (default 0: off; 2 with --gpu)",
+                         "beside the JSON, <json stem>.<case>.trace.json, or in --trace-dir "
+                         "(default 0: off; 2 with --gpu)",
     }
     for flag, text in int_flags.items():
         add(f"--{flag}", type=int, metavar="N", help=text)
@@ -62,6 +63,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--json", help="where to write the results (default: bench.json; with --gpu "
                        "benchmarks/results/gpu-<device>.json)")
     add("--markdown", help="also write the tables as markdown to this file (with --gpu: beside the JSON)")
+    add("--trace-dir", help="--profile-steps: write the Chrome traces into this folder instead of beside the JSON "
+                            "(one file per profiled case; scripts/gpu_check.sh packs them into one)")
     add("--render", metavar="JSON", help="measure nothing: print (and --markdown) the tables of a results file")
     add("--decode", action="store_true",
         help="serving cost instead of training steps (bench/decode.py): prefill and decode tokens/s, cache bytes "
@@ -132,8 +135,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = parse(BenchConfig, config_mapping(args), "bench")  # every user error surfaces here
         json_path = results_path(args, cfg.device)
-        if cfg.profile_steps:  # the profiled cases' Chrome traces lie beside the JSON
-            cfg = dataclasses.replace(cfg, profile_trace=str(Path(json_path).with_suffix("")))
+        if cfg.profile_steps:  # the profiled cases' Chrome traces lie beside the JSON, or in --trace-dir
+            stem = Path(json_path).with_suffix("")
+            prefix = Path(args.trace_dir) / stem.name if args.trace_dir else stem
+            cfg = dataclasses.replace(cfg, profile_trace=str(prefix))
         from cem_ablate.bench.runner import run_bench
 
         rows, meta = run_bench(cfg, log=lambda line: print(line, flush=True))

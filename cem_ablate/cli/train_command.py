@@ -1,6 +1,7 @@
 """`cem-ablate train CONFIG.yaml [key.path=value ...]`: train one run config.
 
-Prints the resolved config, parameters by component, token budget and FLOPs, trains
+Prints the resolved config, parameters by component, token budget and FLOPs, the
+device profile (every device-dependent choice, `training.device_profile`), trains
 (resuming the run's last checkpoint if the same command was interrupted), and prints
 a summary. The run folder is `runs/<name>-<config hash>` unless --run-dir is given,
 so rerunning the same command after a kill continues where it stopped, and
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cem_ablate.config import apply_overrides, load_yaml
     from cem_ablate.training.config import parse_run_config
+    from cem_ablate.training.device_profile import resolve_device_profile
     from cem_ablate.training.engine import resolve_run
     from cem_ablate.training.run_directory import default_run_dir, is_rank_zero_process
 
@@ -50,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     mapping = apply_overrides(mapping, args.overrides)
     resolved = resolve_run(parse_run_config(mapping))  # validates everything before anything is written
     cfg = resolved.config
+    profile = resolve_device_profile(cfg.train)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg, args.runs_root)
     talk = is_rank_zero_process()  # DDP ranks > 0 re-run this command silently
     if talk:
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"training FLOPs: {resolved.report.train_flops_per_token:,.0f}/token x {resolved.budget.tokens:,} tokens "
               f"= {resolved.train_flops:.3e}")
         print(f"token budget: {resolved.budget.describe()}")
+        print(profile.describe())
         print(f"run folder: {run_dir}")
     if args.dry_run:
         return 0

@@ -56,6 +56,8 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW's (beta1, beta2)
     eps: float = 1e-9  # AdamW's epsilon
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    # AdamW's implementation (training/device_profile.py); auto = fused on CUDA, torch's default elsewhere
+    optimizer_kernel: Literal["auto", "fused", "foreach", "single"] = "auto"
     seed: int = 0  # model init and data order; a study sets it per trial (seeds)
     devices: int = 1  # processes (GPUs or CPU processes) per node; > 1 trains with DDP
     num_nodes: int = 1  # machines of a multi-node DDP run
@@ -89,6 +91,10 @@ class TrainConfig:
         require(all(0 <= b < 1 for b in self.betas), f"{p}betas", f"must be in [0, 1), got {list(self.betas)}.")
         require(self.eps > 0, f"{p}eps", "must be positive.")
         require(self.grad_clip >= 0, f"{p}grad_clip", "must be non-negative (0 disables clipping).")
+        # fused AdamW unscales fp16 gradients inside its kernel: nothing can clip them before it
+        require(not (self.optimizer_kernel == "fused" and self.precision == "16-mixed" and self.grad_clip > 0),
+                f"{p}optimizer_kernel", "fused AdamW unscales fp16 gradients inside its kernel, so they cannot "
+                "be clipped before it; use optimizer_kernel foreach, precision bf16-mixed, or grad_clip 0.")
         require(
             self.token_budget is None or self.max_steps is None,
             f"{p}token_budget",
@@ -217,8 +223,8 @@ def component_sources(model: ModelConfig) -> list[ComponentSource]:
 
 TOP_LEVEL_KEYS = ("name", "model", "train", "data")
 TRIAL_KEYS = ("lr", "seed")  # what varies between the trials of one variant
-# how, not what, a run computes (loss_impl: the same loss to rounding, like threads)
-EXECUTION_KEYS = ("threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl")
+# how, not what, a run computes (loss_impl and optimizer_kernel: the same step to rounding, like threads)
+EXECUTION_KEYS = ("threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl", "optimizer_kernel")
 
 
 def parse_run_config(mapping: Any, path: str = "") -> RunConfig:

@@ -129,6 +129,7 @@ class _Session:
         self.task: Task | None = None
         self.trainer = None
         self.throughput = None
+        self.profile = None  # the device profile, resolved when the run starts (training.device_profile)
         self.stopper = None
 
     def run(self) -> TrainResult:
@@ -171,25 +172,23 @@ class _Session:
         from cem_ablate.training.hardware import total_peak_flops
         from cem_ablate.training.seeding import seed_run
         from cem_ablate.training.tasks import build_task
-        from cem_ablate.training.trainer_factory import (
-            build_trainer, is_terminal, resolve_accelerator, resolve_precision)
+        from cem_ablate.training.device_profile import resolve_device_profile
+        from cem_ablate.training.trainer_factory import build_trainer, is_terminal
 
         cfg, train, budget = self.cfg, self.cfg.train, self.budget
         if train.threads:
             torch.set_num_threads(train.threads)
         seed_run(train.seed)
-        self.task = task = build_task(cfg, budget)
+        self.profile = profile = resolve_device_profile(train)
+        self.task = task = build_task(cfg, budget, profile)
         if self.rank_zero:
             self._open_tracking()
 
-        accelerator = resolve_accelerator(train)
-        precision = resolve_precision(train, accelerator)
-        device = "cuda" if accelerator == "gpu" else accelerator
         self.throughput = ThroughputMonitor(
             tokens_per_micro_batch=train.batch_size * train.world_size * budget.tokens_per_sequence,
             tokens_per_step=budget.tokens_per_step,
             train_flops_per_token=task.report.train_flops_per_token,
-            peak_flops=total_peak_flops(device, precision, train.devices, train.num_nodes),
+            peak_flops=total_peak_flops(profile.device_type, profile.precision, train.devices, train.num_nodes),
             log_every_n_steps=train.log_every_n_steps, ckpt_every_n_steps=train.ckpt_every_n_steps,
         )
         files = self.folder.checkpoints  # one object: a stop at a periodic step reuses its checkpoint
@@ -199,7 +198,7 @@ class _Session:
         if self.progress and not bar:
             callbacks.append(PrintProgress(budget.steps, train.log_every_n_steps))
         self.trainer = trainer = build_trainer(
-            train, budget, default_root_dir=str(self.folder.path), logger=self.logger,
+            train, budget, profile, default_root_dir=str(self.folder.path), logger=self.logger,
             callbacks=callbacks + self.extra_callbacks, progress_bar=bar,
         )
         ckpt = self.folder.resume_checkpoint(warn=self.rank_zero) if self.resume else None
@@ -252,8 +251,10 @@ class _Session:
 
     def _open_tracking(self) -> None:
         """A run the engine owns gets params, config and (at the end) its outcome; a
-        handed-in run gets the training curves only: its owner describes and ends it."""
+        handed-in run gets the training curves and the device profile only: its owner
+        describes and ends it."""
         from cem_ablate.tracking.training_run import log_config_text, log_params, open_logger
+        from cem_ablate.training.device_profile import profile_params
 
         run_id = self.mlflow_run_id or (self.folder.tracked_run(self.tracking_uri) if self.resume else None)
         self.logger = open_logger(self.tracking_uri, self.experiment, self.cfg.name, run_id,
@@ -262,6 +263,8 @@ class _Session:
         if self.owns_run:
             log_params(self.logger, run_params(self.cfg, self.budget, self.task.report, self.task.data_facts))
             log_config_text(self.logger, self.folder.config_file.read_text())
+        # where and how the run executes, also on a study's trial: only the engine knows
+        log_params(self.logger, profile_params(self.profile, self.task.module.model))
 
     def _result(self, status: TrialStatus, metrics: Mapping[str, float] | None = None,
                 error: str | None = None) -> TrainResult:

@@ -14,8 +14,8 @@ from cem_ablate.training.recipe import RecipeModule
 
 
 class GPRegressionModule(RecipeModule):
-    def __init__(self, model: GPRegressor, train, budget):
-        super().__init__(model, train, budget)
+    def __init__(self, model: GPRegressor, train, budget, profile=None):
+        super().__init__(model, train, budget, profile)
         self.rmse = nn.ModuleDict({stage: MeanSquaredError(squared=False) for stage in ("val", "test")})
 
     def training_step(self, batch, batch_idx):

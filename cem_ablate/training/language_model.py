@@ -2,8 +2,8 @@
 
 Loss: mean token cross-entropy over targets that are not `IGNORE_INDEX` (MQAR
 scores only the query positions), computed by the head + loss unit
-(`training.head_loss`, the benchmark's too): `train.loss_impl` picks plain or chunked
-(`auto`: chunked on CUDA, plain on CPU), and `train.compile` compiles the unit as one
+(`training.head_loss`, the benchmark's too): the device profile's `loss_impl` picks plain or
+chunked (`auto`: chunked on CUDA, plain on CPU), and `train.compile` compiles the unit as one
 graph beside the blocks. Evaluation: perplexity through torchmetrics
 (exact over the whole evaluation set and synced across ranks), logged as
 `{stage}_ppl` and `{stage}_loss` = log(ppl) - the study's pruning callback reads
@@ -23,15 +23,17 @@ from torchmetrics.text import Perplexity
 from cem_ablate.data.mqar import IGNORE_INDEX
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
-from cem_ablate.training.head_loss import HeadLoss, head_loss_unit, resolve_loss_impl
+from cem_ablate.training.device_profile import DeviceProfile
+from cem_ablate.training.head_loss import HeadLoss, head_loss_unit
 from cem_ablate.training.recipe import RecipeModule
 
 STAGES = ("val", "test")
 
 
 class LanguageModelModule(RecipeModule):
-    def __init__(self, model: nn.Module, train: TrainConfig, budget: Budget, *, recall_metric: bool = False):
-        super().__init__(model, train, budget)
+    def __init__(self, model: nn.Module, train: TrainConfig, budget: Budget, *, recall_metric: bool = False,
+                 profile: DeviceProfile | None = None):
+        super().__init__(model, train, budget, profile)
         vocab_size = model.dims.vocab_size
         self.metrics = nn.ModuleDict()
         for stage in STAGES:
@@ -51,8 +53,8 @@ class LanguageModelModule(RecipeModule):
     def head_loss(self) -> HeadLoss:
         """The head + loss unit for the device the model trains on."""
         if self._head_loss is None:
-            impl = resolve_loss_impl(self.train_cfg.loss_impl, self.device.type)
-            self._head_loss = head_loss_unit(self.model, impl, compile=self.train_cfg.compile,
+            profile = self.device_profile
+            self._head_loss = head_loss_unit(self.model, profile.loss_impl, compile=profile.compile,
                                              ignore_index=IGNORE_INDEX)
         return self._head_loss
 

@@ -1,40 +1,44 @@
-"""AdamW as every training step builds it (SPEC §7): the one place that picks its kernel.
+"""AdamW and gradient clipping as every training step runs them (SPEC §7).
 
-The training recipe (`RecipeModule.configure_optimizers`) and the benchmark's step
-(`bench.train_step.make_optimizer`) both build their optimizer here, so the bench
-times the optimizer training runs.
+The training recipe (`RecipeModule`) and the benchmark's step (`bench.train_step`) both
+build their optimizer and clip their gradients here, with the hyper-parameters of
+`TrainConfig` and the kernel of the device profile (`training.device_profile`), so the
+bench times the optimizer training runs.
 
-Kernel: on CUDA, `fused=True` (one kernel for every parameter's update instead of
-foreach's several multi-tensor passes; estimated a few percent of an 86M GPU step, see
-docs/lab-notes/from-code-comments.md).
-Elsewhere torch's own default, unchanged (on CPU the single-tensor loop: fused CPU
-AdamW exists but would change CPU results and timings that earlier runs recorded).
+Clipping is the module's own, not Lightning's `gradient_clip_val`: Lightning's mixed
+precision plugin refuses to clip for any optimizer that unscales gradients itself
+(fused AdamW), also under bf16-mixed, where there is no scaler and nothing to unscale.
 Kept free of Lightning imports: the bench imports it.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable
 
 import torch
 
-
-def adamw_kernel_options(device: torch.device | str) -> dict[str, bool]:
-    """Keyword arguments selecting AdamW's implementation for parameters on `device`."""
-    if torch.device(device).type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters:
-        return {"fused": True}
-    return {}
+from cem_ablate.training.device_profile import adamw_kernel_options
 
 
 def build_adamw(groups: Iterable[dict], *, lr: float, betas: tuple[float, float], eps: float,
-                device: torch.device | str) -> torch.optim.AdamW:
-    """AdamW over parameter groups (each with its own weight decay) living on `device`.
+                kernel: str) -> torch.optim.AdamW:
+    """AdamW over parameter groups (each with its own weight decay), with the resolved
+    `kernel` (fused | foreach | single, `device_profile.resolve_optimizer_kernel`).
 
     A group with an `lr_multiplier` (model.parametrization: mup) steps at lr x that multiplier;
     the schedule scales every group's own lr, so the ratios hold throughout."""
     groups = [{**g, "lr": lr * g["lr_multiplier"]} if "lr_multiplier" in g else g for g in groups]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **adamw_kernel_options(device))
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **adamw_kernel_options(kernel))
+
+
+def clip_gradients(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+    """Scale the gradients of `optimizer`'s parameters to a global norm of at most
+    `max_norm` (0: no clipping). The parameters in the optimizer's order and torch's
+    default kernel choice, exactly as Lightning's `gradient_clip_val` clipped them, so CPU
+    results stay bit-identical to runs made before clipping moved here."""
+    if max_norm > 0:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
 
 
 def parameters_device(module: torch.nn.Module) -> torch.device:

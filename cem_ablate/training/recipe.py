@@ -3,10 +3,13 @@
 AdamW with the model's parameter groups (decay on matrices and embeddings only;
 `train.decay_preconditioner: true` moves the preconditioners' p, U, V into the decayed
 group, as a plain AdamW setup would: SPEC §7 leaves them undecayed), lr warmup then cosine to `final_lr_frac` of the peak, stepped per optimizer step.
-Gradient clipping is the Trainer's (`gradient_clip_val`).
+Gradient clipping (`train.grad_clip`, global norm) is the module's own, in
+`configure_gradient_clipping`, not the Trainer's `gradient_clip_val`, which Lightning
+refuses for a fused AdamW even under bf16-mixed (`training.optimizer`).
 
-AdamW's kernel (fused on CUDA, torch's default elsewhere) is chosen by
-`training.optimizer`, which the benchmark's step uses too.
+AdamW's kernel (fused on CUDA, torch's default elsewhere) comes from the device profile
+(`training.device_profile`), which the engine resolves once per run and the benchmark's
+step uses too.
 
 Divergence: a non-finite training loss on any rank stops the run cleanly. All ranks
 agree on it (one all-reduce of a flag), skip the update, record the step, and ask
@@ -34,16 +37,18 @@ from torch import nn
 from cem_ablate import registry
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
-from cem_ablate.training.optimizer import build_adamw, parameters_device
+from cem_ablate.training.device_profile import DeviceProfile, resolve_device_profile
+from cem_ablate.training.optimizer import build_adamw, clip_gradients, parameters_device
 from cem_ablate.training.schedule import warmup_cosine
 
 
 class RecipeModule(L.LightningModule):
-    def __init__(self, model: nn.Module, train: TrainConfig, budget: Budget):
+    def __init__(self, model: nn.Module, train: TrainConfig, budget: Budget, profile: DeviceProfile | None = None):
         super().__init__()
         self.model = model
         self.train_cfg = train
         self.budget = budget
+        self._profile = profile  # None: resolved for the device the parameters live on
         self.diverged_step: int | None = None  # optimizer steps completed when the loss went non-finite
         self.last_val_step: int | None = None  # global step of the latest validation
         # on-device watch of the training loss, read on check steps only (module docstring)
@@ -55,12 +60,24 @@ class RecipeModule(L.LightningModule):
         groups = self.model.parameter_groups(t.weight_decay)
         if t.decay_preconditioner:
             groups = decay_preconditioners(groups, self.model, t.weight_decay)
-        optimizer = build_adamw(groups, lr=t.lr, betas=t.betas, eps=t.eps, device=parameters_device(self.model))
+        optimizer = build_adamw(groups, lr=t.lr, betas=t.betas, eps=t.eps, kernel=self.device_profile.optimizer_kernel)
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: warmup_cosine(step, self.budget.steps, self.budget.warmup_steps, t.final_lr_frac),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    @property
+    def device_profile(self) -> DeviceProfile:
+        """The run's device choices: the engine's, else resolved where the parameters live."""
+        if self._profile is None:
+            self._profile = resolve_device_profile(self.train_cfg, parameters_device(self.model).type)
+        return self._profile
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip to `train.grad_clip` (global norm) before every optimizer step (module docstring);
+        under fp16 Lightning has unscaled the gradients by now (a fused AdamW is refused there)."""
+        clip_gradients(optimizer, self.device_profile.grad_clip)
 
     def checked_loss(self, loss: torch.Tensor) -> torch.Tensor | None:
         """The loss to optimize, or None (skip the update and stop) when a non-finite

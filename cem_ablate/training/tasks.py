@@ -11,6 +11,7 @@ from torch import nn
 from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import RunConfig
+from cem_ablate.training.device_profile import DeviceProfile
 from cem_ablate.training.networks import build_network, network_report
 from cem_ablate.training.recipe import RecipeModule
 
@@ -23,8 +24,9 @@ class Task:
     data_facts: dict[str, Any]
 
 
-def build_task(cfg: RunConfig, budget: Budget) -> Task:
-    """Prepare the data (tokenizer, caches), then build the model around its vocabulary."""
+def build_task(cfg: RunConfig, budget: Budget, profile: DeviceProfile) -> Task:
+    """Prepare the data (tokenizer, caches), then build the model around its vocabulary;
+    the module trains with `profile`'s device choices."""
     loader_options = dict(
         batch_size=cfg.train.batch_size,
         eval_batch_size=cfg.train.eval_batch_size,
@@ -51,16 +53,16 @@ def build_task(cfg: RunConfig, budget: Budget) -> Task:
         vocab_size = None
     model, _ = build_network(cfg, vocab_size)
     report = network_report(cfg, model)
-    if cfg.train.compile:
+    if profile.compile:
         compile_blocks(model)
     if task == "gp":
         from cem_ablate.training.gp_regression import GPRegressionModule
 
-        module = GPRegressionModule(model, cfg.train, budget)
+        module = GPRegressionModule(model, cfg.train, budget, profile)
     else:
         from cem_ablate.training.language_model import LanguageModelModule
 
-        module = LanguageModelModule(model, cfg.train, budget, recall_metric=task == "mqar")
+        module = LanguageModelModule(model, cfg.train, budget, recall_metric=task == "mqar", profile=profile)
     return Task(datamodule, module, report, datamodule.describe())
 
 

@@ -1,10 +1,11 @@
-"""A Lightning Trainer configured from a run config (hardware, precision, schedule).
+"""A Lightning Trainer configured from a run config and its device profile.
 
-- accelerator `auto`: a GPU when there is one, else the CPU;
-- precision `auto`: bf16-mixed on GPUs that support it (the paper's recipe), else fp32
-  (bf16 on CPU is slower to converge for these tiny models and noisy in speed);
-- devices x num_nodes > 1: DDP (gloo on CPU, NCCL on GPU); Lightning handles
-  torchrun / SLURM environments for multi-node;
+- accelerator, precision and strategy: the device profile's (`training.device_profile`:
+  a GPU when there is one, bf16-mixed on GPUs that have it, DDP over devices x num_nodes
+  > 1 with gloo on CPU and NCCL on GPU); Lightning handles torchrun / SLURM environments
+  for multi-node;
+- no `gradient_clip_val`: the module clips (`training.recipe`), since Lightning refuses
+  to clip for a fused AdamW under mixed precision;
 - validation every `val_every_n_steps` optimizer steps (the interval is counted in
   micro-batches, hence x accumulation), no sanity validation, test batches capped
   by `test_batches`;
@@ -24,11 +25,10 @@ import sys
 from collections.abc import Sequence
 
 import lightning as L
-import torch
 
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
-from cem_ablate.training.hardware import native_bf16
+from cem_ablate.training.device_profile import DeviceProfile
 
 
 class _DropAdvertisement(logging.Filter):
@@ -43,30 +43,16 @@ if not any(isinstance(f, _DropAdvertisement) for f in _LIGHTNING_INFO.filters):
     _LIGHTNING_INFO.addFilter(_DropAdvertisement())
 
 
-def resolve_accelerator(train: TrainConfig) -> str:
-    if train.accelerator == "auto":
-        return "gpu" if torch.cuda.is_available() else "cpu"
-    return "gpu" if train.accelerator == "cuda" else train.accelerator
-
-
-def resolve_precision(train: TrainConfig, accelerator: str) -> str:
-    if train.precision != "auto":
-        return train.precision
-    if accelerator == "gpu" and native_bf16("cuda"):
-        return "bf16-mixed"
-    return "32-true"
-
-
 def build_trainer(
     train: TrainConfig,
     budget: Budget,
+    profile: DeviceProfile,
     *,
     default_root_dir: str,
     logger,
     callbacks: Sequence[L.Callback],
     progress_bar: bool,
 ) -> L.Trainer:
-    accelerator = resolve_accelerator(train)
     callbacks = list(callbacks)
     if progress_bar:
         from lightning.pytorch.callbacks import RichProgressBar
@@ -74,15 +60,13 @@ def build_trainer(
         callbacks.append(RichProgressBar(leave=True))
     return L.Trainer(
         plugins=_cluster_environment(),
-        accelerator=accelerator,
+        accelerator=profile.accelerator,
         devices=train.devices,
         num_nodes=train.num_nodes,
-        strategy="ddp" if train.world_size > 1 else "auto",
-        precision=resolve_precision(train, accelerator),
+        strategy=profile.strategy,
+        precision=profile.precision,
         max_steps=budget.steps,
         accumulate_grad_batches=budget.accumulation,
-        gradient_clip_val=train.grad_clip or None,
-        gradient_clip_algorithm="norm",
         val_check_interval=train.val_every_n_steps * budget.accumulation,
         check_val_every_n_epoch=None,
         limit_val_batches=train.val_batches,

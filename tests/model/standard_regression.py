@@ -6,8 +6,9 @@ Run as a script against a checkout to write the reference (the committed
     PYTHONPATH=<checkout> python tests/model/standard_regression.py <checkout> > new.json
 
 and merge its `models_by_machine` entry into the reference to record one more machine.
-It imports only what that commit already had (build_model, parameter_groups, build_adamw,
-the study loaders), so the same function runs on the old and the new code.
+It imports only what that commit already had (build_model, parameter_groups, the study
+loaders) and steps a plain `torch.optim.AdamW` (on CPU what `build_adamw` built then and
+builds now), so the same function runs on the old and the new code.
 
 Bit identity is a property of code *and* machine: the float64 kernels of another CPU (another
 BLAS path, another vector width) sum in another order, and every digest differs while the
@@ -56,7 +57,6 @@ def _digest(tensors) -> str:
 def outputs_of_configs() -> dict[str, dict[str, list[torch.Tensor]]]:
     """Per config: the float64 logits at init and every parameter after one AdamW step."""
     from cem_ablate import build_model
-    from cem_ablate.training.optimizer import build_adamw
 
     out = {}
     for name, cfg in CONFIGS.items():
@@ -64,7 +64,7 @@ def outputs_of_configs() -> dict[str, dict[str, list[torch.Tensor]]]:
         model = build_model(cfg).double()
         ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(1))
         logits = model(ids)
-        optimizer = build_adamw(model.parameter_groups(0.1), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, device="cpu")
+        optimizer = torch.optim.AdamW(model.parameter_groups(0.1), lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
         torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1)).backward()
         optimizer.step()
         out[name] = {"logits": [logits.detach()], "after_step": [p.detach() for p in model.parameters()]}

@@ -152,7 +152,7 @@ def test_mup_init_and_lr_follow_each_class_rule(width, readout):
             assert torch.count_nonzero(p) == 0
         else:
             torch.testing.assert_close(p, std_params[name] * m ** init_exp, rtol=1e-6, atol=0)
-    optimizer = build_adamw(mup.parameter_groups(0.1), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, device="cpu")
+    optimizer = build_adamw(mup.parameter_groups(0.1), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, kernel="single")
     lr_of = {id(p): (g["lr"], g["weight_decay"]) for g in optimizer.param_groups for p in g["params"]}
     for name, p in mup.named_parameters():
         lr, wd = lr_of[id(p)]

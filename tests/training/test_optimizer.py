@@ -1,4 +1,4 @@
-"""training/optimizer.py: the one place that picks AdamW's kernel (SPEC §7)."""
+"""training/optimizer.py: AdamW and clipping as training and the bench run them (SPEC §7)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,7 @@ import torch
 
 from cem_ablate.bench.train_step import make_optimizer
 from cem_ablate import build_model
-from cem_ablate.training.optimizer import adamw_kernel_options, build_adamw, parameters_device
-
-
-def test_cuda_gets_the_fused_kernel_and_the_cpu_keeps_torchs_default():
-    assert adamw_kernel_options("cuda") == {"fused": True}
-    assert adamw_kernel_options(torch.device("cuda", 1)) == {"fused": True}
-    assert adamw_kernel_options("cpu") == {}  # unchanged: the CPU results of earlier versions stand
-    assert adamw_kernel_options(torch.device("meta")) == {}
+from cem_ablate.training.optimizer import build_adamw, clip_gradients, parameters_device
 
 
 def test_cpu_adamw_is_bit_identical_to_a_plain_adamw():
@@ -22,7 +15,7 @@ def test_cpu_adamw_is_bit_identical_to_a_plain_adamw():
     b = torch.nn.Linear(5, 3)
     b.load_state_dict(a.state_dict())
     ours = build_adamw([{"params": list(a.parameters()), "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.95),
-                       eps=1e-9, device=parameters_device(a))
+                       eps=1e-9, kernel="single")
     plain = torch.optim.AdamW([{"params": list(b.parameters()), "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.95),
                               eps=1e-9)
     assert not ours.defaults.get("fused") and ours.defaults["foreach"] is None
@@ -67,9 +60,29 @@ def test_mup_multipliers_survive_decay_preconditioner_and_the_schedule():
         if any(id(p) in moved for p in g["params"]):
             assert all(id(p) in moved for p in g["params"])
             assert g["weight_decay"] * g["lr_multiplier"] == 0.1  # decayed, at the base's lr x wd
-    optimizer = build_adamw(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, device="cpu")
+    optimizer = build_adamw(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, kernel="single")
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
     for g in optimizer.param_groups:
         assert g["lr"] == 0.5 * 1e-3 * g["lr_multiplier"]
     assert {g["param_class"]: g["lr_multiplier"] for g in optimizer.param_groups}["hidden"] == 0.25
     del schedule
+
+
+def test_clipping_is_lightnings_norm_clip_bit_for_bit():
+    """The module's clip (training.recipe) replaced Trainer(gradient_clip_val): the same
+    parameters in the same order through the same torch call, so CPU results stand."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))
+    optimizer = build_adamw([{"params": list(model.parameters()), "weight_decay": 0.1}], lr=1e-2,
+                            betas=(0.9, 0.95), eps=1e-9, kernel="single")
+    model(torch.randn(4, 6)).square().sum().mul(100).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    clip_gradients(optimizer, 1.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    assert total > 1.0  # the clip did something
+    expected = [g * torch.clamp(1.0 / (total + 1e-6), max=1.0) for g in grads]  # clip_grad_norm_'s rule
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), expected))
+    assert torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])) <= 1.0 + 1e-6
+    before = [p.grad.clone() for p in model.parameters()]
+    clip_gradients(optimizer, 0.0)  # 0 disables clipping
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), before))
