@@ -20,7 +20,7 @@
 # that fails or runs out of time is recorded as such and the next one starts. The whole stays
 # under TOTAL_S (default 540 s, leaving the device call's start and copy-back their share).
 #
-# The parts write into a work folder (.cache/gpu-check/, git-ignored); at the end, whatever
+# The parts write into a work folder (GPU_CHECK_WORK, default .cache/gpu-check/work, git-ignored); at the end, whatever
 # happened, the script copies at most 8 files (the device tool's limit) to $OUT (else
 # .cache/gpu-check/out/):
 #   gpu-check.md   the summary first (every target and train vs bench, with verdicts), then the
@@ -33,7 +33,7 @@
 set -euo pipefail
 start=$SECONDS
 out=${OUT:-.cache/gpu-check/out}
-work=.cache/gpu-check/work
+work=${GPU_CHECK_WORK:-.cache/gpu-check/work}
 rm -rf "$work"
 mkdir -p "$out" "$work/traces" benchmarks/results
 for f in gpu-check.md logs.txt bench-86M.json bench-162M.json kernels.json parity.json traces.tar.gz; do
@@ -113,7 +113,7 @@ finish() {  # always, also after an error or a kill: the summary first, then at 
     echo
     summary=$(grep -E "^(=+ )?[0-9]+ (passed|failed|skipped|deselected|error)" "$log" | head -1 | tr -d '=')
     echo "- \`pytest -m cuda tests/cuda\`: ${summary:-no summary}"
-    failed=$(grep -E "^(FAILED|ERROR) tests/cuda" "$log" | head -20)
+    failed=$(grep -E "^(FAILED|ERROR) tests/cuda|^tests/cuda/.* (FAILED|ERROR)" "$log" | head -20)
     if [[ -n "$failed" ]]; then printf '\n```\n%s\n```\n' "$failed"; fi
     echo "- whole check: $((SECONDS - start)) s of ${TOTAL_S} s"
     for section in "${sections[@]}"; do
@@ -164,10 +164,11 @@ if wants bench162; then
   sections+=("$work/bench-162M.md")
 fi
 
-# 4. CUDA tests, the training-step files first (pytest keeps the files' order; per-test timeout where installed)
+# 4. CUDA tests, the training-step files first (pytest keeps the files' order; per-test timeout where installed;
+#    -v: a run cut short by its budget still names every test that ran, and how it ended)
 if wants tests; then
   per_test=$(python3 -c "import pytest_timeout" 2>/dev/null && echo --timeout=120 || true)
-  run_part "cuda tests" "${TESTS_S:-540}" python3 -m pytest -m cuda -q -rfEs -p no:cacheprovider --durations=10 \
+  run_part "cuda tests" "${TESTS_S:-540}" python3 -m pytest -m cuda -v -rfEs -p no:cacheprovider --durations=10 \
     $per_test tests/cuda/test_flex_fp32_gap.py tests/cuda/test_head_loss.py tests/cuda/test_profile.py \
     tests/cuda/test_training.py tests/cuda/test_kernels.py tests/cuda/test_compile.py "$@"
 fi

@@ -65,6 +65,10 @@ class TrainConfig:
     # Lightning's precision; auto: bf16-mixed on GPUs that support it (the paper's recipe), else fp32
     precision: Literal["auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed"] = "auto"
     compile: bool = False  # torch.compile each block, and the head + loss unit as one graph
+    # torch.compile's backend: inductor generates kernels; aot_eager traces (dynamo + AOT
+    # autograd) and runs eager kernels: what a compile failure is debugged with, and the CPU
+    # rehearsal of the GPU's compile (tests/training/test_device_profile.py)
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     # head + loss (training/head_loss.py): chunked never holds the full (tokens, vocab) logits;
     # auto = chunked on CUDA, plain elsewhere (CPU losses bit-identical to earlier versions)
     loss_impl: Literal["auto", "chunked", "plain"] = "auto"
@@ -223,8 +227,10 @@ def component_sources(model: ModelConfig) -> list[ComponentSource]:
 
 TOP_LEVEL_KEYS = ("name", "model", "train", "data")
 TRIAL_KEYS = ("lr", "seed")  # what varies between the trials of one variant
-# how, not what, a run computes (loss_impl and optimizer_kernel: the same step to rounding, like threads)
-EXECUTION_KEYS = ("threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl", "optimizer_kernel")
+# how, not what, a run computes (loss_impl, optimizer_kernel, compile_backend: the same step to rounding,
+# like threads)
+EXECUTION_KEYS = ("threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl", "optimizer_kernel",
+                  "compile_backend")
 
 
 def parse_run_config(mapping: Any, path: str = "") -> RunConfig:

@@ -1,7 +1,7 @@
 """Every device-dependent choice of a training step, resolved in one place.
 
     profile = resolve_device_profile(train)                    # what this machine runs
-    profile = resolve_device_profile(train, device_type="cuda")  # what a GPU would run
+    profile = resolve_device_profile(train, "cuda", device_has_bf16=True)  # what a bf16 GPU would run
     forced = profile.forcing(train)                            # those choices, explicit
 
 The choices (docs/design/training.md, "device profile"): where the step runs, Lightning's
@@ -47,6 +47,7 @@ class DeviceProfile:
     optimizer_kernel: str  # AdamW's implementation: fused | foreach | single
     grad_clip: float  # max global gradient norm, clipped by the module (0: none)
     compile: bool  # every block and the head + loss unit through torch.compile
+    compile_backend: str  # torch.compile's backend when compile is on: inductor | aot_eager | eager
     loss_impl: str  # head + loss: chunked | plain
     host_sync: str  # when the host reads the loss (HOST_SYNC_POLICY)
     strategy: str  # Lightning's strategy: auto (one process) | ddp
@@ -60,14 +61,16 @@ class DeviceProfile:
         clip = f"clip norm {self.grad_clip:g}" if self.grad_clip else "no clipping"
         ddp = f"{self.strategy} ({self.ddp_backend})" if self.ddp_backend else "one process"
         return (f"device profile: {self.device_type} ({self.accelerator}), precision {self.precision}, "
-                f"AdamW {self.optimizer_kernel}, {clip}, compile {'on' if self.compile else 'off'}, "
+                f"AdamW {self.optimizer_kernel}, {clip}, "
+                f"compile {f'on ({self.compile_backend})' if self.compile else 'off'}, "
                 f"head + loss {self.loss_impl}, host reads the loss on {self.host_sync}, {ddp}")
 
     def forcing(self, train: TrainConfig) -> TrainConfig:
         """`train` with every choice of this profile set explicitly (no `auto` left), to run
         a profile's choices on another device (the CPU rehearsal of the CUDA profile)."""
         return dataclasses.replace(train, precision=self.precision, optimizer_kernel=self.optimizer_kernel,
-                                   compile=self.compile, loss_impl=self.loss_impl, grad_clip=self.grad_clip)
+                                   compile=self.compile, compile_backend=self.compile_backend,
+                                   loss_impl=self.loss_impl, grad_clip=self.grad_clip)
 
 
 def device_type_of(train: TrainConfig) -> str:
@@ -77,12 +80,16 @@ def device_type_of(train: TrainConfig) -> str:
     return "cuda" if train.accelerator == "gpu" else train.accelerator
 
 
-def resolve_device_profile(train: TrainConfig, device_type: str | None = None) -> DeviceProfile:
+def resolve_device_profile(train: TrainConfig, device_type: str | None = None, *,
+                           device_has_bf16: bool | None = None) -> DeviceProfile:
     """Every choice `train` leaves to the device, resolved for `device_type` (default: the
-    device `train.accelerator` gives on this machine). Raises ConfigError for a combination
-    that cannot train."""
+    device `train.accelerator` gives on this machine). `device_has_bf16` says whether that
+    device multiplies bf16 natively (default: ask this machine's GPU; a CPU is never given
+    bf16 by `auto`). Raises ConfigError for a combination that cannot train."""
     device_type = device_type or device_type_of(train)
-    precision = resolve_precision(train.precision, device_type)
+    if device_has_bf16 is None:
+        device_has_bf16 = device_type == "cuda" and native_bf16("cuda")
+    precision = resolve_precision(train.precision, device_type, device_has_bf16)
     kernel = resolve_optimizer_kernel(train.optimizer_kernel, device_type, precision, train.grad_clip)
     distributed = train.world_size > 1
     return DeviceProfile(
@@ -92,6 +99,7 @@ def resolve_device_profile(train: TrainConfig, device_type: str | None = None) -
         optimizer_kernel=kernel,
         grad_clip=train.grad_clip,
         compile=train.compile,
+        compile_backend=train.compile_backend,
         loss_impl=resolve_loss_impl(train.loss_impl, device_type),
         host_sync=HOST_SYNC_POLICY,
         strategy="ddp" if distributed else "auto",
@@ -99,14 +107,12 @@ def resolve_device_profile(train: TrainConfig, device_type: str | None = None) -
     )
 
 
-def resolve_precision(precision: str, device_type: str) -> str:
+def resolve_precision(precision: str, device_type: str, device_has_bf16: bool) -> str:
     """`auto`: bf16-mixed on a GPU that has bf16 (the paper's recipe), else fp32 (bf16 on a
     CPU is slower to converge for tiny models and noisy in speed)."""
     if precision != "auto":
         return precision
-    if device_type == "cuda" and native_bf16("cuda"):
-        return "bf16-mixed"
-    return "32-true"
+    return "bf16-mixed" if device_type == "cuda" and device_has_bf16 else "32-true"
 
 
 def resolve_optimizer_kernel(kernel: str, device_type: str, precision: str, grad_clip: float) -> str:

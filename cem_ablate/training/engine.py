@@ -9,8 +9,9 @@ matches, `training.checkpoints`) -> final validation and test -> `TrainResult`, 
 to `<run_dir>/result.json` and to MLflow.
 
 - Divergence (non-finite loss) is a result, `TrialStatus.DIVERGED`, never an exception.
-- Any other error during training is `TrialStatus.FAILED` with the error text; bad
-  configuration raises `ConfigError` before anything starts.
+- Any other error during training is `TrialStatus.FAILED` with the error text (running
+  out of device memory: what the step asked for and what the device holds,
+  `training.out_of_memory`); bad configuration raises `ConfigError` before anything starts.
 - Rerunning a run whose folder holds a finished or diverged result returns it
   without training; a killed run resumes from its last checkpoint and ends exactly
   where the uninterrupted run would have (see `cem_ablate.data.sampler`).
@@ -156,12 +157,23 @@ class _Session:
             self.folder.may_write()  # an error of a fenced run (e.g. Optuna refusing it) is not its result
             if self.rank_zero:
                 traceback.print_exc(file=sys.stderr)
-            result = self._result(TrialStatus.FAILED, error=f"{type(err).__name__}: {err}".strip())
+            result = self._result(TrialStatus.FAILED, error=self._failure_reason(err))
         result.seconds = time.time() - start
         if self.rank_zero:
             self.folder.write_result(result)
             self._log_outcome(result)
         return result
+
+    def _failure_reason(self, err: BaseException) -> str:
+        """The reason a failed run records: for running out of device memory, what the step
+        asked for and what the device holds (training.out_of_memory), its cache released."""
+        from cem_ablate.training.out_of_memory import is_out_of_memory, out_of_memory_reason, release_cached_memory
+
+        if is_out_of_memory(err):
+            device_type = self.profile.device_type if self.profile else "cuda"
+            release_cached_memory(device_type)
+            return out_of_memory_reason(err, device_type)
+        return f"{type(err).__name__}: {err}".strip()
 
     # -- the run ------------------------------------------------------------------------
     def _train(self) -> TrainResult:

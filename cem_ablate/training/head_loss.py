@@ -136,12 +136,12 @@ HeadLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def head_loss_unit(model: nn.Module, impl: str, *, compile: bool = False, chunk_tokens: int = CHUNK_TOKENS,
-                   ignore_index: int = TORCH_IGNORE_INDEX) -> HeadLoss:
+                   ignore_index: int = TORCH_IGNORE_INDEX, backend: str = "inductor") -> HeadLoss:
     """`(hidden, targets) -> loss` over `model.norm` and `model.lm_head` (impl resolved).
 
     `compile=True` compiles the unit as one graph (`fullgraph=True`, static shapes, as
     the bench and `train.compile` compile each block): norm, head GEMM, softmax and the
-    gradients' elementwise work fuse around the GEMMs.
+    gradients' elementwise work fuse around the GEMMs; `backend` is torch.compile's.
     """
     if impl not in ("plain", "chunked"):
         raise ValueError(f"resolve {impl!r} with resolve_loss_impl first")
@@ -152,4 +152,4 @@ def head_loss_unit(model: nn.Module, impl: str, *, compile: bool = False, chunk_
         return head_loss(hidden, model.norm, model.lm_head.weight, targets, impl=impl, chunk_tokens=chunk_tokens,
                          ignore_index=ignore_index)
 
-    return torch.compile(unit, fullgraph=True, dynamic=False) if compile else unit
+    return torch.compile(unit, fullgraph=True, dynamic=False, backend=backend) if compile else unit

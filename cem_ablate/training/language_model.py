@@ -55,6 +55,7 @@ class LanguageModelModule(RecipeModule):
         if self._head_loss is None:
             profile = self.device_profile
             self._head_loss = head_loss_unit(self.model, profile.loss_impl, compile=profile.compile,
+                                             backend=profile.compile_backend,
                                              ignore_index=IGNORE_INDEX)
         return self._head_loss
 

@@ -54,7 +54,7 @@ def build_task(cfg: RunConfig, budget: Budget, profile: DeviceProfile) -> Task:
     model, _ = build_network(cfg, vocab_size)
     report = network_report(cfg, model)
     if profile.compile:
-        compile_blocks(model)
+        compile_blocks(model, profile.compile_backend)
     if task == "gp":
         from cem_ablate.training.gp_regression import GPRegressionModule
 
@@ -66,7 +66,7 @@ def build_task(cfg: RunConfig, budget: Budget, profile: DeviceProfile) -> Task:
     return Task(datamodule, module, report, datamodule.describe())
 
 
-def compile_blocks(model: nn.Module) -> None:
+def compile_blocks(model: nn.Module, backend: str = "inductor") -> None:
     """torch.compile each block in place (one graph per block: short compiles, reused)."""
     for block in model.blocks:
-        block.compile()
+        block.compile(backend=backend)
