@@ -61,6 +61,7 @@ def study_settings(expanded, args: argparse.Namespace, workers: int, console):
     from cem_ablate.tracking.store import check_tracking_server, set_mlflow_outage_window
     from cem_ablate.tracking.store import default_tracking_uri
 
+    check_plugin_components(expanded)  # a plugin breaking the contract: one error, nothing trained
     execution = expanded.spec.execution
     storage_url = args.storage or default_storage_url()
     sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created
@@ -80,3 +81,23 @@ def study_settings(expanded, args: argparse.Namespace, workers: int, console):
         progress=workers == 1 and console.is_terminal,
         reuse=not args.no_reuse,
     )
+
+
+def check_plugin_components(expanded) -> None:
+    """The conformance check (cem_ablate/model/conformance.py) on every plugin attention
+    and MLP the study uses, before anything is created: a failure is one ConfigError.
+    The built-in zoo is checked by its tests."""
+    from cem_ablate.model.conformance import check_component
+
+    used = {}
+    for variant in [*expanded.variants, *getattr(expanded, "proxies", [])]:
+        for kind in ("attention", "mlp"):
+            sub = getattr(variant.config.model, kind)
+            if sub.spec.source != "built-in":
+                used.setdefault((kind, sub.name), variant.name)
+    for (kind, name), variant in used.items():
+        result = check_component(kind, name)
+        if not result.passed:
+            lines = "; ".join(line.removeprefix(f"{result.label}: ") for line in result.failures)
+            raise ConfigError(f"model.{kind}", f"{result.label}, used by variant {variant!r}, fails the component "
+                              f"contract: {lines} (`cem-ablate components --check {kind}/{name}`).")
