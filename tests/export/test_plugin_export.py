@@ -19,14 +19,14 @@ HERE = Path(__file__).parent
 
 # Two distributions: three top-level modules importing each other (absolute imports), and
 # a package with relative imports. Neither uses a built-in component; the attention
-# imports RoPE from the zoo's building blocks.
+# imports RoPE from the zoo's public building blocks.
 SIGMOID_ATTENTION = textwrap.dedent('''
     import torch
     from torch import nn
 
     from cem_ablate.model.blocks import RMSNorm, linear
     from cem_ablate.registry import register
-    from components.rope import RotaryEmbedding
+    from components.attention_blocks import RotaryEmbedding
     from sig_parts import sigmoid_attend
 
 
@@ -179,7 +179,7 @@ def test_plugin_modules_are_bundled_and_the_folder_loads_without_them(tmp_path):
     export = json.loads((tmp_path / "export.json").read_text())
     files = sorted(p.name for p in (tmp_path / "hf").glob("*.py"))
     for module in ("sig_attention", "sig_parts", "sig_masks", "relu_pkg__mlp", "relu_pkg__ops",
-                   "components__rope"):
+                   "components__attention_blocks", "components__rope"):
         assert f"{module}.py" in files, (module, files)
     assert export["warning"] == (
         "warning: attention 'sigmoid_two_module' (plugin sigmoid (sig_attention)) has no decode "

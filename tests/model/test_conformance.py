@@ -25,3 +25,17 @@ def test_llama_attention_flops_are_the_causal_half_of_what_the_counter_sees():
     assert measured_flops_per_token(attention, j1) == 8 * d * d + 4 * j1 * d
     # the convention: a token at position i attends to i keys, (J + 1) / 2 on average
     assert causal_flops_per_token(attention, 128) == attention.flops_per_token(128) == 8 * d * d + 2 * 129 * d
+
+
+def test_the_reference_page_s_worked_example_is_the_model_report_s_count():
+    from pathlib import Path
+
+    from cem_ablate import build_model
+    from cem_ablate.model import model_report
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "components.md").read_text()
+    model = build_model({"size": "tiny", "max_seq_len": 128})
+    assert model.dims.d_model == 64
+    counted = model_report(model, seq_len=128).flops_by_module["blocks.0.attention"]
+    assert counted == 2 * 4 * 64**2 + 2 * 2 * 64 * 129 / 2 == 49_280
+    assert "**49,280**" in page
