@@ -61,7 +61,6 @@ def study_settings(expanded, args: argparse.Namespace, workers: int, console):
     from cem_ablate.tracking.store import check_tracking_server, set_mlflow_outage_window
     from cem_ablate.tracking.store import default_tracking_uri
 
-    check_plugin_components(expanded)  # a plugin breaking the contract: one error, nothing trained
     execution = expanded.spec.execution
     storage_url = args.storage or default_storage_url()
     sqlite_path(storage_url)  # rejects in-memory SQLite before anything is created

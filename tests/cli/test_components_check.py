@@ -3,7 +3,8 @@ docs/reference/components.md ("The contract: attention"), installed in a temp si
 pip leaves them. ReLU² attention (RoPE from the zoo's building blocks, its own causal
 mask and K, V cache) passes; a copy that forgets the mask, one whose decode forgets the
 cache, and one counting every key in flops_per_token each fail with one `error:` line
-naming what fails. A study using the acausal one stops before anything is created."""
+naming what fails. A study using the acausal one (its dry run too) stops before anything
+is created."""
 
 import os
 import subprocess
@@ -122,9 +123,10 @@ def test_attention_plugins_against_the_contract(tmp_path):
              "variants": [{"name": "acausal", "set": {"model.attention": "relu2_acausal"}}],
              "lr_search": {"grid": [1e-3]}, "seeds": [0]}
     (tmp_path / "acausal.yaml").write_text(yaml.safe_dump(study))
-    run = _cli(["study", "acausal.yaml", "--threads", "1"], site, cwd=tmp_path)
-    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
-    [error] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
-    assert error.startswith("error: model.attention: attention 'relu2_acausal' (plugin relu2_acausal (relu2_acausal)), "
-                            "used by variant 'acausal', fails the component contract: not causal: ")
-    assert not (tmp_path / "mlruns").exists()
+    for extra in (["--dry-run"], ["--threads", "1"]):
+        run = _cli(["study", "acausal.yaml", *extra], site, cwd=tmp_path)
+        assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+        [error] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+        assert error.startswith("error: model.attention: attention 'relu2_acausal' (plugin relu2_acausal "
+                                "(relu2_acausal)), used by variant 'acausal', fails the component contract: not causal: ")
+        assert not (tmp_path / "mlruns").exists()
