@@ -62,6 +62,6 @@ def _check(target: str, kind: str | None) -> int:
         for line in result.failures:
             print(f"error: {line}", file=sys.stderr)
         if result.passed:
-            print(f"ok: {result.label}: shape, causality, decode, flops_per_token")
+            print(f"ok: {result.label}: {', '.join(result.checked)}")
         failed |= not result.passed
     return 1 if failed else 0

@@ -45,6 +45,7 @@ class ConformanceResult:
     label: str  # "attention 'llama' (built-in)"
     failures: tuple[str, ...]  # one line each
     notes: tuple[str, ...]  # what is optional and absent, e.g. no decode
+    checked: tuple[str, ...] = ()  # the checks that ran: shape, causality, decode (if it has one), flops_per_token
 
     @property
     def passed(self) -> bool:
@@ -73,7 +74,11 @@ def check_component(kind: str, name: str) -> ConformanceResult:
         return ConformanceResult(label, (f"{label}: does not build with its default options: "
                                          f"{type(err).__name__}: {err}".splitlines()[0],), ())
     failures, notes = [], []
-    for check in (_shape, _causality, _decode, _flops):
+    checks = (_shape, _causality, *((_decode,) if protocol.decodes(module) else ()), _flops)
+    if not protocol.decodes(module):
+        notes.append("no decode: generation recomputes the whole prefix for every token (optional; "
+                     "model/protocol.py IncrementalDecoding)")
+    for check in checks:
         try:
             line = check(module, notes)
         except Exception as err:  # noqa: BLE001 - the component raised inside the check
@@ -82,7 +87,8 @@ def check_component(kind: str, name: str) -> ConformanceResult:
             failures.append(f"{label}: {line}")
             if check is _shape:  # the other checks read outputs of that shape
                 break
-    return ConformanceResult(label, tuple(failures), tuple(f"{label}: {n}" for n in notes))
+    return ConformanceResult(label, tuple(failures), tuple(f"{label}: {n}" for n in notes),
+                             tuple(c.__name__.strip("_").replace("flops", "flops_per_token") for c in checks))
 
 
 def _inputs(seed: int, length: int = SEQ_LEN) -> Tensor:
@@ -119,10 +125,6 @@ def _causality(module, notes) -> str | None:
 
 @torch.no_grad()
 def _decode(module, notes) -> str | None:
-    if not protocol.decodes(module):
-        notes.append("no decode: generation recomputes the whole prefix for every token (optional; "
-                     "model/protocol.py IncrementalDecoding)")
-        return None
     h = _inputs(2)
     full = module(h)
     out, state = protocol.decode(module, h[:, :PREFILL], None, 0)
