@@ -38,11 +38,12 @@ def _load_study(args: argparse.Namespace):
     from cem_ablate.config import ConfigError
     from cem_ablate.study.spec import load_study_mapping, parse_study
 
+    before = len(registry.missing())  # lookups of this process before reading this file do not count
     try:
         expanded = load_expanded(args.study, args.scale, args.set)
         return expanded, expanded.spec.name
     except ConfigError:
-        missing = registry.missing()
+        missing = registry.missing()[before:]
         if not missing:
             raise
     name = parse_study(load_study_mapping(args.study, args.scale, args.set)).name
