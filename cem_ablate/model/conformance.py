@@ -73,22 +73,22 @@ def check_component(kind: str, name: str) -> ConformanceResult:
     except Exception as err:  # noqa: BLE001 - a plugin's constructor: any failure is one line
         return ConformanceResult(label, (f"{label}: does not build with its default options: "
                                          f"{type(err).__name__}: {err}".splitlines()[0],), ())
-    failures, notes = [], []
-    checks = (_shape, _causality, *((_decode,) if protocol.decodes(module) else ()), _flops)
-    if not protocol.decodes(module):
-        notes.append("no decode: generation recomputes the whole prefix for every token (optional; "
-                     "model/protocol.py IncrementalDecoding)")
-    for check in checks:
+    decodes = protocol.decodes(module)
+    checks = {"shape": _shape, "causality": _causality, **({"decode": _decode} if decodes else {}),
+              "flops_per_token": _flops}
+    notes = () if decodes else (f"{label}: no decode: generation recomputes the whole prefix for every token "
+                                "(optional; model/protocol.py IncrementalDecoding)",)
+    failures = []
+    for name, check in checks.items():
         try:
-            line = check(module, notes)
+            line = check(module)
         except Exception as err:  # noqa: BLE001 - the component raised inside the check
-            line = f"{check.__name__.strip('_')}: raised {type(err).__name__}: {err}".splitlines()[0]
+            line = f"{name}: raised {type(err).__name__}: {err}".splitlines()[0]
         if line:
             failures.append(f"{label}: {line}")
-            if check is _shape:  # the other checks read outputs of that shape
+            if name == "shape":  # the other checks read outputs of that shape
                 break
-    return ConformanceResult(label, tuple(failures), tuple(f"{label}: {n}" for n in notes),
-                             tuple(c.__name__.strip("_").replace("flops", "flops_per_token") for c in checks))
+    return ConformanceResult(label, tuple(failures), notes, tuple(checks))
 
 
 def _inputs(seed: int, length: int = SEQ_LEN) -> Tensor:
@@ -97,7 +97,7 @@ def _inputs(seed: int, length: int = SEQ_LEN) -> Tensor:
 
 
 @torch.no_grad()
-def _shape(module, notes) -> str | None:
+def _shape(module) -> str | None:
     h = _inputs(0)
     y = module(h)
     if not isinstance(y, Tensor) or y.shape != h.shape or y.dtype != h.dtype:
@@ -109,7 +109,7 @@ def _shape(module, notes) -> str | None:
 
 
 @torch.no_grad()
-def _causality(module, notes) -> str | None:
+def _causality(module) -> str | None:
     h = _inputs(0)
     y = module(h)
     for t in (1, SEQ_LEN // 2, SEQ_LEN - 1):
@@ -124,7 +124,7 @@ def _causality(module, notes) -> str | None:
 
 
 @torch.no_grad()
-def _decode(module, notes) -> str | None:
+def _decode(module) -> str | None:
     h = _inputs(2)
     full = module(h)
     out, state = protocol.decode(module, h[:, :PREFILL], None, 0)
@@ -169,7 +169,7 @@ def causal_flops_per_token(module, length: int) -> float:
 
 
 @torch.no_grad()
-def _flops(module, notes) -> str | None:
+def _flops(module) -> str | None:
     length = FLOP_LENGTHS[1]
     expected = causal_flops_per_token(module, length)
     declared = float(module.flops_per_token(length))
