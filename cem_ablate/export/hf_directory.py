@@ -25,6 +25,7 @@ from pathlib import Path
 
 from cem_ablate import __version__
 from cem_ablate.config import ConfigError
+from cem_ablate.config.fingerprint import distribution_modules
 from cem_ablate.export.source_bundle import Bundle, build_bundle
 from cem_ablate.export.trained_run import TrainedRun
 from cem_ablate.model.transformer import CEMTransformer
@@ -90,7 +91,9 @@ def model_bundle(model: CEMTransformer) -> Bundle | None:
     ConfigError names what cannot be copied."""
     if is_llama_baseline(model):
         return None
-    return build_bundle(source.module for source in component_sources(model.config))
+    sources = component_sources(model.config)
+    siblings = {m for s in sources if s.distribution for m in distribution_modules(s.distribution.partition("==")[0])}
+    return build_bundle((s.module for s in sources), siblings)
 
 
 def write_model(model: CEMTransformer, folder: Path, bundle: Bundle | None = None) -> None:

@@ -36,7 +36,6 @@ platform: the copied components are the whole zoo), then `build_model` and
 from __future__ import annotations
 
 import ast
-import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Iterable
@@ -177,22 +176,15 @@ def _rewrite(module: str, path: Path, source: str, tree: ast.AST, packages: set[
     return "".join(lines)
 
 
-def distribution_packages(modules: Iterable[str]) -> set[str]:
-    """The top-level names of `modules` and of every top-level module or package their
-    distributions install (a plugin's second module is copied even when it is a sibling
-    top-level module rather than a submodule)."""
-    tops = {m.split(".")[0] for m in modules}
-    by_top = importlib.metadata.packages_distributions()
-    dists = {d for top in tops for d in by_top.get(top, ())}
-    return tops | {top for top, owners in by_top.items() if dists & set(owners) and top.isidentifier()}
-
-
-def build_bundle(component_modules: Iterable[str]) -> Bundle:
+def build_bundle(component_modules: Iterable[str], sibling_modules: Iterable[str] = ()) -> Bundle:
     """The copied, rewritten source of the model assembly and `component_modules`: every
-    module of the bundled packages they import, transitively, or one ConfigError naming
-    what cannot be copied."""
+    module they import, transitively, of their own top-level packages, of
+    `sibling_modules` (the top-level modules their distributions install,
+    `config.fingerprint.distribution_modules`) and of the platform and the zoo; or one
+    ConfigError naming what cannot be copied."""
     component_modules = tuple(dict.fromkeys(component_modules))
-    packages = {PLATFORM_PACKAGE, BUILDING_BLOCKS_PACKAGE} | distribution_packages(component_modules)
+    packages = ({PLATFORM_PACKAGE, BUILDING_BLOCKS_PACKAGE} | {m.split(".")[0] for m in component_modules}
+                | set(sibling_modules))
     roots = [REGISTRY_MODULE, PROTOCOL_MODULE, *component_modules, ASSEMBLY_MODULE, DECODING_MODULE]
     seen: dict[str, tuple[Path, str, ast.AST]] = {}
     reached_from: dict[str, str] = {}
