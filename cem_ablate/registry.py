@@ -76,6 +76,7 @@ class ContractError(TypeError):
 _REGISTRY: dict[str, dict[str, ComponentSpec]] = {}
 _CONTRACTS: dict[str, Callable[[ComponentSpec], str | None]] = {}
 _FAILURES: list[PluginFailure] = []
+_MISSING: list[tuple[str, str]] = []  # (kind, name) looked up and not registered, in lookup order
 _loaded = False
 _current_source = "built-in"
 _current_distribution: str | None = None
@@ -201,6 +202,8 @@ def get(kind: str, name: str, path: str = "") -> ComponentSpec:
     by_name = _REGISTRY.get(kind, {})
     if name in by_name:
         return by_name[name]
+    if (kind, name) not in _MISSING:
+        _MISSING.append((kind, name))
     for failure in _FAILURES:
         if (kind, name) in failure.components:
             raise ConfigError(path, f"{kind} component {name!r} is unavailable: {failure.describe()}.")
@@ -211,6 +214,18 @@ def get(kind: str, name: str, path: str = "") -> ComponentSpec:
     if kind not in _REGISTRY:
         raise unknown(path, kind, _REGISTRY, what="component kind")
     raise unknown(path, name, by_name, what=f"{kind} component")
+
+
+def missing() -> list[str]:
+    """The components this process looked up and did not find, each with why: the plugin
+    that failed to provide it, or that none installed registers it (for a caller that can
+    go on without them, e.g. a report read from the stores)."""
+    out = []
+    for kind, name in _MISSING:
+        failed = [f for f in _FAILURES if (kind, name) in f.components] or _FAILURES
+        why = "; ".join(f.describe() for f in failed) if failed else "no installed plugin registers it"
+        out.append(f"{kind} component {name!r} ({why})")
+    return out
 
 
 def names(kind: str) -> list[str]:

@@ -2,6 +2,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from cem_ablate import registry
 
 
@@ -77,3 +79,17 @@ def test_unknown_names_get_a_suggestion_and_the_key_path():
         assert err.path == "model.attention.name" and "Did you mean 'cem'?" in str(err)
     else:
         raise AssertionError("no ConfigError")
+
+
+def test_missing_lists_the_components_looked_up_and_not_found():
+    """What `cem-ablate report` reads to tell a missing plugin's component from any other
+    error in a study file (it counts only lookups made while it reads the file)."""
+    from cem_ablate import build_model
+    from cem_ablate.config.errors import ConfigError
+
+    before = len(registry.missing())
+    with pytest.raises(ConfigError):
+        build_model({"size": "tiny", "mlp": "no_such_mlp_anywhere"})
+    assert registry.missing()[before:] == ["mlp component 'no_such_mlp_anywhere' (no installed plugin registers it)"]
+    build_model({"size": "tiny", "mlp": "llama"})  # found: nothing added
+    assert len(registry.missing()) == before + 1

@@ -42,6 +42,7 @@ from cem_ablate.analysis.akima import curve_minima
 
 LEVEL = 0.95
 MIN_SEEDS = 3  # intervals from 3 seeds: the n at which coverage was checked
+MIN_LRS_FOR_LR_STAR = 3  # an lr* is estimated from a minimum with a learning rate on each side
 METHOD = "t over per-seed optima + interpolants' spread"
 
 

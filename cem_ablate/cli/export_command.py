@@ -5,6 +5,7 @@ written in a temporary folder beside it and renamed at the end."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -14,12 +15,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cem_ablate.export.hf_directory import check_target, export_run, is_llama_baseline
+    from cem_ablate.export.hf_directory import check_target, decoding_warning, export_run, is_llama_baseline
     from cem_ablate.export.trained_run import load_trained_run
 
     check_target(Path(args.to))
     trained = load_trained_run(args.run)
     out = export_run(trained, args.to)
+    warning = decoding_warning(trained.model)
+    if warning:
+        print(warning, file=sys.stderr)
     kind = "LlamaForCausalLM" if is_llama_baseline(trained.model) else "CEMAblateForCausalLM (trust_remote_code=True)"
     print(f"exported {trained.config.name} ({trained.checkpoint}) to {out} as {kind}")
     return 0

@@ -11,6 +11,7 @@ Output: a table on the terminal and `<out>/report.md`, `<out>/ppl_vs_params.png`
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -27,16 +28,38 @@ def _is_file(study: str) -> bool:
     return study.endswith((".yaml", ".yml")) or Path(study).is_file()
 
 
+def _load_study(args: argparse.Namespace):
+    """(the study file expanded, its name); (None, name) after one `warning:` line when
+    only its components are missing, e.g. a plugin no longer installed or failing to
+    import: the report then comes from the stores alone, by the study's name. Any other
+    error in the file stands."""
+    from cem_ablate import registry
+    from cem_ablate.cli.study_command import load_expanded
+    from cem_ablate.config import ConfigError
+    from cem_ablate.study.spec import load_study_mapping, parse_study
+
+    before = len(registry.missing())  # lookups of this process before reading this file do not count
+    try:
+        expanded = load_expanded(args.study, args.scale, args.set)
+        return expanded, expanded.spec.name
+    except ConfigError:
+        missing = registry.missing()[before:]
+        if not missing:
+            raise
+    name = parse_study(load_study_mapping(args.study, args.scale, args.set)).name
+    print(f"warning: {args.study}: {'; '.join(missing)}; the report reads the MLflow store alone: the newest "
+          f"run of each variant of study {name!r}, its verdicts by the design the study recorded.", file=sys.stderr)
+    return None, name
+
+
 def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
 
     variant_keys, expanded = None, None
     if _is_file(args.study):
-        from cem_ablate.cli.study_command import load_expanded
-
-        expanded = load_expanded(args.study, args.scale, args.set)
-        name = expanded.spec.name
-        variant_keys = [v.key for v in expanded.variants]
+        expanded, name = _load_study(args)
+        if expanded is not None:
+            variant_keys = [v.key for v in expanded.variants]
     else:
         if args.scale or args.set:
             raise ConfigError("--scale", "--scale and --set only apply when STUDY is a study file.")

@@ -23,13 +23,14 @@ from cem_ablate.config import ConfigError
 def campaign_files(args: argparse.Namespace, scale: str | None) -> list:
     """Every file at `scale` with `--set`, validated; the study names must differ (they name
     the Optuna studies and MLflow experiments each file keeps)."""
-    from cem_ablate.cli.study_setup import load_expanded
+    from cem_ablate.cli.study_setup import check_plugin_components, load_expanded
     from cem_ablate.study.campaign import CampaignFile, check_campaign_file
     from cem_ablate.study.trusted_widths import trust_warning
 
     files, seen = [], {}
     for label in args.file:
         expanded = load_expanded(label, scale, args.set)
+        check_plugin_components(expanded)
         check_campaign_file(expanded, label)
         name = expanded.spec.name
         if name in seen:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cem_ablate.config import ConfigError
 from cem_ablate.cli.study_setup import (  # noqa: F401  (load_expanded: other commands read studies through it)
-    gpu_rate, load_expanded, stopped_for_the_machine, study_settings)
+    check_plugin_components, gpu_rate, load_expanded, stopped_for_the_machine, study_settings)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         return run_campaign_command(args, _console())
     args.file, args.scale = args.file[0], (args.scale[0] if args.scale else None)
     expanded = load_expanded(args.file, args.scale, args.set)
+    check_plugin_components(expanded)  # a plugin breaking the contract: one error, before a plan or a trial
     from cem_ablate.study.trusted_widths import trust_warning
 
     warning = trust_warning(expanded)  # a proxy or ladder width outside the trusted range, before training

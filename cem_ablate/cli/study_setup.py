@@ -80,3 +80,23 @@ def study_settings(expanded, args: argparse.Namespace, workers: int, console):
         progress=workers == 1 and console.is_terminal,
         reuse=not args.no_reuse,
     )
+
+
+def check_plugin_components(expanded) -> None:
+    """The conformance check (cem_ablate/model/conformance.py) on every plugin attention
+    and MLP the study uses, before anything is created: a failure is one ConfigError.
+    The built-in zoo is checked by its tests."""
+    from cem_ablate.model.conformance import check_component
+
+    used = {}
+    for variant in [*expanded.variants, *getattr(expanded, "proxies", [])]:
+        for kind in ("attention", "mlp"):
+            sub = getattr(variant.config.model, kind)
+            if sub.spec.source != "built-in":
+                used.setdefault((kind, sub.name), variant.name)
+    for (kind, name), variant in used.items():
+        result = check_component(kind, name)
+        if not result.passed:
+            lines = "; ".join(line.removeprefix(f"{result.label}: ") for line in result.failures)
+            raise ConfigError(f"model.{kind}", f"{result.label}, used by variant {variant!r}, fails the component "
+                              f"contract: {lines} (`cem-ablate components --check {kind}/{name}`).")

@@ -11,7 +11,9 @@ files (nothing here imports the code it fingerprints):
   `RunConfig.code_fingerprint`): the module defining the registered factory and,
   transitively, the modules of the same top-level package it imports (read with
   `ast`: `components/cem_attention.py` brings `energy_recursion.py`,
-  `preconditioner.py`, `alibi.py`, ... but not `swiglu.py`), plus for a plugin its
+  `preconditioner.py`, `alibi.py`, ... but not `swiglu.py`), the top-level modules of
+  its own distribution it imports (a plugin of two modules), the zoo's modules it imports
+  (`components.attention_blocks` and what that imports), plus for a plugin its
   distribution's name and version.
 
 Not in it, so editing them keeps every result: the CLI, `study/` (queue, reuse,
@@ -36,6 +38,7 @@ from cem_ablate.config.identity import KEY_CHARS, digest
 PLATFORM_ROOT = Path(__file__).resolve().parents[1]  # the `cem_ablate` package
 PLATFORM_PARTS = ("model", "training", "data", "config", "registry.py")  # under PLATFORM_ROOT
 DISTRIBUTION_PREFIX = "dist:"  # part name of a plugin distribution: "dist:<name>" -> version
+ZOO_PACKAGE = "components"  # the built-in zoo, beside PLATFORM_ROOT: its building blocks are public
 
 
 @dataclass(frozen=True)
@@ -86,10 +89,22 @@ def component_parts(component: ComponentSource) -> tuple[tuple[str, str], ...]:
     if component.file is None or not Path(component.file).is_file():
         out[f"module:{component.module}"] = "unreadable"  # still named: a change of module changes the key
         return tuple(sorted(out.items()))
-    base = package_base(component.module, Path(component.file))
-    for path in sorted(package_closure(component.module, Path(component.file))):
-        out[path.relative_to(base).as_posix()] = file_digest(path)
+    siblings = distribution_modules(component.distribution.partition("==")[0]) if component.distribution else ()
+    for name, path in sorted(package_closure(component.module, Path(component.file), frozenset(siblings)).items()):
+        out[name] = file_digest(path)
     return tuple(sorted(out.items()))
+
+
+@functools.cache
+def distribution_modules(distribution: str) -> tuple[str, ...]:
+    """The top-level modules and packages a plugin's distribution installs (read from its
+    metadata, nothing imported): a component module importing a sibling top-level module
+    of its own distribution brings that module too."""
+    from importlib.metadata import packages_distributions
+
+    wanted = distribution.replace("_", "-").lower()
+    return tuple(sorted(top for top, owners in packages_distributions().items()
+                        if any(o.replace("_", "-").lower() == wanted for o in owners) and top.isidentifier()))
 
 
 @functools.cache
@@ -99,7 +114,7 @@ def file_digest(path: Path) -> str:
 
 def cache_clear() -> None:
     """Forget every digest read (for tests that edit a copy of the code in-process)."""
-    for cached in (platform_parts, component_parts, file_digest):
+    for cached in (platform_parts, component_parts, file_digest, distribution_modules):
         cached.cache_clear()
 
 
@@ -120,25 +135,31 @@ def module_file(base: Path, module: str) -> Path | None:
     return None
 
 
-def package_closure(module: str, file: Path) -> set[Path]:
-    """`file` and, transitively, the files of the modules of the same top-level
-    package that it imports (package `__init__`s only when imported by name: the
-    zoo's `__init__` imports every family, which a config does not use)."""
+def package_closure(module: str, file: Path, siblings: frozenset[str] = frozenset()) -> dict[str, Path]:
+    """{name relative to its base: file} of `file` and, transitively, of the modules it
+    imports of its own top-level package, of the top-level modules `siblings` (its
+    distribution's), and of the zoo's package `components` (its public building blocks,
+    which a plugin may import; the zoo's base is beside the platform's). Package
+    `__init__`s count only when imported by name: the zoo's `__init__` imports every
+    family, which a config does not use."""
     base = package_base(module, file)
     top = module.split(".")[0]
-    seen: dict[str, Path] = {module: file.resolve()}
+    bases = {t: base for t in {top, *siblings}}
+    bases.setdefault(ZOO_PACKAGE, PLATFORM_ROOT.parent)
+    seen: dict[str, tuple[Path, Path]] = {module: (base, file.resolve())}
     todo = [module]
     while todo:
         name = todo.pop()
-        path = seen[name]
-        for target in imported_modules(name, path, base):
-            if target.split(".")[0] != top or target in seen:
+        at, path = seen[name]
+        for target in imported_modules(name, path, at):
+            target_base = bases.get(target.split(".")[0])
+            if target_base is None or target in seen:
                 continue
-            target_file = module_file(base, target)
+            target_file = module_file(target_base, target)
             if target_file is not None:
-                seen[target] = target_file.resolve()
+                seen[target] = (target_base, target_file.resolve())
                 todo.append(target)
-    return set(seen.values())
+    return {found.relative_to(at.resolve()).as_posix(): found for at, found in seen.values()}
 
 
 def imported_modules(name: str, path: Path, base: Path) -> set[str]:

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from cem_ablate import __version__
 from cem_ablate.config import ConfigError
-from cem_ablate.export.source_bundle import build_bundle
+from cem_ablate.config.fingerprint import distribution_modules
+from cem_ablate.export.source_bundle import Bundle, build_bundle
 from cem_ablate.export.trained_run import TrainedRun
 from cem_ablate.model.transformer import CEMTransformer
 from cem_ablate.training.config import component_sources
@@ -43,6 +44,18 @@ def is_llama_baseline(model: CEMTransformer) -> bool:
             and cfg.mlp.repeats == 1 and cfg.stream == "residual" and cfg.block == "sequential")
 
 
+def decoding_warning(model: CEMTransformer) -> str | None:
+    """The `warning:` line for a model whose components lack the decoding hook (the
+    exported model then recomputes the prefix for every generated token), or None."""
+    from cem_ablate.model.decoding import missing_hooks
+
+    missing = [] if is_llama_baseline(model) else missing_hooks(model)
+    if not missing:
+        return None
+    return (f"warning: {'; '.join(missing)} (model/protocol.py IncrementalDecoding): the exported model's "
+            "generate(use_cache=True) recomputes the whole prefix for every new token.")
+
+
 def check_target(out: Path) -> None:
     """DIR must not hold anything yet (checked before any work)."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -52,10 +65,11 @@ def check_target(out: Path) -> None:
 def export_run(run: TrainedRun, out: str | Path) -> Path:
     out = Path(out)
     check_target(out)
+    bundle = model_bundle(run.model)  # whole or one ConfigError, before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        write_model(run.model, tmp)
+        write_model(run.model, tmp, bundle)
         if run.tokenizer is not None:
             write_tokenizer(run.tokenizer, tmp, run.model.dims.max_seq_len)
         provenance = {"platform_version": __version__, "run_dir": str(run.folder.path.resolve()),
@@ -72,14 +86,24 @@ def export_run(run: TrainedRun, out: str | Path) -> Path:
     return out
 
 
-def write_model(model: CEMTransformer, folder: Path) -> None:
+def model_bundle(model: CEMTransformer) -> Bundle | None:
+    """The source an export of `model` copies (None: a Llama baseline needs none); a
+    ConfigError names what cannot be copied."""
+    if is_llama_baseline(model):
+        return None
+    sources = component_sources(model.config)
+    siblings = {m for s in sources if s.distribution for m in distribution_modules(s.distribution.partition("==")[0])}
+    return build_bundle((s.module for s in sources), siblings)
+
+
+def write_model(model: CEMTransformer, folder: Path, bundle: Bundle | None = None) -> None:
     """The model's Hugging Face files (config, code, weights) into `folder`."""
     if is_llama_baseline(model):
         from cem_ablate.interop import to_hf_llama
 
         to_hf_llama(model.float()).save_pretrained(folder)
         return
-    bundle = build_bundle(source.module for source in component_sources(model.config))
+    bundle = bundle or model_bundle(model)
     for name, text in bundle.files.items():
         (folder / name).write_text(text)
     code = {file.name: file.read_text() for file in sorted(HF_CODE.glob("*.py"))}

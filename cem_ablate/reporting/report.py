@@ -24,6 +24,7 @@ from pathlib import Path
 
 from cem_ablate.analysis.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
 from cem_ablate.analysis.decision import Design
+from cem_ablate.analysis.optimum import MIN_LRS_FOR_LR_STAR
 from cem_ablate.analysis.statistics import VariantStatistics
 from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, variant_colors
 from cem_ablate.reporting.seed_report import (
@@ -157,7 +158,23 @@ def build_comparisons(records: list[VariantRecord], spec=None, pairings=None,
     tests = decide_family(stats, baselines, paired, design, correction)
     names = {r.key: r.name for r in records}
     rows = [ComparisonRow(names[t.variant], by_key[baselines[t.variant][t.baseline]].name, t) for t in tests]
+    notes += unestimated_lr_notes(rows, {names[k]: v for k, v in stats.items()})
     return Comparisons(rows, design, correction, notes)
+
+
+def unestimated_lr_notes(rows: list[ComparisonRow], stats_by_name: dict) -> list[str]:
+    """One note per comparison whose variant or baseline has no estimated lr* (finished
+    trials at fewer than three learning rates): its verdict compares the two at a fixed
+    learning rate, not at their tuned optima."""
+    notes = []
+    for c in rows:
+        short = [f"{name}: {n} learning rate{'s' * (n != 1)}" for name in dict.fromkeys((c.variant, c.baseline))
+                 if (n := sum(1 for r in stats_by_name[name].by_lr if r.n)) < MIN_LRS_FOR_LR_STAR]
+        if short:
+            notes.append(f"the verdict of {c.variant} vs {c.baseline} rests on no estimated lr* ({'; '.join(short)}; "
+                         f"an lr* needs at least {MIN_LRS_FOR_LR_STAR}): it compares them at a fixed learning rate, "
+                         "not at their tuned optima.")
+    return notes
 
 
 def figure_notes(comparisons: Comparisons, metric: str) -> list[str]:

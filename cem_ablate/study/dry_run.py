@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cem_ablate.analysis.optimum import MIN_LRS_FOR_LR_STAR
 from cem_ablate.analysis.statistics import OBJECTIVE_NAMES
 from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S, VariantEstimate, estimate
 from cem_ablate.study.spec import SequentialSeeds, initial_seeds
@@ -70,6 +71,9 @@ def lr_plan_text(expanded: ExpandedStudy) -> str:
     seeds = seeds_text(expanded.spec.seeds)
     if search.method == "grid":
         lrs = ", ".join(f"{lr:g}" for lr in search.grid)
+        if len(search.grid) < MIN_LRS_FOR_LR_STAR:  # the report marks the verdicts the same way
+            return (f"learning rates (grid): {lrs}: no lr* is estimated (fewer than {MIN_LRS_FOR_LR_STAR}); "
+                    f"the verdicts compare at a fixed learning rate; {seeds}")
         return f"learning rates (grid, {search.interpolation} fit): {lrs}; {seeds}"
     return (f"learning rates ({search.method}, {search.n_trials} draws per seed, log-uniform "
             f"[{search.low:g}, {search.high:g}], {search.interpolation} fit); {seeds}")

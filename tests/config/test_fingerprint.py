@@ -93,6 +93,32 @@ def test_relative_imports_are_followed(tmp_path):
     assert set(parts) == {"pkg/main.py", "pkg/helper.py", "pkg/sub/deep.py"}
 
 
+def test_a_plugin_brings_its_sibling_modules_and_the_zoo_blocks_it_imports(tmp_path, monkeypatch):
+    """A plugin of two top-level modules (one distribution, as pip leaves it) whose
+    component imports the other and the zoo's public building blocks: both count, and an
+    edit of the sibling changes the fingerprint (its trials are not reused)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sig_attention.py").write_text("import torch\nfrom sig_parts import f\n"
+                                           "from components.attention_blocks import causal_mask\n")
+    (site / "sig_parts.py").write_text("def f(): pass\n")
+    (site / "unrelated.py").write_text("")
+    info = site / "two_mod-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: two-mod\nVersion: 0.1\n")
+    (info / "RECORD").write_text("sig_attention.py,,\nsig_parts.py,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    source = ComponentSource("sig_attention", str(site / "sig_attention.py"), "two-mod==0.1")
+    parts = dict(fingerprint.component_parts(source))
+    assert {"sig_attention.py", "sig_parts.py", "components/attention_blocks.py", "components/rope.py",
+            "components/llama_attention.py", "dist:two-mod"} <= set(parts)
+    assert "unrelated.py" not in parts and not any(name.startswith("torch") for name in parts)
+    before = code_fingerprint([source])
+    _append(site / "sig_parts.py")
+    fingerprint.cache_clear()
+    assert code_fingerprint([source]).changed_parts(before.parts) == ["sig_parts.py"]
+
+
 def test_a_plugin_version_is_part_of_it():
     a = code_fingerprint([ComponentSource("json", None, "p==0.1")])
     b = code_fingerprint([ComponentSource("json", None, "p==0.2")])

@@ -79,8 +79,10 @@ def test_every_code_block_is_a_file_a_command_or_output():
              if line.startswith("$ ")]
     assert shown == NOT_RUN, "only `cem-ablate ui` may be shown without being run"
     files = page_files()
-    assert {"my-gelu-mlp/pyproject.toml", "my-gelu-mlp/gelu_mlp.py", f"{STUDY}.yaml"} <= set(files)
-    for command in ("pip install", "cem-ablate study", "cem-ablate report", "cem-ablate export", "cem-ablate eval"):
+    assert {"my-gelu-mlp/pyproject.toml", "my-gelu-mlp/gelu_mlp.py", f"{STUDY}.yaml",
+            "my-sigmoid-attention/pyproject.toml", "my-sigmoid-attention/sigmoid_attention.py"} <= set(files)
+    for command in ("pip install", "cem-ablate study", "cem-ablate report", "cem-ablate export", "cem-ablate eval",
+                    "cem-ablate components --check sigmoid"):
         assert command in page_script(), f"the page runs no `{command}`"
 
 
@@ -208,3 +210,12 @@ def test_winner_is_exported_and_scored(tutorial):
     run_id = json.loads((folder / "mlflow.json").read_text())["run_id"]
     logged = MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}").get_run(run_id).data.metrics
     assert logged["eval/python_next_token/acc"] == pytest.approx(accuracy)
+
+
+@pytest.mark.slow
+@pytest.mark.soak  # the tutorial run end to end (~110 s, one module fixture); in CI its page's blocks: test_every_code_block_is_a_file_a_command_or_output
+def test_the_attention_part_passes_the_contract_check(tutorial):
+    _, output = tutorial
+    [line] = printed_sample("ok: attention 'sigmoid'").splitlines()
+    assert line in output.splitlines()
+    assert "error: attention" not in output

@@ -185,3 +185,22 @@ def test_a_store_without_recorded_pairing_is_paired_by_the_study_file():
     assert build_comparisons([base, var]).notes  # without the file: Welch, and the report says so
     var.stats["pairing"] = {"T1": {"paired": True, "reason": ""}}
     assert _missing_pairings([base, var], expanded) is None  # recorded: no models built
+
+
+def test_verdicts_without_an_estimated_lr_star_are_marked(tmp_path):
+    """A comparison whose variant or baseline finished at fewer than three learning rates
+    gets one note (on the terminal and in report.md); one with three on both sides none."""
+    records = study()[:2]  # llama and cem at size 1, three learning rates each
+    assert build_comparisons(records).notes == []
+    base, var = records
+    var_stats = VariantStatistics.from_dict(var.stats)
+    kept = [o for o in var.trials if o.lr == 1e-3]
+    one_lr = variant_stats([Observation(t.lr, t.seed, t.value) for t in kept], n_resamples=50)
+    var.trials = kept
+    var.stats = VariantStatistics(var_stats.objective, one_lr, {}).to_dict() | {"pairing": var.stats["pairing"]}
+    notes = build_comparisons([base, var]).notes
+    assert notes == ["the verdict of cem,n_layers=1 vs llama,n_layers=1 rests on no estimated lr* "
+                     "(cem,n_layers=1: 1 learning rate; an lr* needs at least 3): it compares them at a fixed "
+                     "learning rate, not at their tuned optima."]
+    text = write_report([base, var], "one_lr", tmp_path, None).read_text()
+    assert f"Note: {notes[0]}" in text

@@ -23,3 +23,16 @@ def test_measured_line_times_the_trials_left_at_their_variants_mean():
 
 def test_no_measured_line_without_finished_trials():
     assert measured_line([_row("a", 6)], {}, {}) is None
+
+
+def test_a_grid_of_fewer_than_three_rates_says_no_lr_star_is_estimated():
+    from cem_ablate.study.dry_run import lr_plan_text
+    from cem_ablate.study.spec import LrSearchConfig
+
+    def text(grid):
+        return lr_plan_text(SimpleNamespace(spec=SimpleNamespace(lr_search=LrSearchConfig(grid=grid), seeds=[0, 1])))
+
+    assert text([4e-3]) == ("learning rates (grid): 0.004: no lr* is estimated (fewer than 3); the verdicts compare "
+                            "at a fixed learning rate; seeds [0, 1]")
+    assert "no lr*" in text([2e-3, 4e-3])
+    assert text([2e-3, 4e-3, 8e-3]) == "learning rates (grid, akima fit): 0.002, 0.004, 0.008; seeds [0, 1]"

@@ -14,7 +14,10 @@ generation step costs the new token only. Before each step the state is checked
 against the token ids: rows reordered by beam search are matched row by row (equal
 prefixes have equal states), anything else (a cropped or foreign cache) is rebuilt by
 one prefill. With gradients enabled (training through this class) the whole sequence
-is recomputed instead. Either way the logits are the full forward's.
+is recomputed instead. Either way the logits are the full forward's. A model whose
+components lack the decoding hook (`cem_ablate.model.protocol.IncrementalDecoding`)
+recomputes the whole prefix for every token; its first cached call says so, once, on
+transformers' logger.
 
 Padding: the platform model has no padding mask (RoPE/ALiBi positions count from the
 first token), so only right padding is exact (causal: later pads never reach earlier
@@ -28,6 +31,7 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.utils import logging
 
 # Hugging Face names the package after the folder and re-executes this file when any file
 # of the folder changed (another export loaded from a folder of the same name in this
@@ -39,8 +43,10 @@ if _PACKAGE:
                   and n.rpartition(".")[2] not in ("modeling_cem_ablate", "configuration_cem_ablate")]:
         del sys.modules[_name]
 
-from .cem_ablate_bundle import build_model, decode, new_cache, parse_model_config  # noqa: E402
+from .cem_ablate_bundle import build_model, decode, missing_hooks, new_cache, parse_model_config  # noqa: E402
 from .configuration_cem_ablate import CEMAblateConfig
+
+logger = logging.get_logger(__name__)
 
 
 # transformers 5.x renamed the output's `past_key_values` to `cache`.
@@ -136,6 +142,12 @@ class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
             cache.update(tokens, tokens, 0)
         if use_cache and not torch.is_grad_enabled():
             state = _decoding_state(self.model, cache, prefix)
+            if state.recompute and not getattr(self, "_cem_warned_recompute", False):
+                self._cem_warned_recompute = True
+                # The copied registry calls every copied component "built-in": leave that label out.
+                missing = "; ".join(line.replace(" (built-in)", "") for line in missing_hooks(self.model))
+                logger.warning(f"{missing}: generate(use_cache=True) recomputes the whole prefix for every new "
+                               "token (no incremental decoding).")
             logits = decode(self.model, input_ids, state)
             cache._cem_decoding = (state, ids)
         else:
