@@ -21,10 +21,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cem_ablate.config import ConfigError
 from cem_ablate.cli.study_setup import (  # noqa: F401  (load_expanded: other commands read studies through it)
     gpu_rate, load_expanded, stopped_for_the_machine, study_settings)
+
+if TYPE_CHECKING:
+    from cem_ablate.study.reuse import StaleTrials
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -110,11 +114,17 @@ def _check_options(args: argparse.Namespace) -> None:
                                      "side with --dry-run.")
 
 
-def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: int, args: argparse.Namespace,
+def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], stale: StaleTrials, args: argparse.Namespace,
                  console) -> None:
-    """How many planned trials an existing storage already holds (trained once, reused)."""
-    if retrain:
-        console.print(f"to retrain (code changed): {retrain} trials of this study finished under other code")
+    """How many planned trials an existing storage already holds (trained once, reused), and
+    how many of this study's a run retrains and why (`study.reuse.StaleTrials`)."""
+    if stale.total and stale.cause.code_changed:
+        where = f" in: {stale.cause.where()}" if stale.cause.files else " (no per-module digests recorded)"
+        console.print(f"to retrain (code changed): {stale.total} trials of this study finished under other code; "
+                      f"code changed{where}", markup=False, highlight=False)
+    elif stale.total:
+        console.print(f"to retrain (data or platform version changed): {stale.total} trials of this study "
+                      f"finished under the same code but another trial key", markup=False, highlight=False)
     count = sum(reused.values())
     hours = sum(reused.get(r.variant.key, 0) * r.estimate.gpu_hours(args.gpu_tflops, args.mfu) for r in rows)
     if sum(done.values()):
@@ -183,7 +193,6 @@ def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     # trials it holds settled, and how many this study finished under other code
     grid, stale = dry_run_reads(expanded, args.storage or default_storage_url())
     reused, done = expected_reuse(expanded, grid)  # by other studies (reused), by this one
-    retrain = sum(stale.values())
     finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
     if not args.no_reuse:
         for key, n in reused.items():
@@ -192,7 +201,7 @@ def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
                args.cpu_gflops, measured_seconds(grid), workers)
     if not args.no_reuse:
-        _print_reuse(rows, reused, done, retrain, args, console)
+        _print_reuse(rows, reused, done, stale, args, console)
     return 0
 
 

@@ -17,12 +17,16 @@ the trials it finished under other code (study/trials.py: stale trials).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from cem_ablate.config.fingerprint import CodeFingerprint
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, SETTLED, TrialStatus
-from cem_ablate.study.ledger import trial_facts
+from cem_ablate.study.ledger import TrialFacts, trial_facts
+from cem_ablate.study.staleness import StaleCause, stale_cause
 from cem_ablate.study.trials import trial_status
 
-__all__ = ["dry_run_reads", "expected_reuse", "finished_trials"]
+__all__ = ["StaleTrials", "dry_run_reads", "expected_reuse", "finished_trials"]
 
 
 def finished_trials(storage) -> dict[str, TrialRecord]:
@@ -51,24 +55,37 @@ def finished_trials(storage) -> dict[str, TrialRecord]:
 GridTrials = dict[tuple[str, float, int], TrialRecord]  # (variant key, lr, seed) -> its settled trial
 
 
-def dry_run_reads(expanded, storage_url: str) -> tuple[GridTrials, dict[str, int]]:
+@dataclass(frozen=True)
+class StaleTrials:
+    """The grid trials this study finished under another trial key than they have now
+    (a run retrains them, study/trials.py), and why (study/staleness.py)."""
+
+    counts: dict[str, int] = field(default_factory=dict)  # variant key -> how many
+    cause: StaleCause | None = None  # None when there are none
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def dry_run_reads(expanded, storage_url: str) -> tuple[GridTrials, StaleTrials]:
     """What the dry run reads of a storage, in one read-only open (a missing SQLite file is
     not created; nothing without a storage or a grid: sampled lrs can't be known):
 
     - the grid: (variant key, lr, seed) -> the trial the storage holds settled (finished
       or diverged) for that grid point under the current code, from any study (its trial
       key), for every seed the study may train;
-    - the stale counts: variant key -> how many grid trials this study finished under
-      another trial key than they have now (code, data or platform version changed: a run
-      retrains them, study/trials.py)."""
+    - the stale trials: how many grid trials of each variant this study finished under
+      another trial key than they have now (code, data or platform version changed), and
+      what changed."""
     from cem_ablate.study.storage import open_for_reading
 
     if expanded.spec.lr_search.method != "grid":
-        return {}, {}
+        return {}, StaleTrials()
     with open_for_reading(storage_url) as storage:
         if storage is None:
-            return {}, {}
-        return _grid_from(expanded, finished_trials(storage)), _stale_counts(expanded, storage)
+            return {}, StaleTrials()
+        return _grid_from(expanded, finished_trials(storage)), _stale_trials(expanded, storage)
 
 
 def _grid_from(expanded, finished: dict[str, TrialRecord]) -> GridTrials:
@@ -98,26 +115,29 @@ def expected_reuse(expanded, grid: GridTrials) -> tuple[dict[str, int], dict[str
     return reused, done
 
 
-def _stale_counts(expanded, storage) -> dict[str, int]:
+def _stale_trials(expanded, storage) -> StaleTrials:
     from cem_ablate.study.variants import optuna_study_name
 
-    out: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    causes: list[tuple[CodeFingerprint, TrialFacts]] = []
     for v in expanded.variants:
         try:
             study_id = storage.get_study_id_from_name(optuna_study_name(expanded.spec.name, v))
         except KeyError:
             continue
         current: dict[tuple[float, int], str] = {}
-        recorded: dict[tuple[float, int], set[str]] = {}
+        recorded: dict[tuple[float, int], list[TrialFacts]] = {}
         for t in storage.get_all_trials(study_id, deepcopy=False):
-            lr, seed, key = t.params.get("lr"), t.params.get("seed"), trial_facts(t).trial_key
-            if lr is None or seed is None or not key or trial_status(t) not in FINAL_STATES:
+            lr, seed, facts = t.params.get("lr"), t.params.get("seed"), trial_facts(t)
+            if lr is None or seed is None or not facts.trial_key or trial_status(t) not in FINAL_STATES:
                 continue
             point = (float(lr), int(seed))
             if point not in current:
                 current[point] = v.trial_key(*point)
-            recorded.setdefault(point, set()).add(key)
-        stale = sum(1 for point, keys in recorded.items() if current[point] not in keys)
+            recorded.setdefault(point, []).append(facts)
+        stale = [trials for point, trials in recorded.items() if current[point] not in {f.trial_key for f in trials}]
         if stale:
-            out[v.key] = stale
-    return out
+            counts[v.key] = len(stale)
+            code = v.config.code_fingerprint()
+            causes += [(code, facts) for trials in stale for facts in trials]
+    return StaleTrials(counts, stale_cause(causes) if causes else None)

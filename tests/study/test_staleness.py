@@ -1,0 +1,92 @@
+"""Why a stale trial is stale, as the dry run says it: the study's trials are recorded in a
+real Optuna storage as a run records them (trial key, code fingerprint, per-module
+digests), under code that differs from this checkout in one module, or in nothing but
+the rest of the key; nothing trains."""
+
+from __future__ import annotations
+
+from cem_ablate.cli.main import main
+from cem_ablate.cli.study_command import load_expanded
+from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.study.ledger import TrialFacts
+from cem_ablate.study.reuse import dry_run_reads
+from cem_ablate.study.staleness import stale_cause
+from cem_ablate.study.storage import StorageSettings, open_storage
+from cem_ablate.study.trials import VariantTrials, worker_identity
+from cem_ablate.study.variants import optuna_study_name
+from tests.study.tiny_study import write_study
+
+EDITED = "cem_ablate/training/engine.py"
+
+
+def _record_trials(url: str, expanded, old_code) -> int:
+    """Claim and finish every slot of every variant as a run would have recorded it
+    under `old_code(variant)` = (code fingerprint, per-module digests) and a trial key
+    that is not current; returns how many."""
+    storage = open_storage(StorageSettings(url, 10, 60))
+    n = 0
+    for v in expanded.variants:
+        vt, _ = VariantTrials.open(storage, url, optuna_study_name(expanded.spec.name, v),
+                                   expanded.spec.lr_search, list(expanded.spec.seeds))
+        vt.reconcile()
+        digest, parts = old_code(v)
+        while (trial := vt.claim(worker_identity())) is not None:
+            lr = trial.suggest_float("lr", *vt.lr_search.lr_range, log=True)
+            seed = trial.suggest_int("seed", 0, 10)
+            vt.record(trial, trial_key="old-" + v.trial_key(lr, seed), code_fingerprint=digest, code_parts=parts)
+            assert vt.finish(trial, TrialStatus.FINISHED, 10.0 + trial.number, {})
+            n += 1
+    return n
+
+
+def _dry_run(study, url: str, capsys) -> str:
+    capsys.readouterr()
+    assert main(["study", str(study), "--dry-run", "--storage", url]) == 0
+    return " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+
+
+def test_the_dry_run_names_the_module_that_changed(tmp_path, capsys):
+    study = write_study(tmp_path)
+    expanded = load_expanded(str(study), None, [])
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+
+    def edited_engine(v):
+        current = v.config.code_fingerprint()
+        return "0ld", dict(current.parts) | {EDITED: "0" * 16}
+
+    n = _record_trials(url, expanded, edited_engine)
+    assert n == 4  # 2 variants x 2 lrs x 1 seed
+    _, stale = dry_run_reads(expanded, url)
+    assert stale.counts == {v.key: 2 for v in expanded.variants}
+    assert stale.cause.code_changed and stale.cause.files == (EDITED,)
+    out = _dry_run(study, url, capsys)
+    assert f"to retrain (code changed): 4 trials of this study finished under other code; code changed in: {EDITED}" \
+        in out
+
+
+def test_the_dry_run_says_when_only_the_data_or_platform_changed(tmp_path, capsys):
+    study = write_study(tmp_path)
+    expanded = load_expanded(str(study), None, [])
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+
+    def same_code(v):
+        current = v.config.code_fingerprint()
+        return current.digest, dict(current.parts)
+
+    _record_trials(url, expanded, same_code)
+    out = _dry_run(study, url, capsys)
+    assert "to retrain (data or platform version changed): 4 trials of this study finished under the same code" \
+        in out
+    assert "code changed" not in out
+
+
+def test_a_cause_names_every_changed_module_and_counts_past_four():
+    from cem_ablate.config.fingerprint import CodeFingerprint
+
+    current = CodeFingerprint("new", {f"m{i}.py": "a" for i in range(6)})
+    old = TrialFacts(code_fingerprint="old", code_parts={f"m{i}.py": "b" for i in range(6)})
+    unrecorded = TrialFacts()  # a trial from before per-module digests were recorded
+    cause = stale_cause([(current, old), (current, unrecorded)])
+    assert cause.old == {"old", "unrecorded"} and cause.new == {"new"}
+    assert cause.where() == "m0.py, m1.py, m2.py, m3.py (+2 more)"
+    assert stale_cause([(current, unrecorded)]).files == ()
