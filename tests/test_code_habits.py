@@ -1,7 +1,7 @@
 """The code carries reasons, not history: no issue-number citations in the code or tests.
 
 A comment, docstring or test says what it checks and why, citing SPEC sections where
-the reason is the design ("SPEC §11.2"); a tracker number tells a newcomer nothing and
+the reason is the design ("docs/design/energy-lens.md#s11-2-velocity-stream"); a tracker number tells a newcomer nothing and
 goes stale. This is the same check as
 
     grep -rnE "[Ii]ssue ?#?<digits>" cem_ablate components tests

@@ -307,7 +307,7 @@ def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
         "git_commit": _git_commit(),
         "step": "forward + head and cross-entropy (fp32 logits; training.head_loss, "
                 f"{resolve_loss_impl('auto', device.type)}) + backward + clip 1.0 + AdamW "
-                f"({'fused' if adamw_kernel_options(device) else 'torch default'}) (SPEC §7); "
+                f"({'fused' if adamw_kernel_options(device) else 'torch default'}) (docs/design/experiments.md#s7-training-recipe); "
                 "compiled = each block and the head + loss unit torch.compile(fullgraph=True)",
         "memory_method": "torch.profiler memory events (CPU) / max_memory_allocated (CUDA); "
                          "peak = weights + AdamW state + peak allocated inside the step",

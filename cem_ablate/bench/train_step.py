@@ -5,7 +5,7 @@ engine's step (cem_ablate.training): the head + loss unit (`training.head_loss`:
 norm, LM head and next-token cross-entropy on float32 logits; `auto` = chunked on
 CUDA, plain on CPU), gradient clipping at 1.0 and AdamW from `training.optimizer`
 (fused on CUDA) with betas (0.9, 0.95), eps 1e-9, weight decay 0.1 on matrices and
-embeddings only (SPEC §7), under `torch.autocast(bfloat16)` for bf16 ("bf16-mixed").
+embeddings only (docs/design/experiments.md#s7-training-recipe), under `torch.autocast(bfloat16)` for bf16 ("bf16-mixed").
 Lightning's per-step bookkeeping is left out so the numbers measure the model
 (`bench.train_parity` measures what it costs).
 
@@ -35,7 +35,7 @@ GRAD_CLIP = 1.0
 
 
 def decay_groups(model: nn.Module, weight_decay: float = WEIGHT_DECAY) -> list[dict]:
-    """SPEC §7 groups for any model: `parameter_groups` when it has one, else the same
+    """docs/design/experiments.md#s7-training-recipe groups for any model: `parameter_groups` when it has one, else the same
     rule (decay the weights of nn.Linear / nn.Embedding) for transformers models."""
     if hasattr(model, "parameter_groups"):
         return model.parameter_groups(weight_decay)
@@ -53,7 +53,7 @@ def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]
     blocks = [torch.compile(block, fullgraph=True, dynamic=False) for block in model.blocks]
 
     def forward(input_ids: torch.Tensor) -> torch.Tensor:
-        # run_blocks: the residual stream, or the velocity stream (x, v) of SPEC §11.2
+        # run_blocks: the residual stream, or the velocity stream (x, v) of docs/design/energy-lens.md#s11-2-velocity-stream
         return model.run_blocks(model.embed_tokens(input_ids), blocks)
 
     return forward

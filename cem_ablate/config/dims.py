@@ -34,7 +34,7 @@ class ModelDims:
 
     @property
     def attention_temperature(self) -> float:
-        """tau, the divisor of every attention logit (SPEC §2's tau = sqrt(d)).
+        """tau, the divisor of every attention logit (docs/design/layers.md#s2-cem-attention's tau = sqrt(d)).
 
         Under mup the logits are divided by d_head, not sqrt(d_head) (muP: after training q and k
         are correlated, so q.k grows like d_head), with the constant chosen so that tau equals the

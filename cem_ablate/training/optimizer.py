@@ -1,4 +1,4 @@
-"""AdamW as every training step builds it (SPEC §7): the one place that picks its kernel.
+"""AdamW as every training step builds it (docs/design/experiments.md#s7-training-recipe): the one place that picks its kernel.
 
 The training recipe (`RecipeModule.configure_optimizers`) and the benchmark's step
 (`bench.train_step.make_optimizer`) both build their optimizer here, so the bench

@@ -1,4 +1,4 @@
-"""training/optimizer.py: the one place that picks AdamW's kernel (SPEC §7)."""
+"""training/optimizer.py: the one place that picks AdamW's kernel (docs/design/experiments.md#s7-training-recipe)."""
 
 from __future__ import annotations
 
