@@ -7,7 +7,7 @@ steps (optionally checkpointing each one) and, when tracking is on, records the
 energy at each step's query state so users can see whether steps descend.
 
 Two readings of Algorithm 1 (docs/design/layers.md#s2-cem-attention "[open reading, an option]", `recursion_state`):
-- `raw` (SPEC's decision): x^0 = h, u^t = RMSNorm(x^t) (so u^0 = c); output x^T.
+- `raw` (the design's decision, docs/design/layers.md#s2-cem-attention): x^0 = h, u^t = RMSNorm(x^t) (so u^0 = c); output x^T.
 - `normalized` (the literal pseudo-code): x^0 = c, u^0 = c, u^t = RMSNorm(x^t) for
   t >= 1; output h + (x^T - x^0). At T = 1 both are h + step(c): identical.
 
@@ -57,7 +57,7 @@ from cem_ablate.config.schema import require
 class RecursionOptions:
     """The recursion options every CEM sublayer shares (docs/design/layers.md#s2-cem-attention, docs/design/layers.md#s3-cem-mlp, docs/design/energy-lens.md#s11-1-momentum)."""
 
-    recursion_state: Literal["raw", "normalized"] = "raw"  # x^0 = h (SPEC decision) or c (Algorithm 1)
+    recursion_state: Literal["raw", "normalized"] = "raw"  # x^0 = h (the design's decision) or c (Algorithm 1)
     backprop_steps: int | None = None  # differentiate the last k of T steps; null: all T
     update: Literal["gd", "heavy_ball", "nesterov"] = "gd"  # the optimizer the steps run (docs/design/energy-lens.md#s11-1-momentum)
     momentum: float = 0.5  # mu in [0, 1); heavy_ball and nesterov only

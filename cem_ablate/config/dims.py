@@ -16,7 +16,7 @@ class ModelDims:
     max_seq_len: int
     norm_eps: float = 1e-5
     init_std: float = 0.02
-    # `model.parametrization` (SPEC-style decisions in cem_ablate/model/parametrization.py):
+    # `model.parametrization` (docs/design/parametrization.md#s12-parametrization; decisions in cem_ablate/model/parametrization.py):
     # "standard" is the paper's model; under "mup" width is measured against base_d_model.
     parametrization: str = "standard"
     base_d_model: int = 256

@@ -32,7 +32,7 @@ from cem_ablate.config.errors import ConfigError, unknown
 from cem_ablate.config.schema import join, parse, require, to_dict
 from cem_ablate.model import protocol
 
-# name -> (d_model, n_layers, n_heads, d_mlp). The paper's sizes are SPEC Table 1;
+# name -> (d_model, n_layers, n_heads, d_mlp). The paper's sizes are its Table 1 (docs/design/layers.md#s1-llama-baseline);
 # the small ones are CPU scales for smoke runs and tests.
 SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
     "86M": (672, 8, 8, 1792),
@@ -131,7 +131,7 @@ def format_model_options() -> str:
 
 @dataclass(frozen=True)
 class ModelConfig(ModelOptions):
-    size: str | None = None  # a size preset (SIZE_PRESETS): the paper's 86M-162M (SPEC Table 1) or tiny/mini/small
+    size: str | None = None  # a size preset (SIZE_PRESETS): the paper's 86M-162M (Table 1, docs/design/layers.md#s1-llama-baseline) or tiny/mini/small
     d_model: int | None = None  # residual width D (overrides the preset's)
     n_layers: int | None = None  # blocks (overrides the preset's)
     n_heads: int | None = None  # attention heads; must divide d_model (overrides the preset's)
