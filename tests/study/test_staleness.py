@@ -5,6 +5,12 @@ the rest of the key; nothing trains."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
+
 from cem_ablate.cli.main import main
 from cem_ablate.cli.study_command import load_expanded
 from cem_ablate.config.trial_status import TrialStatus
@@ -14,15 +20,16 @@ from cem_ablate.study.staleness import stale_cause
 from cem_ablate.study.storage import StorageSettings, open_storage
 from cem_ablate.study.trials import VariantTrials, worker_identity
 from cem_ablate.study.variants import optuna_study_name
+from tests.config.test_fingerprint import _bump_first_number, _edit_docstrings, source_copy
 from tests.study.tiny_study import write_study
 
 EDITED = "cem_ablate/training/engine.py"
 
 
-def _record_trials(url: str, expanded, old_code) -> int:
+def _record_trials(url: str, expanded, old_code, trial_key=lambda v, lr, seed: "old-" + v.trial_key(lr, seed)) -> int:
     """Claim and finish every slot of every variant as a run would have recorded it
-    under `old_code(variant)` = (code fingerprint, per-module digests) and a trial key
-    that is not current; returns how many."""
+    under `old_code(variant)` = (code fingerprint, per-module digests) and `trial_key`
+    (by default one that is not current); returns how many."""
     storage = open_storage(StorageSettings(url, 10, 60))
     n = 0
     for v in expanded.variants:
@@ -33,7 +40,7 @@ def _record_trials(url: str, expanded, old_code) -> int:
         while (trial := vt.claim(worker_identity())) is not None:
             lr = trial.suggest_float("lr", *vt.lr_search.lr_range, log=True)
             seed = trial.suggest_int("seed", 0, 10)
-            vt.record(trial, trial_key="old-" + v.trial_key(lr, seed), code_fingerprint=digest, code_parts=parts)
+            vt.record(trial, trial_key=trial_key(v, lr, seed), code_fingerprint=digest, code_parts=parts)
             assert vt.finish(trial, TrialStatus.FINISHED, 10.0 + trial.number, {})
             n += 1
     return n
@@ -90,3 +97,41 @@ def test_a_cause_names_every_changed_module_and_counts_past_four():
     assert cause.old == {"old", "unrecorded"} and cause.new == {"new"}
     assert cause.where() == "m0.py, m1.py, m2.py, m3.py (+2 more)"
     assert stale_cause([(current, unrecorded)]).files == ()
+
+
+def _dry_run_of(src, study, url: str) -> str:
+    """`cem-ablate study --dry-run` run by the code in `src` (a copy of the sources)."""
+    env = os.environ | {"PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "study", str(study), "--dry-run",
+                          "--storage", url], cwd=src, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return " ".join(out.stdout.split())
+
+
+@pytest.mark.slow
+@pytest.mark.soak  # in CI: test_the_dry_run_names_the_module_that_changed above and
+# tests/config/test_fingerprint.py (docstring, comment and reformat edits keep the key; a constant changes it)
+def test_a_docstring_edit_keeps_every_trial_and_a_changed_constant_retrains_them(tmp_path):
+    """The trials of a study recorded under this checkout's keys; a copy of the sources with
+    every docstring of training/ edited still finds them all done; one digit of a constant
+    in a training module changed, the dry run retrains them all and names that module."""
+    src = source_copy(tmp_path / "src")
+    study = write_study(tmp_path)
+    expanded = load_expanded(str(study), None, [])
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+
+    def current(v):
+        code = v.config.code_fingerprint()
+        return code.digest, dict(code.parts)
+
+    _record_trials(url, expanded, current, trial_key=lambda v, lr, seed: v.trial_key(lr, seed))
+    training = src / "cem_ablate" / "training"
+    assert sum(_edit_docstrings(p) for p in training.glob("*.py")) > 20
+    out = _dry_run_of(src, study, url)
+    assert "done: 4 trials of this study already finished" in out and "to retrain" not in out
+
+    edited = next(p for p in sorted(training.glob("*.py")) if _bump_first_number(p))
+    out = _dry_run_of(src, study, url)
+    assert (f"to retrain (code changed): 4 trials of this study finished under other code; code changed in: "
+            f"cem_ablate/training/{edited.name}") in out
+    assert "done:" not in out
