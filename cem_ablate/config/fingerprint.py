@@ -22,9 +22,10 @@ its string-literal statements (docstrings) dropped, written out without line and
 column numbers (`module_digest`). Comments never reach the tree, so a comment,
 docstring or formatting edit keeps every key; any other edit (a constant, an
 operator, a name) changes the tree and the key. A file that does not parse is
-hashed as bytes. The tree is written field by field with empty fields left out,
-the form `ast.dump` takes from Python 3.13 on, so the Python versions the platform
-supports give one digest for one source.
+hashed as bytes. The tree is written field by field with empty fields left out
+(the form `ast.dump` takes from Python 3.13 on) and without the empty f-string parts
+only 3.12 makes, so Python 3.10 to 3.13 give one digest for one source (checked on
+every module of the repository).
 
 Each file's digest is read once per process and cached: a process fingerprints the
 code it imported when it started, not an edit made while it trains.
@@ -124,7 +125,7 @@ def normalized_tree(node: ast.AST) -> str:
     for name in node._fields:
         value = getattr(node, name, None)
         if isinstance(value, list):
-            value = [v for v in value if not is_string_statement(v)]
+            value = [v for v in value if not is_string_statement(v) and not is_empty_fstring_part(node, v)]
         if value is None or value == []:
             continue
         fields.append(f"{name}={_written(value)}")
@@ -137,6 +138,13 @@ def _written(value) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_written(v) for v in value) + "]"
     return f"{type(value).__name__}:{value!r}"  # a constant's type too: 1 and 1.0 and True differ
+
+
+def is_empty_fstring_part(parent: ast.AST, node) -> bool:
+    """An empty literal part of an f-string: Python 3.12 adds one after a nested format
+    spec (`f"{k:<{w}}"`) where 3.10, 3.11 and 3.13 add none."""
+    return (isinstance(parent, ast.JoinedStr) and isinstance(node, ast.Constant)
+            and node.value == "" and isinstance(node.value, str))
 
 
 def is_string_statement(node) -> bool:

@@ -146,6 +146,11 @@ def test_module_digest_is_of_the_tree():
     assert digest(b'"""Doc."""\nX = 1\n\ndef f(a):\n    return a - X\n') != base
     assert digest(b'"""Doc."""\nX = 1\n\ndef f(a):\n    print("Doc.")\n    return a + X\n') != base
     assert digest(b"def f(:\n") != digest(b"def f( :\n")  # not parsed: its bytes
+    # Python 3.12 parses f"{k:<{w}}" with one more, empty, literal part than 3.10, 3.11 and 3.13
+    tree, with_empty = ast.parse('f"{k:<{w}}"'), ast.parse('f"{k:<{w}}"')
+    with_empty.body[0].value.values.append(ast.Constant(""))
+    assert fingerprint.normalized_tree(tree) == fingerprint.normalized_tree(with_empty)
+    assert digest(b'f"{k:<{w}}"') != digest(b'f"{k:<{w}} "')
 
 
 def test_a_plugin_is_hashed_by_what_it_runs(tmp_path):
