@@ -10,7 +10,8 @@ carries the original's final metrics and the tag `cem_ablate.reused_from` (the
 original child run's id). `cem-ablate study --no-reuse` trains everything.
 
 The code is part of the key (the code fingerprint, config/fingerprint.py): after an
-edit of a platform or component module a config uses, its trials have new keys, so
+edit of what a platform or component module a config uses runs (not of its comments,
+docstrings or layout), its trials have new keys, so
 nothing trained before the edit is reused, and a rerun of the same study retrains
 the trials it finished under other code (study/trials.py: stale trials).
 """
