@@ -114,17 +114,20 @@ def _check_options(args: argparse.Namespace) -> None:
                                      "side with --dry-run.")
 
 
+def _stale_line(head: str, count: int, whose: str, cause) -> str:
+    """One line: how many trials have another key than their grid point now, and why (the
+    modules whose code changed, or the data or platform version)."""
+    if not cause.code_changed:
+        return (f"{head} (data or platform version changed): {count} trials {whose} under the same code but "
+                f"another trial key")
+    where = f"; code changed in: {cause.where()}" if cause.files else " (no per-module digests recorded)"
+    return f"{head} (code changed): {count} trials {whose} under other code{where}"
+
+
 def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], stale: StaleTrials, args: argparse.Namespace,
                  console) -> None:
     """How many planned trials an existing storage already holds (trained once, reused), and
-    how many of this study's a run retrains and why (`study.reuse.StaleTrials`)."""
-    if stale.total and stale.cause.code_changed:
-        where = f" in: {stale.cause.where()}" if stale.cause.files else " (no per-module digests recorded)"
-        console.print(f"to retrain (code changed): {stale.total} trials of this study finished under other code; "
-                      f"code changed{where}", markup=False, highlight=False)
-    elif stale.total:
-        console.print(f"to retrain (data or platform version changed): {stale.total} trials of this study "
-                      f"finished under the same code but another trial key", markup=False, highlight=False)
+    how many other studies hold under other keys only, and why (`study.reuse.StaleTrials`)."""
     count = sum(reused.values())
     hours = sum(reused.get(r.variant.key, 0) * r.estimate.gpu_hours(args.gpu_tflops, args.mfu) for r in rows)
     if sum(done.values()):
@@ -132,8 +135,11 @@ def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], stale: Stal
     if count:
         console.print(f"reused: {count} trials already finished in this storage by other studies "
                       f"(not retrained; {hours:.3g} GPU-hours saved; --no-reuse retrains them)")
-    else:
+    elif not stale.total_elsewhere:
         console.print("reused: none (no trial of this study is finished in another study of the storage)")
+    if stale.total_elsewhere:
+        console.print(_stale_line("not reused", stale.total_elsewhere, "of this study's grid other studies finished",
+                                  stale.elsewhere_cause), markup=False, highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -200,6 +206,9 @@ def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     workers = args.workers or expanded.spec.execution.workers  # what a run would start
     print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
                args.cpu_gflops, measured_seconds(grid), workers)
+    if stale.total:  # retrained with or without reuse
+        console.print(_stale_line("to retrain", stale.total, "of this study finished", stale.cause),
+                      markup=False, highlight=False)
     if not args.no_reuse:
         _print_reuse(rows, reused, done, stale, args, console)
     return 0

@@ -52,6 +52,12 @@ def _dry_run(study, url: str, capsys) -> str:
     return " ".join(capsys.readouterr().out.split())  # rich wraps long lines
 
 
+def _dry_run_no_reuse(study, url: str, capsys) -> str:
+    capsys.readouterr()
+    assert main(["study", str(study), "--dry-run", "--no-reuse", "--storage", url]) == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
 def test_the_dry_run_names_the_module_that_changed(tmp_path, capsys):
     study = write_study(tmp_path)
     expanded = load_expanded(str(study), None, [])
@@ -69,6 +75,15 @@ def test_the_dry_run_names_the_module_that_changed(tmp_path, capsys):
     out = _dry_run(study, url, capsys)
     assert f"to retrain (code changed): 4 trials of this study finished under other code; code changed in: {EDITED}" \
         in out
+    assert "not reused" not in out  # its own trials are retrained, not counted twice
+    assert "to retrain (code changed): 4 trials" in _dry_run_no_reuse(study, url, capsys)  # with or without reuse
+
+    # Another study of the same variants finds them trained under other code: not reused, and why.
+    other = write_study(tmp_path, name="other")
+    out = _dry_run(other, url, capsys)
+    assert ("not reused (code changed): 4 trials of this study's grid other studies finished under other code; "
+            f"code changed in: {EDITED}") in out
+    assert "to retrain" not in out and "reused: none" not in out
 
 
 def test_the_dry_run_says_when_only_the_data_or_platform_changed(tmp_path, capsys):
