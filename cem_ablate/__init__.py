@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 
 
 def build_model(cfg):
-    """Build a model from a `model:` mapping (SPEC §10), validated here (a ConfigError
+    """Build a model from a `model:` mapping (docs/design/contract.md#s10-public-contract), validated here (a ConfigError
     names the bad key); `cem_ablate.model.build_model` takes the parsed `ModelConfig`."""
     from cem_ablate.model.assembly import build_model as _build
     from cem_ablate.model.config import parse_model_config

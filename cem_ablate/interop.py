@@ -1,4 +1,4 @@
-"""Move Llama baselines in and out of the Hugging Face format (SPEC §1, §10).
+"""Move Llama baselines in and out of the Hugging Face format (docs/design/layers.md#s1-llama-baseline, docs/design/contract.md#s10-public-contract).
 
 The Llama baseline is the same function as `transformers.LlamaForCausalLM` with
 attention_bias=False, mlp_bias=False, tie_word_embeddings=False and no grouped-query
@@ -103,7 +103,7 @@ def to_hf_llama(model: CEMTransformer):
         raise ConfigError("model", "only a Llama baseline (attention: llama, mlp: llama) converts to LlamaForCausalLM.")
     if cfg.attention.repeats != 1 or cfg.mlp.repeats != 1:
         raise ConfigError("model", "a model with plain layer reuse has no LlamaForCausalLM equivalent.")
-    if cfg.stream != "residual" or cfg.block != "sequential":  # SPEC §11.2-§11.3: not a Llama function
+    if cfg.stream != "residual" or cfg.block != "sequential":  # docs/design/energy-lens.md#s11-2-velocity-stream to docs/design/energy-lens.md#s11-3-energy-transformer-block: not a Llama function
         key = "stream" if cfg.stream != "residual" else "block"
         raise ConfigError(f"model.{key}", f"{key}: {getattr(cfg, key)} has no LlamaForCausalLM equivalent "
                           "(only stream: residual, block: sequential converts).")

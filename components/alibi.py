@@ -1,4 +1,4 @@
-"""ALiBi relative-position bias with a learnable per-head self-token bias (SPEC §2).
+"""ALiBi relative-position bias with a learnable per-head self-token bias (docs/design/layers.md#s2-cem-attention).
 
     b_ijk = -m_k (i - j) + beta_k [i = j],   m_k = 2^(-8k/K), k = 1..K,   j <= i
 
@@ -15,7 +15,7 @@ from torch import nn
 
 def alibi_slopes(n_heads: int, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None) -> torch.Tensor:
-    """m_k = 2^(-8k/K), k = 1..K (SPEC §2), built on `device` by arange arithmetic:
+    """m_k = 2^(-8k/K), k = 1..K (docs/design/layers.md#s2-cem-attention), built on `device` by arange arithmetic:
     no host tensor copied to the GPU on every forward (a copy that synchronizes
     host and device), and no cache to hold. Computed in float64, then cast: a float32 computation would
     cost float64 models 1e-8 of accuracy (on the CPU the values are those of the former
@@ -28,7 +28,7 @@ class ALiBi(nn.Module):
     """Produces the causal (K, J, J) float bias; masked entries are -inf.
 
     The self-token bias beta (K,) is a parameter of the attention layer that owns it
-    (SPEC §10 names it `self_bias` there); it is passed in.
+    (docs/design/contract.md#s10-public-contract names it `self_bias` there); it is passed in.
     """
 
     def __init__(self, n_heads: int):

@@ -1,4 +1,4 @@
-"""CEM attention: T gradient steps on the interaction energy (SPEC §2, paper §2.1-2.3).
+"""CEM attention: T gradient steps on the interaction energy (docs/design/layers.md#s2-cem-attention, paper §2.1-2.3).
 
     s_ijk = ((W_K^k c_j)·(W_Q^k x_i) + c_j·(delta_k ⊙ x_i)) / tau + b_ijk,   j <= i,  tau = sqrt(d)
     E(x_i | c_1..i) = -tau Σ_k log Σ_j exp(s_ijk)
@@ -10,7 +10,7 @@ re-normalizes the state, u = RMSNorm(x^t), and moves
 With `diag_update: exact` the KQ-diagonal term of the gradient,
 Σ_k P_k (delta_k ⊙ Σ_j p_ijk c_j), is added (Algorithm 1 leaves it out: `paper`).
 `recursion_state` (x^0 = h or c), `backprop_steps` (truncated backpropagation) and
-`update`/`momentum` (heavy-ball or Nesterov momentum over the steps, SPEC §11.1) are
+`update`/`momentum` (heavy-ball or Nesterov momentum over the steps, docs/design/energy-lens.md#s11-1-momentum) are
 the shared recursion options of `components.energy_recursion`, which runs the steps
 through this module's step protocol (`step_context`, `direction`, `advance`,
 `step_energy`).
@@ -48,7 +48,7 @@ ATTENTION_PRECONDITIONER_RANK = 4  # paper, Appendix C.4
 
 
 class AttentionStepContext(NamedTuple):
-    """What every step reads, computed once per block from the context c (SPEC §2)."""
+    """What every step reads, computed once per block from the context c (docs/design/layers.md#s2-cem-attention)."""
 
     c: torch.Tensor  # (B, J, D) context RMSNorm(h)
     keys: torch.Tensor  # (B, K, J, d) W_K c: keys = values (tied)
@@ -99,12 +99,12 @@ class CEMAttention(EnergyRecursion):
         super().__init__(steps, options)
         self.impl, self.kernel = options.impl, options.kernel
         d_model, self.n_heads, self.head_dim = dims.d_model, dims.n_heads, dims.head_dim
-        self.tau = dims.attention_temperature  # sqrt(d) (SPEC §2); d_head / sqrt(d_head_base) under mup
+        self.tau = dims.attention_temperature  # sqrt(d) (docs/design/layers.md#s2-cem-attention); d_head / sqrt(d_head_base) under mup
         self.diag_update = options.diag_update
         self.norm = RMSNorm(d_model, dims.norm_eps)
         self.w_q = linear(d_model, d_model, dims.init_std)
         self.w_k = linear(d_model, d_model, dims.init_std)
-        # delta (SPEC §2): shape (D,) shared or (K, D) per head; absent for `none`.
+        # delta (docs/design/layers.md#s2-cem-attention): shape (D,) shared or (K, D) per head; absent for `none`.
         if options.kq_diag == "shared":
             self.kq_diag = nn.Parameter(torch.zeros(d_model))
         elif options.kq_diag == "per_head":
@@ -136,7 +136,7 @@ class CEMAttention(EnergyRecursion):
         return x.view(b, j, self.n_heads, self.head_dim).transpose(1, 2)  # (B, K, J, d)
 
     def _scores(self, query_state, c, keys, bias):
-        """s_ijk of SPEC §2 for query state x (B, J, D): returns (B, K, J, J)."""
+        """s_ijk of docs/design/layers.md#s2-cem-attention for query state x (B, J, D): returns (B, K, J, J)."""
         q = self._split_heads(self.w_q(query_state))
         s = q @ keys.transpose(-1, -2)
         delta = self.delta
@@ -158,7 +158,7 @@ class CEMAttention(EnergyRecursion):
         w = self.w_q.weight.view(self.n_heads, self.head_dim, -1)
         return self.precond.fold(w).reshape(self.n_heads * self.head_dim, -1)
 
-    # -- the step protocol (components.energy_recursion, SPEC §11) -----------------
+    # -- the step protocol (components.energy_recursion, docs/design/energy-lens.md#s11-energy-lens) -----------------
     def step_context(self, c: torch.Tensor) -> AttentionStepContext:
         """Keys/values W_K c, the read-out and the bias, once per block."""
         b, j, d_model = c.shape

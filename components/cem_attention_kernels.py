@@ -1,11 +1,11 @@
-"""Fast exact kernels for the CEM attention core (SPEC §2), with their selection logic.
+"""Fast exact kernels for the CEM attention core (docs/design/layers.md#s2-cem-attention), with their selection logic.
 
 The core computes, per head k and causal position pairs j <= i,
 
     s_ijk = scale (q_ik · k_jk) + e_ijk - m_k (i - j) + beta_k [i = j]
     o_ik  = Σ_j softmax_j(s_ijk) v_jk
 
-where e is the KQ-diagonal score (u_i ⊙ delta_k) · c_j / tau (SPEC §2): one (B, J, J)
+where e is the KQ-diagonal score (u_i ⊙ delta_k) · c_j / tau (docs/design/layers.md#s2-cem-attention): one (B, J, J)
 matrix shared by all heads (`kq_diag: shared`) or one per head (`per_head`), absent
 for `none`. It is passed as "extra queries" qe (B, 1 or K, J, D) = u ⊙ delta / tau
 and "extra keys" c (B, J, D), so that the kernel computes only its causal half.
@@ -74,7 +74,7 @@ def select_kernel(device_type: str, wide_values: bool = False, flex_available: b
 
 
 def causal_alibi(n_heads: int, seq_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(K, J, J) ALiBi bias -m_k (i - j) on j <= i (SPEC §2), without the self bias
+    """(K, J, J) ALiBi bias -m_k (i - j) on j <= i (docs/design/layers.md#s2-cem-attention), without the self bias
     (kernels add it so that its gradient stays exact).
 
     Entries above the diagonal hold the most negative finite value instead of -inf:

@@ -1,4 +1,4 @@
-"""CEM MLP: T gradient steps on the element-wise energy (SPEC §3, paper §2.2).
+"""CEM MLP: T gradient steps on the element-wise energy (docs/design/layers.md#s3-cem-mlp, paper §2.2).
 
     xi(x | c) = -gamma^T phi(V x),   gamma = W c,   phi(z) = ∫_0^z SiLU
     x^{t+1} = x^t + eta P V^T (gamma ⊙ SiLU(V u)),   u = RMSNorm(x^t)
@@ -12,8 +12,8 @@ them to 1e-9 in float64). Both compute gamma once and fold P into the read-out,
 also folds eta into that matrix and reuses the context c = RMSNorm(h) as the first
 query state (u^0 = c), saving one norm and one scaling pass per block.
 `recursion_state` (x^0 = h or c), `backprop_steps` (truncated backpropagation) and
-`update`/`momentum` (SPEC §11.1) are the shared recursion options of
-`components.energy_recursion` (SPEC §3), which runs the steps through this module's
+`update`/`momentum` (docs/design/energy-lens.md#s11-1-momentum) are the shared recursion options of
+`components.energy_recursion` (docs/design/layers.md#s3-cem-mlp), which runs the steps through this module's
 step protocol (`step_context`, `direction`, `step_energy`).
 """
 
@@ -53,7 +53,7 @@ def silu_integral(z: torch.Tensor) -> torch.Tensor:
 
 
 class MLPStepContext(NamedTuple):
-    """What every step reads, computed once per block from the context c (SPEC §3)."""
+    """What every step reads, computed once per block from the context c (docs/design/layers.md#s3-cem-mlp)."""
 
     gamma: torch.Tensor  # (B, J, D_m) W c
     readout: torch.Tensor  # (D_m, D) V P; times eta on the fast path
@@ -62,8 +62,8 @@ class MLPStepContext(NamedTuple):
 @dataclass(frozen=True)
 class CEMMLPOptions(RecursionOptions):
     preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
-    width_multiplier: float = 1.0  # 1.5 matches the parameters of SwiGLU (SPEC §3)
-    impl: Literal["fast", "reference"] = "fast"  # reference: the plain SPEC §3 loop, for tests
+    width_multiplier: float = 1.0  # 1.5 matches the parameters of SwiGLU (docs/design/layers.md#s3-cem-mlp)
+    impl: Literal["fast", "reference"] = "fast"  # reference: the plain docs/design/layers.md#s3-cem-mlp loop, for tests
 
     def validate(self, path: str) -> None:
         self.validate_recursion(path)
@@ -105,7 +105,7 @@ class CEMMLP(EnergyRecursion):
         """(D_m, D) matrix V P: applies P V^T to row vectors in one matmul."""
         return self.precond.fold(self.v.weight)
 
-    # -- the step protocol (components.energy_recursion, SPEC §11) -----------------
+    # -- the step protocol (components.energy_recursion, docs/design/energy-lens.md#s11-energy-lens) -----------------
     def step_context(self, c: torch.Tensor) -> MLPStepContext:
         """gamma = W c and the read-out, once per block."""
         gamma = self.w(c)

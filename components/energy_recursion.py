@@ -1,17 +1,17 @@
 """What every CEM sublayer shares: T descent steps with a step size, and an energy trace.
 
-A CEM sublayer (SPEC §2-§3) maps the block input h to its output by T steps
+A CEM sublayer (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp) maps the block input h to its output by T steps
 x^{t+1} = x^t + eta * P * (-grad E at u^t). Subclasses provide `norm`, `energy(x, h)`
 and the step protocol below; this base holds eta (fixed or learnable) and mu, runs the
 steps (optionally checkpointing each one) and, when tracking is on, records the
 energy at each step's query state so users can see whether steps descend.
 
-Two readings of Algorithm 1 (SPEC §2 "[open reading, an option]", `recursion_state`):
-- `raw` (SPEC's decision): x^0 = h, u^t = RMSNorm(x^t) (so u^0 = c); output x^T.
+Two readings of Algorithm 1 (docs/design/layers.md#s2-cem-attention "[open reading, an option]", `recursion_state`):
+- `raw` (the design's decision, docs/design/layers.md#s2-cem-attention): x^0 = h, u^t = RMSNorm(x^t) (so u^0 = c); output x^T.
 - `normalized` (the literal pseudo-code): x^0 = c, u^0 = c, u^t = RMSNorm(x^t) for
   t >= 1; output h + (x^T - x^0). At T = 1 both are h + step(c): identical.
 
-Truncated backpropagation through the recursion (`backprop_steps: k`, SPEC §2
+Truncated backpropagation through the recursion (`backprop_steps: k`, docs/design/layers.md#s2-cem-attention
 "[option]"): while autograd is recording, the first T - k updates run under
 `torch.no_grad()` and their sum x^{T-k} - x^0 joins x^0 as a constant; x^0 (hence h),
 the context and the keys/values keep their gradients through the last k steps,
@@ -25,14 +25,14 @@ hidden states) are recomputed when its gradient is needed. Activation memory the
 grows by one (B, J, D) tensor per extra step instead of a full step's activations:
 the paper ran out of memory at T >= 3 without it.
 
-Momentum over the steps (SPEC §11.1, `update: heavy_ball | nesterov`): the state is
+Momentum over the steps (docs/design/energy-lens.md#s11-1-momentum, `update: heavy_ball | nesterov`): the state is
 (x, v) with v^0 = 0, v^{t+1} = mu v^t + eta Delta(u^t), x^{t+1} = x^t + v^{t+1}, where
 Nesterov queries the look-ahead u^t = RMSNorm(x^t + mu v^t) (u^0 = c always). Frozen
 steps make x and v constants; checkpointing saves (x^t, v^t) per step. `gd`, T = 1
 (v^0 = 0 and u^0 = c, so mu never enters) and a fixed mu = 0 are gradient descent
 exactly, and run gd's loop, so they are bit-identical to it.
 
-The step protocol a subclass provides (also what a joint-step block drives, SPEC §11.3):
+The step protocol a subclass provides (also what a joint-step block drives, docs/design/energy-lens.md#s11-3-energy-transformer-block):
 `step_context(c)`, computed once per block from the context c = RMSNorm(h);
 `direction(u, ctx)` = eta Delta(u), the preconditioned, step-size-scaled update at
 query state u; `advance(x, u, ctx)` = x + direction(u, ctx) in gd's arithmetic order
@@ -55,14 +55,14 @@ from cem_ablate.config.schema import require
 
 @dataclass(frozen=True)
 class RecursionOptions:
-    """The recursion options every CEM sublayer shares (SPEC §2, §3, §11.1)."""
+    """The recursion options every CEM sublayer shares (docs/design/layers.md#s2-cem-attention, docs/design/layers.md#s3-cem-mlp, docs/design/energy-lens.md#s11-1-momentum)."""
 
-    recursion_state: Literal["raw", "normalized"] = "raw"  # x^0 = h (SPEC decision) or c (Algorithm 1)
+    recursion_state: Literal["raw", "normalized"] = "raw"  # x^0 = h (the design's decision) or c (Algorithm 1)
     backprop_steps: int | None = None  # differentiate the last k of T steps; null: all T
-    update: Literal["gd", "heavy_ball", "nesterov"] = "gd"  # the optimizer the steps run (SPEC §11.1)
+    update: Literal["gd", "heavy_ball", "nesterov"] = "gd"  # the optimizer the steps run (docs/design/energy-lens.md#s11-1-momentum)
     momentum: float = 0.5  # mu in [0, 1); heavy_ball and nesterov only
     learnable_momentum: bool = False  # mu = sigmoid(momentum_logit), init logit(momentum)
-    step_size: float = 1.0  # eta (SPEC §2)
+    step_size: float = 1.0  # eta (docs/design/layers.md#s2-cem-attention)
     learnable_step_size: bool = False  # eta is a parameter, initialised at step_size
     checkpoint_steps: bool = False  # recompute each recursion step in backward (memory-lean, T >= 3)
 
@@ -103,7 +103,7 @@ class EnergyRecursion(nn.Module):
         self.backprop_steps = steps if options.backprop_steps is None else options.backprop_steps
         self.update = options.update
         self.learnable_momentum = options.learnable_momentum
-        if options.learnable_momentum:  # one scalar per sublayer (SPEC §11.1), not weight-decayed (not a matrix)
+        if options.learnable_momentum:  # one scalar per sublayer (docs/design/energy-lens.md#s11-1-momentum), not weight-decayed (not a matrix)
             mu = options.momentum
             self.momentum_logit = nn.Parameter(torch.tensor(math.log(mu / (1.0 - mu))))
         self.fixed_momentum = float(options.momentum)
@@ -165,7 +165,7 @@ class EnergyRecursion(nn.Module):
 
     def decode(self, h: torch.Tensor, past, position: int):
         """The T steps of the new tokens: a token's recursion reads only its own state and
-        the keys of the context up to it, which the state holds (SPEC §2). No energy trace."""
+        the keys of the context up to it, which the state holds (docs/design/layers.md#s2-cem-attention). No energy trace."""
         tracking, self.track_energy = self.track_energy, False
         try:
             c = self.norm(h)
@@ -213,7 +213,7 @@ class EnergyRecursion(nn.Module):
         return x
 
     def _descend_with_momentum(self, h, c, ctx, x0):
-        """SPEC §11.1; v = None stands for v^0 = 0 (the first step is a plain gd step)."""
+        """docs/design/energy-lens.md#s11-1-momentum; v = None stands for v^0 = 0 (the first step is a plain gd step)."""
         mu = self.momentum()
         nesterov = self.update == "nesterov"
 

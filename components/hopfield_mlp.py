@@ -1,4 +1,4 @@
-"""Hopfield MLP: T descent steps on a ReLU Hopfield energy (SPEC §11.3, Energy Transformer).
+"""Hopfield MLP: T descent steps on a ReLU Hopfield energy (docs/design/energy-lens.md#s11-3-energy-transformer-block, Energy Transformer).
 
     E(u) = -1/2 ||ReLU(Xi u)||^2   summed over positions,    Xi in R^{D_m x D}
     x^{t+1} = x^t + eta P Xi^T ReLU(Xi u),   u = RMSNorm(x^t)    (= x - grad E at u for P = I)
@@ -8,7 +8,7 @@ update back; the energy has no context term, so nothing is computed once per blo
 the read-out Xi P (times eta on the fast path), folded once per forward as in the CEM
 MLP. At T = 1, P = I it is a tied-weight ReLU MLP, h + Xi^T ReLU(Xi RMSNorm(h)).
 D_m = round(width_multiplier * d_mlp). The options are the CEM MLP's (preconditioner,
-step size, `recursion_state`, `backprop_steps`, the SPEC §11.1 momentum, checkpointing),
+step size, `recursion_state`, `backprop_steps`, the docs/design/energy-lens.md#s11-1-momentum momentum, checkpointing),
 run by the shared recursion of `components.energy_recursion`.
 """
 
@@ -46,7 +46,7 @@ class HopfieldMLP(EnergyRecursion):
         """(D_m, D) matrix Xi P: applies P Xi^T to row vectors in one matmul."""
         return self.precond.fold(self.xi.weight)
 
-    # -- the step protocol (components.energy_recursion, SPEC §11) -----------------
+    # -- the step protocol (components.energy_recursion, docs/design/energy-lens.md#s11-energy-lens) -----------------
     def step_context(self, c: torch.Tensor) -> torch.Tensor:
         """The read-out Xi P (times eta on the fast path): the energy has no context term."""
         return self.readout() if self.impl == "reference" else self.scaled_readout(self.readout())

@@ -1,4 +1,4 @@
-"""Llama multi-head attention sublayer with RoPE (SPEC §1), HF-compatible names.
+"""Llama multi-head attention sublayer with RoPE (docs/design/layers.md#s1-llama-baseline), HF-compatible names.
 
 Maps the residual stream to the new residual stream: h + o_proj(attn(norm(h))).
 """
@@ -73,7 +73,7 @@ class LlamaAttention(nn.Module):
         b, j, _ = x.shape
         return x.view(b, j, self.n_heads, self.head_dim).transpose(1, 2)
 
-    # -- the step protocol (SPEC §11.3: a parallel block drives one step at a shared c) --
+    # -- the step protocol (docs/design/energy-lens.md#s11-3-energy-transformer-block: a parallel block drives one step at a shared c) --
     def step_context(self, c: torch.Tensor) -> LlamaStepContext:
         """The normalized input c and RoPE's tables. Keys and values are computed from c
         in `direction`, after the queries, as the sequential layer always did (so its
@@ -134,7 +134,7 @@ class LlamaAttention(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(b, j, d))
 
     def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
-        raise NotImplementedError("Llama attention descends no energy (SPEC §1): it has no energy trace.")
+        raise NotImplementedError("Llama attention descends no energy (docs/design/layers.md#s1-llama-baseline): it has no energy trace.")
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         x = self.norm(h)

@@ -1,4 +1,4 @@
-"""Preconditioners for CEM updates (SPEC §4, paper §2.3 and Appendix C.4).
+"""Preconditioners for CEM updates (docs/design/layers.md#s4-preconditioners, paper §2.3 and Appendix C.4).
 
     P = diag(softplus(sqrt(D) p)) + U V^T + V U^T,  p init 1/sqrt(D), U ~ N(0, 0.02^2), V = 0
 

@@ -1,4 +1,4 @@
-"""Rotary position embedding in the rotate-half convention of transformers' Llama (SPEC §1)."""
+"""Rotary position embedding in the rotate-half convention of transformers' Llama (docs/design/layers.md#s1-llama-baseline)."""
 
 from __future__ import annotations
 

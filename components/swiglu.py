@@ -1,4 +1,4 @@
-"""SwiGLU MLP sublayer of Llama (SPEC §1): h + down(silu(gate(norm(h))) * up(norm(h)))."""
+"""SwiGLU MLP sublayer of Llama (docs/design/layers.md#s1-llama-baseline): h + down(silu(gate(norm(h))) * up(norm(h)))."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class SwiGLU(nn.Module):
         self.up_proj = linear(d, m, std)
         self.down_proj = linear(m, d, std)
 
-    # -- the step protocol (SPEC §11.3: a parallel block drives one step at a shared c) --
+    # -- the step protocol (docs/design/energy-lens.md#s11-3-energy-transformer-block: a parallel block drives one step at a shared c) --
     def step_context(self, c: torch.Tensor) -> None:
         """Nothing is computed once per block: SwiGLU reads only its input."""
         return None
@@ -42,7 +42,7 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(u)) * self.up_proj(u))
 
     def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
-        raise NotImplementedError("SwiGLU descends no energy (SPEC §1): it has no energy trace.")
+        raise NotImplementedError("SwiGLU descends no energy (docs/design/layers.md#s1-llama-baseline): it has no energy trace.")
 
     # -- incremental decoding (model/protocol.py IncrementalDecoding): position-wise, no state --
     def decode(self, h: torch.Tensor, past: None, position: int) -> tuple[torch.Tensor, None]:

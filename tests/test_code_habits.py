@@ -1,8 +1,8 @@
 """The code carries reasons, not history: no issue-number citations in the code or tests.
 
-A comment, docstring or test says what it checks and why, citing SPEC sections where
-the reason is the design ("SPEC §11.2"); a tracker number tells a newcomer nothing and
-goes stale. This is the same check as
+A comment, docstring or test says what it checks and why, citing a Design section where
+the reason is the design ("docs/design/energy-lens.md#s11-2-velocity-stream"); a tracker
+number tells a newcomer nothing and goes stale. This is the same check as
 
     grep -rnE "[Ii]ssue ?#?<digits>" cem_ablate components tests
 
@@ -63,5 +63,5 @@ def test_a_citation_is_reported_with_its_file_and_line(tmp_path):
 
 def test_no_issue_numbers_in_code_or_tests():
     hits = issue_citations()
-    assert not hits, ("cite the reason (or a SPEC section), not an issue number:\n  "
+    assert not hits, ("cite the reason (or a design section), not an issue number:\n  "
                       + "\n  ".join(hits))

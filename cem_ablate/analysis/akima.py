@@ -1,4 +1,4 @@
-"""Learning-rate optimum by Akima interpolation over log2(lr) (SPEC §8, paper Fig. 3a).
+"""Learning-rate optimum by Akima interpolation over log2(lr) (docs/design/experiments.md#s8-learning-rate-search, paper Fig. 3a).
 
 The paper trains five learning rates and interpolates final test perplexity with
 Akima's method; the minimum of the curve on a dense grid over the sampled range is

@@ -1,4 +1,4 @@
-"""Table 3 with its noise: GP draws as the unit of replication (SPEC §9), pure.
+"""Table 3 with its noise: GP draws as the unit of replication (docs/design/experiments.md#s9-gaussian-process-study), pure.
 
 The GP function is drawn once per `data.gp.data_seed`: model seeds on one draw are
 not independent replications of the experiment (they share the function, its inputs

@@ -1,6 +1,6 @@
 """Intervals of lr* and objective* that cover: their coverage is checked by simulation.
 
-The estimate is the minimum of the Akima curve through the seed means (SPEC §8,
+The estimate is the minimum of the Akima curve through the seed means (docs/design/experiments.md#s8-learning-rate-search,
 `analysis.akima`). Its 95% interval, on log2(lr) for lr* (the axis of the fit):
 
     estimate ± ( t_{0.975, n−1} · sd(per-seed optima) / √n  +  Σ |estimate − other| )

@@ -1,4 +1,4 @@
-"""What running at one learning rate costs against the optimum, on a smooth curve (SPEC §12).
+"""What running at one learning rate costs against the optimum, on a smooth curve (docs/design/parametrization.md#s12-parametrization).
 
 A transfer check compares the perplexity at a transferred rate with the target's full-grid
 optimum. Taken point against point that comparison is dominated by trial noise: on the width

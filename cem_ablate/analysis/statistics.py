@@ -6,7 +6,7 @@ means a lower value. All arithmetic is float64; distributions come from scipy.st
 
 Per variant (`variant_stats`):
 - per learning rate: mean, sample std (ddof=1; None for one seed) and n over seeds;
-- lr* and objective*: minimum of the Akima curve through the seed means (SPEC §8,
+- lr* and objective*: minimum of the Akima curve through the seed means (docs/design/experiments.md#s8-learning-rate-search,
   `analysis.akima`), with 95% intervals from 3 seeds on (`analysis.optimum`: a
   t-interval over the seeds' own optima plus the interpolation's uncertainty, its
   coverage checked by simulation); with fewer seeds "n too small" instead.

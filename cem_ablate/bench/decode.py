@@ -39,7 +39,7 @@ from cem_ablate.model.decoding import DecodingCache, decode, missing_hooks, new_
 
 MB = 1024 * 1024
 
-# Every built-in component, plain reuse and the SPEC §11 model options, paper defaults elsewhere
+# Every built-in component, plain reuse and the docs/design/energy-lens.md#s11-energy-lens model options, paper defaults elsewhere
 # (bench/variants.py: kq_diag shared, diag_lowrank preconditioners).
 DEFAULT_VARIANTS = (
     "llama", "cem_attn_t1", "cem_attn_t2", "cem_attn_t4", "cem_attn_t2_nodiag", "cem_attn_t2_perhead_exact",

@@ -177,7 +177,7 @@ SPEED_TARGETS = [  # (variant, reference, threshold): fp32 tokens/s ratios
 ]
 MEMORY_TARGETS = [("cem_full_t4_ckpt", "cem_full_t1", 1.3), ("cem_full_t8_ckpt", "cem_full_t1", 1.6)]
 MFU_TARGET = 0.5
-# Every energy-lens variant (`bench.variants.is_energy_lens`, SPEC §11) at >= 0.95 of its
+# Every energy-lens variant (`bench.variants.is_energy_lens`, docs/design/energy-lens.md#s11-energy-lens) at >= 0.95 of its
 # FLOP bound against Llama: the options must cost no more than their FLOPs
 ENERGY_LENS_TARGET = 0.95
 

@@ -306,7 +306,7 @@ def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
         "config": to_dict(cfg),
         "git_commit": _git_commit(),
         "step": "forward + head and cross-entropy (fp32 logits; training.head_loss) + backward + clip + AdamW "
-                "(SPEC §7), the training recipe's; compiled = each block and the head + loss unit "
+                "(docs/design/experiments.md#s7-training-recipe), the training recipe's; compiled = each block and the head + loss unit "
                 "torch.compile(fullgraph=True)",
         "device_profile": resolve_device_profile(RECIPE, device.type).params(),
         "memory_method": "torch.profiler memory events (CPU) / max_memory_allocated (CUDA); "

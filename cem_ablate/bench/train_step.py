@@ -5,7 +5,7 @@ engine's step (cem_ablate.training): the head + loss unit (`training.head_loss`:
 norm, LM head and next-token cross-entropy on float32 logits; `auto` = chunked on
 CUDA, plain on CPU), gradient clipping and AdamW from `training.optimizer` with the
 training recipe's own hyper-parameters (`TrainConfig`'s betas, eps, weight decay on
-matrices and embeddings only, clip norm: SPEC §7) and the device profile's kernel
+matrices and embeddings only, clip norm: docs/design/experiments.md#s7-training-recipe) and the device profile's kernel
 (`training.device_profile`: fused on CUDA), under `torch.autocast(bfloat16)` for bf16
 ("bf16-mixed"). Only the learning rate is the bench's own: speed does not depend on it.
 Lightning's per-step bookkeeping is left out so the numbers measure the model
@@ -38,7 +38,7 @@ RECIPE = TrainConfig()  # the training recipe's defaults: betas, eps, weight dec
 
 
 def decay_groups(model: nn.Module, weight_decay: float = RECIPE.weight_decay) -> list[dict]:
-    """SPEC §7 groups for any model: `parameter_groups` when it has one, else the same
+    """docs/design/experiments.md#s7-training-recipe groups for any model: `parameter_groups` when it has one, else the same
     rule (decay the weights of nn.Linear / nn.Embedding) for transformers models."""
     if hasattr(model, "parameter_groups"):
         return model.parameter_groups(weight_decay)
@@ -56,7 +56,7 @@ def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]
     blocks = [torch.compile(block, fullgraph=True, dynamic=False) for block in model.blocks]
 
     def forward(input_ids: torch.Tensor) -> torch.Tensor:
-        # run_blocks: the residual stream, or the velocity stream (x, v) of SPEC §11.2
+        # run_blocks: the residual stream, or the velocity stream (x, v) of docs/design/energy-lens.md#s11-2-velocity-stream
         return model.run_blocks(model.embed_tokens(input_ids), blocks)
 
     return forward

@@ -1,8 +1,8 @@
-"""Benchmark variants and sizes: short names -> `model:` mappings (SPEC §10).
+"""Benchmark variants and sizes: short names -> `model:` mappings (docs/design/contract.md#s10-public-contract).
 
 Variant names:
 
-    llama                 the Llama baseline (SPEC §1)
+    llama                 the Llama baseline (docs/design/layers.md#s1-llama-baseline)
     hf_llama              transformers.LlamaForCausalLM with the same config and weights
                           (the external reference; measured eager)
     cem_<part>_t<T>[_mod...]
@@ -14,10 +14,10 @@ Variant names:
               sdpa (kq_diag none + the SDPA kernel), blocked / flex (that attention
               kernel instead of `auto`), perhead (kq_diag per_head),
               exact (diag_update exact), diag / identity (preconditioner),
-              hb / nesterov (update heavy_ball / nesterov with learnable mu, SPEC §11.1)
-    llama_nesterov_stream the Llama baseline with `stream: nesterov` (SPEC §11.2)
+              hb / nesterov (update heavy_ball / nesterov with learnable mu, docs/design/energy-lens.md#s11-1-momentum)
+    llama_nesterov_stream the Llama baseline with `stream: nesterov` (docs/design/energy-lens.md#s11-2-velocity-stream)
     et_parallel_t<T>[_mod...]
-                          the Energy Transformer block (SPEC §11.3): CEM attention (defaults
+                          the Energy Transformer block (docs/design/energy-lens.md#s11-3-energy-transformer-block): CEM attention (defaults
                           and mods as above) + Hopfield MLP, `block: parallel`, T joint steps
     <label>={yaml}        any `attention` / `mlp` sub-config and the model options
                           (config.MODEL_OPTIONS: stream, stream_momentum, velocity_norm, block,
@@ -50,9 +50,9 @@ _CEM_NAME = re.compile(r"^cem_(attn|mlp|full)_t(\d+)((?:_[a-z]+)*)$")
 _PARALLEL_NAME = re.compile(r"^et_parallel_t(\d+)((?:_[a-z]+)*)$")
 MODIFIERS = ("ckpt", "ref", "nodiag", "sdpa", "blocked", "flex", "perhead", "exact", "diag", "identity", "hb",
              "nesterov")
-UPDATES = {"hb": "heavy_ball", "nesterov": "nesterov"}  # modifier -> SPEC §11.1 update (learnable mu)
+UPDATES = {"hb": "heavy_ball", "nesterov": "nesterov"}  # modifier -> docs/design/energy-lens.md#s11-1-momentum update (learnable mu)
 SUBLAYER_KEYS = ("attention", "mlp")
-# Named variants of model options on the Llama baseline (the momentum study's arms, SPEC §11.2).
+# Named variants of model options on the Llama baseline (the momentum study's arms, docs/design/energy-lens.md#s11-2-velocity-stream).
 NAMED = {"llama_nesterov_stream": {"stream": "nesterov"}}
 
 
@@ -140,7 +140,7 @@ def parse_variant(spec: str, path: str = "variants") -> Variant:
 
 def is_energy_lens(label: str) -> bool:
     """Whether a named variant runs an energy-lens option: momentum over the steps, a velocity
-    stream or the parallel block (SPEC §11). A `label={yaml}` row keeps only its label,
+    stream or the parallel block (docs/design/energy-lens.md#s11-energy-lens). A `label={yaml}` row keeps only its label,
     which does not say: False."""
     try:
         variant = parse_variant(label)

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         return _check(args.check, args.kind)
     print(registry.format_listing(kinds=[args.kind] if args.kind else None))
-    if not args.kind:  # the model-wide options (SPEC §11.2-§11.3), from model/config.py
+    if not args.kind:  # the model-wide options (docs/design/energy-lens.md#s11-2-velocity-stream to docs/design/energy-lens.md#s11-3-energy-transformer-block), from model/config.py
         from cem_ablate.model.config import format_model_options
         from cem_ablate.model.parametrization import format_parameter_classes
 

@@ -21,10 +21,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cem_ablate.config import ConfigError
 from cem_ablate.cli.study_setup import (  # noqa: F401  (load_expanded: other commands read studies through it)
     check_plugin_components, gpu_rate, load_expanded, stopped_for_the_machine, study_settings)
+
+if TYPE_CHECKING:
+    from cem_ablate.study.reuse import StaleTrials
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -110,11 +114,20 @@ def _check_options(args: argparse.Namespace) -> None:
                                      "side with --dry-run.")
 
 
-def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: int, args: argparse.Namespace,
+def _stale_line(head: str, count: int, whose: str, cause) -> str:
+    """One line: how many trials have another key than their grid point now, and why (the
+    modules whose code changed, or the data or platform version)."""
+    if not cause.code_changed:
+        return (f"{head} (data or platform version changed): {count} trials {whose} under the same code but "
+                f"another trial key")
+    where = f"; code changed in: {cause.where()}" if cause.files else " (no per-module digests recorded)"
+    return f"{head} (code changed): {count} trials {whose} under other code{where}"
+
+
+def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], stale: StaleTrials, args: argparse.Namespace,
                  console) -> None:
-    """How many planned trials an existing storage already holds (trained once, reused)."""
-    if retrain:
-        console.print(f"to retrain (code changed): {retrain} trials of this study finished under other code")
+    """How many planned trials an existing storage already holds (trained once, reused), and
+    how many other studies hold under other keys only, and why (`study.reuse.StaleTrials`)."""
     count = sum(reused.values())
     hours = sum(reused.get(r.variant.key, 0) * r.estimate.gpu_hours(args.gpu_tflops, args.mfu) for r in rows)
     if sum(done.values()):
@@ -122,8 +135,11 @@ def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], retrain: in
     if count:
         console.print(f"reused: {count} trials already finished in this storage by other studies "
                       f"(not retrained; {hours:.3g} GPU-hours saved; --no-reuse retrains them)")
-    else:
+    elif not stale.total_elsewhere:
         console.print("reused: none (no trial of this study is finished in another study of the storage)")
+    if stale.total_elsewhere:
+        console.print(_stale_line("not reused", stale.total_elsewhere, "of this study's grid other studies finished",
+                                  stale.elsewhere_cause), markup=False, highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,7 +200,6 @@ def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     # trials it holds settled, and how many this study finished under other code
     grid, stale = dry_run_reads(expanded, args.storage or default_storage_url())
     reused, done = expected_reuse(expanded, grid)  # by other studies (reused), by this one
-    retrain = sum(stale.values())
     finished = dict(done)  # a run trains neither its own finished trials nor, with reuse, others'
     if not args.no_reuse:
         for key, n in reused.items():
@@ -192,8 +207,11 @@ def _dry_run(expanded, args: argparse.Namespace, console) -> int:
     workers = args.workers or expanded.spec.execution.workers  # what a run would start
     print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
                args.cpu_gflops, measured_seconds(grid), workers)
+    if stale.total:  # retrained with or without reuse
+        console.print(_stale_line("to retrain", stale.total, "of this study finished", stale.cause),
+                      markup=False, highlight=False)
     if not args.no_reuse:
-        _print_reuse(rows, reused, done, retrain, args, console)
+        _print_reuse(rows, reused, done, stale, args, console)
     return 0
 
 

@@ -16,7 +16,7 @@ class ModelDims:
     max_seq_len: int
     norm_eps: float = 1e-5
     init_std: float = 0.02
-    # `model.parametrization` (SPEC-style decisions in cem_ablate/model/parametrization.py):
+    # `model.parametrization` (docs/design/parametrization.md#s12-parametrization; decisions in cem_ablate/model/parametrization.py):
     # "standard" is the paper's model; under "mup" width is measured against base_d_model.
     parametrization: str = "standard"
     base_d_model: int = 256
@@ -34,7 +34,7 @@ class ModelDims:
 
     @property
     def attention_temperature(self) -> float:
-        """tau, the divisor of every attention logit (SPEC §2's tau = sqrt(d)).
+        """tau, the divisor of every attention logit (docs/design/layers.md#s2-cem-attention's tau = sqrt(d)).
 
         Under mup the logits are divided by d_head, not sqrt(d_head) (muP: after training q and k
         are correlated, so q.k grows like d_head), with the constant chosen so that tau equals the

@@ -17,8 +17,17 @@ files (nothing here imports the code it fingerprints):
   distribution's name and version.
 
 Not in it, so editing them keeps every result: the CLI, `study/` (queue, reuse,
-statistics, reports), `tracking/`, `bench/`, docs, tests and the study files. The
-bytes are hashed (a comment edit in a platform module counts as a change).
+statistics, reports), `tracking/`, `bench/`, docs, tests and the study files.
+
+What is hashed is what runs, not the bytes: each module's syntax tree (`ast`) with
+its string-literal statements (docstrings) dropped, written out without line and
+column numbers (`module_digest`). Comments never reach the tree, so a comment,
+docstring or formatting edit keeps every key; any other edit (a constant, an
+operator, a name) changes the tree and the key. A file that does not parse is
+hashed as bytes. The tree is written field by field with empty fields left out
+(the form `ast.dump` takes from Python 3.13 on) and without the empty f-string parts
+only 3.12 makes, so Python 3.10 to 3.13 give one digest for one source (checked on
+every module of the repository).
 
 Each file's digest is read once per process and cached: a process fingerprints the
 code it imported when it started, not an edit made while it trains.
@@ -109,7 +118,54 @@ def distribution_modules(distribution: str) -> tuple[str, ...]:
 
 @functools.cache
 def file_digest(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:KEY_CHARS]
+    """The digest of what the module at `path` runs (`module_digest`)."""
+    return module_digest(Path(path).read_bytes())
+
+
+def module_digest(source: bytes) -> str:
+    """The digest of a module's syntax tree without its docstrings (see the module
+    docstring); of the bytes when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # ValueError: a null byte in the source
+        return hashlib.sha256(b"bytes\0" + source).hexdigest()[:KEY_CHARS]
+    return hashlib.sha256(("ast\0" + normalized_tree(tree)).encode()).hexdigest()[:KEY_CHARS]
+
+
+def normalized_tree(node: ast.AST) -> str:
+    """`node` written out as `Name(field=..., ...)` without positions, string-literal
+    statements (docstrings: no-ops when run) or empty fields (None, []): a field a newer
+    Python adds empty (3.12's `type_params`) leaves the text of old code as it was."""
+    fields = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            value = [v for v in value if not is_string_statement(v) and not is_empty_fstring_part(node, v)]
+        if value is None or value == []:
+            continue
+        fields.append(f"{name}={_written(value)}")
+    return f"{type(node).__name__}({', '.join(fields)})"
+
+
+def _written(value) -> str:
+    if isinstance(value, ast.AST):
+        return normalized_tree(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_written(v) for v in value) + "]"
+    return f"{type(value).__name__}:{value!r}"  # a constant's type too: 1 and 1.0 and True differ
+
+
+def is_empty_fstring_part(parent: ast.AST, node) -> bool:
+    """An empty literal part of an f-string: Python 3.12 adds one after a nested format
+    spec (`f"{k:<{w}}"`) where 3.10, 3.11 and 3.13 add none."""
+    return (isinstance(parent, ast.JoinedStr) and isinstance(node, ast.Constant)
+            and node.value == "" and isinstance(node.value, str))
+
+
+def is_string_statement(node) -> bool:
+    """A statement that is only a string literal: a docstring (or an attribute's), a no-op."""
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str))
 
 
 def cache_clear() -> None:

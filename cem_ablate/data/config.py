@@ -21,7 +21,7 @@ BYTE_VOCAB_SIZE = 257  # 256 byte values + EOS
 
 @dataclass(frozen=True)
 class GPConfig:
-    """Gaussian-process regression (SPEC §9); details in `cem_ablate.data.gp`."""
+    """Gaussian-process regression (docs/design/experiments.md#s9-gaussian-process-study); details in `cem_ablate.data.gp`."""
 
     kernel: Literal["rbf", "nonstationary"] = "rbf"  # the GP's covariance (cem_ablate/data/gp.py)
     dim: int = 10  # input dimension

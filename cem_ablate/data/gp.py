@@ -1,6 +1,6 @@
-"""Gaussian-process regression data (SPEC §9, the paper's Table 3).
+"""Gaussian-process regression data (docs/design/experiments.md#s9-gaussian-process-study, the paper's Table 3).
 
-Choices (the paper leaves them open; SPEC §9 asks to document them):
+Choices (the paper leaves them open; docs/design/experiments.md#s9-gaussian-process-study asks to document them):
 
 - Plain per-point regression: an example is one input x in R^dim (dim 10) and its
   target y; no in-context sequences. The regressor sees x alone.

@@ -1,4 +1,4 @@
-"""Packing (SPEC §7): documents joined with EOS into one token stream, cut into blocks.
+"""Packing (docs/design/experiments.md#s7-training-recipe): documents joined with EOS into one token stream, cut into blocks.
 
 The tokenized stream of each split is cached on disk as a flat array of token ids
 (uint16 when the vocabulary allows, else uint32) and memory-mapped by every trial

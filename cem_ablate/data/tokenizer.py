@@ -1,7 +1,7 @@
 """Tokenizers for text data: `byte`, `bpe:<vocab_size>` (trained here) or a HF tokenizer.
 
 All three expose the same small interface (`TextTokenizer`): a vocabulary size, the
-id that ends a document (EOS, joined between documents when packing, SPEC §7), a
+id that ends a document (EOS, joined between documents when packing, docs/design/experiments.md#s7-training-recipe), a
 fingerprint for the token cache key, and batch encoding to id lists.
 
 `bpe:<n>` is a byte-level BPE trained with the `tokenizers` library on the training

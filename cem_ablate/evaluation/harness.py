@@ -11,7 +11,7 @@ Before any scoring, every task name is checked (an unknown one: one ConfigError 
 the closest names) and every task is built, which is when the harness fetches its
 data: offline, a task whose data set is on the Hub fails there, as one ConfigError.
 Standard errors are not computed (`bootstrap_iters=0`: the bootstrap of perplexity
-metrics takes minutes); a study compares seeds instead (SPEC §8).
+metrics takes minutes); a study compares seeds instead (docs/design/experiments.md#s8-learning-rate-search).
 """
 
 from __future__ import annotations

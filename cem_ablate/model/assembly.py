@@ -1,4 +1,4 @@
-"""build_model(cfg): the one way a model is made from a `model:` config (SPEC §10)."""
+"""build_model(cfg): the one way a model is made from a `model:` config (docs/design/contract.md#s10-public-contract)."""
 
 from __future__ import annotations
 
@@ -36,19 +36,19 @@ def build_model(config: ModelConfig) -> CEMTransformer:
 
 
 def _build_block(config: ModelConfig, dims) -> Block:
-    """One block of `config` (SPEC §11.2 stream options, §11.3 block layout)."""
+    """One block of `config` (docs/design/energy-lens.md#s11-2-velocity-stream stream options, docs/design/energy-lens.md#s11-3-energy-transformer-block block layout)."""
     stream = {"stream": config.stream, "stream_momentum": config.stream_momentum,
               "velocity_norm": config.velocity_norm, "dims": dims}
     attention = _build_sublayer(config.attention, dims, config.step_scaling)
     mlp = _build_sublayer(config.mlp, dims, config.step_scaling)
     if config.block == "parallel":
-        # The joint step runs the sublayers' steps itself (T = attention steps, SPEC §11.3).
+        # The joint step runs the sublayers' steps itself (T = attention steps, docs/design/energy-lens.md#s11-3-energy-transformer-block).
         # The methods were checked on the class at parse; the block normalizes with the
         # attention's `norm`, an attribute of the built module.
         if not isinstance(getattr(attention, "norm", None), nn.Module):
             raise ConfigError("model.attention.name",
                               f"attention {config.attention.name!r} ({config.attention.spec.source}) has no "
-                              "`norm` module, which block: parallel normalizes with (SPEC §11.3).")
+                              "`norm` module, which block: parallel normalizes with (docs/design/energy-lens.md#s11-3-energy-transformer-block).")
         return ParallelBlock(attention, mlp, steps=config.attention.steps, **stream)
     return Block(attention, mlp, attention_repeats=config.attention.repeats,
                  mlp_repeats=config.mlp.repeats, **stream)

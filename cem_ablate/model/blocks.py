@@ -1,4 +1,4 @@
-"""Building blocks the core and every component share (SPEC §1): RMSNorm, linear init.
+"""Building blocks the core and every component share (docs/design/layers.md#s1-llama-baseline): RMSNorm, linear init.
 
 They live in the core because the model itself needs them (final norm, LM head) and
 the parameter report recognizes norms by type; components import them from here, so
@@ -12,7 +12,7 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm with a learnable gain (SPEC §1: eps 1e-5, gain init 1)."""
+    """RMSNorm with a learnable gain (docs/design/layers.md#s1-llama-baseline: eps 1e-5, gain init 1)."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -28,7 +28,7 @@ class RMSNorm(nn.Module):
 
 
 def linear(in_features: int, out_features: int, std: float) -> nn.Linear:
-    """nn.Linear without bias, weights ~ N(0, std^2) (SPEC §1 init decision: std 0.02)."""
+    """nn.Linear without bias, weights ~ N(0, std^2) (docs/design/layers.md#s1-llama-baseline init decision: std 0.02)."""
     layer = nn.Linear(in_features, out_features, bias=False)
     nn.init.normal_(layer.weight, mean=0.0, std=std)
     return layer

@@ -1,4 +1,4 @@
-"""The `model:` section: size presets, sublayer choices, validated once (SPEC §10).
+"""The `model:` section: size presets, sublayer choices, validated once (docs/design/contract.md#s10-public-contract).
 
 A sublayer mapping holds three generic keys, `name`, `steps` and `depth_mode`, and
 the options of the chosen component (its registered options dataclass):
@@ -7,12 +7,12 @@ the options of the chosen component (its registered options dataclass):
                 preconditioner: {name: diag_lowrank, rank: 4}, kq_diag: shared}
 
 `depth_mode: recursion` runs T steps inside the component (context, keys/values and
-gamma fixed; SPEC §2-§3); `depth_mode: reuse` applies the whole sublayer T times with
-the same weights (SPEC §5). Every problem raises `ConfigError` naming the key path
+gamma fixed; docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp); `depth_mode: reuse` applies the whole sublayer T times with
+the same weights (docs/design/layers.md#s5-plain-layer-reuse). Every problem raises `ConfigError` naming the key path
 before any module is built.
 
-Model-wide options of the energy-lens family (SPEC §11.2-§11.3; the defaults are the
-model of SPEC §1-§5, unchanged): `stream` carries a velocity across the sublayers,
+Model-wide options of the energy-lens family (docs/design/energy-lens.md#s11-2-velocity-stream to docs/design/energy-lens.md#s11-3-energy-transformer-block; the defaults are the
+model of docs/design/layers.md#s1-llama-baseline to docs/design/layers.md#s5-plain-layer-reuse, unchanged): `stream` carries a velocity across the sublayers,
 `block: parallel` takes one joint step on the attention and MLP energies per block.
 Their one description, with the defaults of `ModelOptions`, is `MODEL_OPTIONS`
 (listed by `cem-ablate components`).
@@ -32,7 +32,7 @@ from cem_ablate.config.errors import ConfigError, unknown
 from cem_ablate.config.schema import join, parse, require, to_dict
 from cem_ablate.model import protocol
 
-# name -> (d_model, n_layers, n_heads, d_mlp). The paper's sizes are SPEC Table 1;
+# name -> (d_model, n_layers, n_heads, d_mlp). The paper's sizes are its Table 1 (docs/design/layers.md#s1-llama-baseline);
 # the small ones are CPU scales for smoke runs and tests.
 SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
     "86M": (672, 8, 8, 1792),
@@ -78,7 +78,7 @@ class SublayerConfig:
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """The model-wide options of SPEC §11.2-§11.3; the defaults are today's model."""
+    """The model-wide options of docs/design/energy-lens.md#s11-2-velocity-stream to docs/design/energy-lens.md#s11-3-energy-transformer-block; the defaults are today's model."""
 
     stream: Literal["residual", "heavy_ball", "nesterov"] = "residual"
     stream_momentum: float = 0.5  # mu_l = sigmoid(a_l) starts at this value
@@ -107,10 +107,10 @@ class ModelOptions:
 # One line per option of ModelOptions, for `cem-ablate components` (defaults read from
 # the dataclass, so the listing cannot drift from the parser).
 MODEL_OPTIONS: dict[str, str] = {
-    "stream": "velocity stream across depth (SPEC §11.2): residual | heavy_ball | nesterov",
+    "stream": "velocity stream across depth (docs/design/energy-lens.md#s11-2-velocity-stream): residual | heavy_ball | nesterov",
     "stream_momentum": "initial mu of every sublayer's learnable stream momentum, in (0, 1)",
     "velocity_norm": "RMSNorm of the velocity after each update: none | rms",
-    "block": "sequential (attention then MLP) | parallel (one joint step, SPEC §11.3)",
+    "block": "sequential (attention then MLP) | parallel (one joint step, docs/design/energy-lens.md#s11-3-energy-transformer-block)",
     "parametrization": "standard (the paper's) | mup (learning rates transfer across width; docs/guides/learning-rate-transfer.md)",
     "base_d_model": "under mup: the proxy width at which mup coincides with standard",
     "step_scaling": "none | inverse_steps: every recursive sublayer steps with eta / T instead of eta",
@@ -131,7 +131,7 @@ def format_model_options() -> str:
 
 @dataclass(frozen=True)
 class ModelConfig(ModelOptions):
-    size: str | None = None  # a size preset (SIZE_PRESETS): the paper's 86M-162M (SPEC Table 1) or tiny/mini/small
+    size: str | None = None  # a size preset (SIZE_PRESETS): the paper's 86M-162M (Table 1, docs/design/layers.md#s1-llama-baseline) or tiny/mini/small
     d_model: int | None = None  # residual width D (overrides the preset's)
     n_layers: int | None = None  # blocks (overrides the preset's)
     n_heads: int | None = None  # attention heads; must divide d_model (overrides the preset's)
@@ -139,7 +139,7 @@ class ModelConfig(ModelOptions):
     vocab_size: int | None = None  # None: 32000, or the tokenizer's size when training
     max_seq_len: int = 2048  # longest sequence the model takes (positions)
     norm_eps: float = 1e-5  # RMSNorm epsilon
-    init_std: float = 0.02  # std of the N(0, std^2) init of every matrix (SPEC §7)
+    init_std: float = 0.02  # std of the N(0, std^2) init of every matrix (docs/design/experiments.md#s7-training-recipe)
     attention: SublayerConfig = field(default_factory=lambda: SublayerConfig("attention", "llama"))
     mlp: SublayerConfig = field(default_factory=lambda: SublayerConfig("mlp", "llama"))
 
@@ -287,37 +287,37 @@ def _check_model_options(cfg: ModelConfig, path: str) -> None:
             "with mup_readout: zero).")
     require(0.0 < momentum < 1.0, join(path, "stream_momentum"),
             f"must be in (0, 1): the learnable mu = sigmoid(a) starts at a = logit({momentum}) "
-            "(SPEC §11.2); for mu = 0 use stream: residual.")
+            "(docs/design/energy-lens.md#s11-2-velocity-stream); for mu = 0 use stream: residual.")
     if cfg.block == "parallel":
         _check_parallel(cfg, path)
 
 
 def _check_parallel(cfg: ModelConfig, path: str) -> None:
-    """`block: parallel` (SPEC §11.3): one joint step of T steps on both sublayers' energies."""
+    """`block: parallel` (docs/design/energy-lens.md#s11-3-energy-transformer-block): one joint step of T steps on both sublayers' energies."""
     for sub in (cfg.attention, cfg.mlp):
         sub_path = join(path, sub.kind)
         missing = protocol.missing_joint_step(sub.spec.factory)  # checked on the class, before building
         if missing:
             raise ConfigError(join(sub_path, "name"),
                               f"{sub.kind} {sub.name!r} has no joint step ({', '.join(missing)}), "
-                              "which block: parallel needs (SPEC §11.3).")
+                              "which block: parallel needs (docs/design/energy-lens.md#s11-3-energy-transformer-block).")
         require(sub.depth_mode == "recursion", join(sub_path, "depth_mode"),
-                "block: parallel takes its T joint steps by recursion (SPEC §11.3); "
+                "block: parallel takes its T joint steps by recursion (docs/design/energy-lens.md#s11-3-energy-transformer-block); "
                 "plain reuse is not defined for it.")
         # The joint step is plain gradient descent from x^0 = h with the whole graph kept:
-        # SPEC §11.3 defines no momentum, normalized state or truncation for it.
+        # docs/design/energy-lens.md#s11-3-energy-transformer-block defines no momentum, normalized state or truncation for it.
         options = sub.options
         for key, plain in (("update", "gd"), ("recursion_state", "raw"), ("checkpoint_steps", False)):
             value = getattr(options, key, plain)
             require(value == plain, join(sub_path, key),
-                    f"must be {plain!r} under block: parallel (SPEC §11.3 defines the joint step "
+                    f"must be {plain!r} under block: parallel (docs/design/energy-lens.md#s11-3-energy-transformer-block defines the joint step "
                     f"as gradient descent from x^0 = h), got {value!r}.")
         backprop = getattr(options, "backprop_steps", None)
         require(backprop is None or backprop == sub.steps, join(sub_path, "backprop_steps"),
                 f"block: parallel differentiates every joint step; got {backprop}.")
     require(cfg.mlp.steps == cfg.attention.steps, join(join(path, "mlp"), "steps"),
             f"block: parallel takes T = attention steps = {cfg.attention.steps} joint steps; "
-            f"the MLP's steps must be equal, got {cfg.mlp.steps} (SPEC §11.3).")
+            f"the MLP's steps must be equal, got {cfg.mlp.steps} (docs/design/energy-lens.md#s11-3-energy-transformer-block).")
 
 
 def _check_dims(cfg: ModelConfig, path: str) -> None:
@@ -337,9 +337,9 @@ def _check_dims(cfg: ModelConfig, path: str) -> None:
 
 
 def llama_baseline_params(cfg: ModelConfig) -> int:
-    """Parameters of the Llama baseline of the same size (SPEC §1, Table 1).
+    """Parameters of the Llama baseline of the same size (docs/design/layers.md#s1-llama-baseline, Table 1).
 
-    The Chinchilla budget of every variant is 20 x this number (SPEC §7), so a CEM
+    The Chinchilla budget of every variant is 20 x this number (docs/design/experiments.md#s7-training-recipe), so a CEM
     variant trains on the same tokens as its baseline.
     """
     d = cfg.dims

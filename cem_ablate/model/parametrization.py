@@ -38,7 +38,7 @@ Decisions for the energy-derived layers (measured in docs/results/transfer.md):
   neither the readout nor the input rule fits both uses. Their product is a D x D matrix whose
   update must be Θ(1/D) per entry (a hidden matrix's): with init and lr both ∝ m^-1/2 per factor,
   ΔU V^T + U ΔV^T is ∝ m^-1/2 · m^-1/2 = m^-1 per entry, exactly the hidden class's.
-- The preconditioner diagonal is softplus(sqrt(D) p) (SPEC §4): Adam moves p by ~lr a step, so the
+- The preconditioner diagonal is softplus(sqrt(D) p) (docs/design/layers.md#s4-preconditioners): Adam moves p by ~lr a step, so the
   entry moves by sqrt(D)·lr; lr ∝ m^-1/2 keeps that Θ(1). p's init 1/sqrt(D) already makes the
   initial entry softplus(1) at every width.
 - The KQ-diagonal term c·(δ⊙x) sums D coordinates: δ is a vector (lr unscaled) and the muP

@@ -6,24 +6,24 @@ dataclass (`cem_ablate.registry.register`). The model builds it as
     factory(dims: ModelDims, options: <its options dataclass> | None, steps: int) -> nn.Module
 
 `steps` is the recursion steps T it runs itself (1 unless it declares
-`supports_recursion`; under `depth_mode: reuse` the block repeats it instead, SPEC §5).
+`supports_recursion`; under `depth_mode: reuse` the block repeats it instead, docs/design/layers.md#s5-plain-layer-reuse).
 
 MUST (`Sublayer`):
     forward(h) -> h'               the residual stream (B, J, D) -> (B, J, D), its own
                                    norm and residual included (CEM absorbs the residual
-                                   into its recursion, SPEC §2)
+                                   into its recursion, docs/design/layers.md#s2-cem-attention)
     flops_per_token(seq_len)       forward FLOPs per token (recursion steps included)
 
 MAY, each with its default here and nowhere else:
     supports_recursion = False     class attribute: runs `steps` > 1 itself
-    backward_flops_per_token(seq_len)   default 2 x forward (SPEC §2: `backprop_steps`
+    backward_flops_per_token(seq_len)   default 2 x forward (docs/design/layers.md#s2-cem-attention: `backprop_steps`
                                    k < T differentiates fewer steps, so CEM says less)
     energy(x, h) -> (B,), track_energy, energy_trace
                                    the energy of each recursion step, recorded while
-                                   `track_energy` is set (SPEC §2-§3); default: none
+                                   `track_energy` is set (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp); default: none
     resolved_kernel(device) -> str the attention kernel it runs on `device` (bench
                                    metadata); default: none ("torch")
-    JointStep                      the Energy-Transformer joint step (SPEC §11.3)
+    JointStep                      the Energy-Transformer joint step (docs/design/energy-lens.md#s11-3-energy-transformer-block)
     parameter_classes() -> {name: class}
                                    the muP class of its parameters (names relative to the
                                    module, any submodule's included; classes in
@@ -91,7 +91,7 @@ class BackwardFlops(Protocol):
 
 @runtime_checkable
 class EnergyTracking(Protocol):
-    """A sublayer that descends an energy and can record it per step (SPEC §2-§3)."""
+    """A sublayer that descends an energy and can record it per step (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp)."""
 
     track_energy: bool  # record `energy_trace` on the next forward passes
     energy_trace: list[float]  # mean energy of each recursion step of the last forward
@@ -106,7 +106,7 @@ class KernelChoice(Protocol):
 
 @runtime_checkable
 class JointStep(Protocol):
-    """The joint step of the Energy-Transformer parallel block (SPEC §11.3).
+    """The joint step of the Energy-Transformer parallel block (docs/design/energy-lens.md#s11-3-energy-transformer-block).
 
     The block normalizes once with the attention's `norm`, computes each sublayer's
     `step_context` once from c = RMSNorm(h), and then takes T steps

@@ -5,7 +5,7 @@ times and plain reuse `repeats` times, because tied weights are used more than o
 (6·N understates CEM compute). Attention scores use the causal average context
 (J+1)/2. Backward FLOPs are 2x the forward count of what is differentiated: a module
 with `backward_flops_per_token(seq_len)` says so itself (CEM sublayers with
-`backprop_steps: k < T` run the first T - k steps forward only, SPEC §2); training
+`backprop_steps: k < T` run the first T - k steps forward only, docs/design/layers.md#s2-cem-attention); training
 FLOPs per token are forward + backward (3x forward when every step is differentiated).
 """
 
@@ -48,7 +48,7 @@ def _component_of(name: str, module_path: list[str]) -> str:
         return "embedding"
     if name.startswith("lm_head"):
         return "head"
-    if name.endswith("stream_logit"):  # the velocity stream's momenta (SPEC §11.2)
+    if name.endswith("stream_logit"):  # the velocity stream's momenta (docs/design/energy-lens.md#s11-2-velocity-stream)
         return "stream"
     if "attention" in module_path:
         return "attention"
@@ -75,7 +75,7 @@ def model_report(model: nn.Module, seq_len: int) -> ModelReport:
                                       ("mlp", block.mlp, block.mlp_repeats)):
             flops[f"blocks.{i}.{kind}"] = repeats * module.flops_per_token(seq_len)
             backward += repeats * backward_flops_per_token(module, seq_len)
-        stream = block.stream_flops_per_token()  # velocity updates (SPEC §11.2); 0 on the residual stream
+        stream = block.stream_flops_per_token()  # velocity updates (docs/design/energy-lens.md#s11-2-velocity-stream); 0 on the residual stream
         if stream:
             flops[f"blocks.{i}.stream"] = stream
             backward += 2.0 * stream

@@ -1,18 +1,18 @@
-"""Decoder-only Transformer assembled from registered sublayers (SPEC §1, §10, §11).
+"""Decoder-only Transformer assembled from registered sublayers (docs/design/layers.md#s1-llama-baseline, docs/design/contract.md#s10-public-contract, docs/design/energy-lens.md#s11-energy-lens).
 
     h = embed(ids); for each block: h = attention(h) [x repeats]; h = mlp(h) [x repeats]
     logits = lm_head(norm(h))
 
 Sublayers own their norm and residual (CEM absorbs the residual into its recursion),
 so a block is just the two of them in order. Under `depth_mode: reuse` the block
-applies a sublayer `repeats` times with the same weights (SPEC §5).
+applies a sublayer `repeats` times with the same weights (docs/design/layers.md#s5-plain-layer-reuse).
 
-Two model options change how a block uses its sublayers (SPEC §11):
-- `stream: heavy_ball | nesterov` (§11.2) carries a velocity v across depth: each
+Two model options change how a block uses its sublayers (docs/design/energy-lens.md#s11-energy-lens):
+- `stream: heavy_ball | nesterov` (docs/design/energy-lens.md#s11-2-velocity-stream) carries a velocity v across depth: each
   sublayer application f contributes its increment F(y) = f(y) - y to v, and x moves by
   v. A block then maps (x, v) to (x, v); `stream: residual` (the default) builds
   exactly the block above, with no extra parameters.
-- `block: parallel` (§11.3) replaces "attention, then MLP" by T joint steps on the sum
+- `block: parallel` (docs/design/energy-lens.md#s11-3-energy-transformer-block) replaces "attention, then MLP" by T joint steps on the sum
   of both energies at one normalized state (`ParallelBlock`).
 """
 
@@ -40,7 +40,7 @@ class Block(nn.Module):
     With `stream` other than residual the block owns, per sublayer l (attention, MLP),
     the momentum logit a_l (`stream_logit`, mu_l = sigmoid(a_l), init
     logit(stream_momentum)) and, with `velocity_norm: rms`, an RMSNorm of v
-    (`velocity_norm[l]`). SPEC §11.2 indexes mu by sublayer, so under plain reuse every
+    (`velocity_norm[l]`). docs/design/energy-lens.md#s11-2-velocity-stream indexes mu by sublayer, so under plain reuse every
     application of a sublayer is one stream update with that sublayer's mu_l and norm.
     """
 
@@ -63,7 +63,7 @@ class Block(nn.Module):
 
     @property
     def n_stream_sublayers(self) -> int:
-        """The sublayers l that own a stream momentum mu_l (SPEC §11.2: attention, MLP)."""
+        """The sublayers l that own a stream momentum mu_l (docs/design/energy-lens.md#s11-2-velocity-stream: attention, MLP)."""
         return 2
 
     def stream_steps(self) -> list[StreamStep]:
@@ -103,7 +103,7 @@ class Block(nn.Module):
         mu = torch.sigmoid(self.stream_logit)
         norms = getattr(self, "velocity_norm", None)
         for index, f in steps:
-            # SPEC §11.2: nesterov evaluates the sublayer at the look-ahead y = x + mu v.
+            # docs/design/energy-lens.md#s11-2-velocity-stream: nesterov evaluates the sublayer at the look-ahead y = x + mu v.
             y = x + mu[index] * v if self.stream == "nesterov" else x
             v = mu[index] * v + (f(y) - y)
             if norms is not None:
@@ -129,7 +129,7 @@ def _decode_application(sublayer: nn.Module, states: dict, name: str, position: 
 
 
 class ParallelBlock(Block):
-    """The Energy Transformer's joint step, causal (SPEC §11.3, `block: parallel`):
+    """The Energy Transformer's joint step, causal (docs/design/energy-lens.md#s11-3-energy-transformer-block, `block: parallel`):
 
         c = RMSNorm(h) (the attention's norm; the MLP's own norm is removed)
         x^0 = h ;  u^t = c if t = 0 else RMSNorm(x^t)
@@ -145,7 +145,7 @@ class ParallelBlock(Block):
 
     def __init__(self, attention: nn.Module, mlp: nn.Module, steps: int = 1, **stream_options):
         # The MLP's norm is not used by the joint step: drop it before the parameters are
-        # counted or registered with an optimizer (SPEC §11.3: one RMSNorm per block).
+        # counted or registered with an optimizer (docs/design/energy-lens.md#s11-3-energy-transformer-block: one RMSNorm per block).
         if "norm" in mlp._modules:
             del mlp.norm
         super().__init__(attention, mlp, **stream_options)
@@ -183,7 +183,7 @@ class ParallelBlock(Block):
         return self.joint_steps(h, c, ctx_att, ctx_mlp, tracking=False)
 
     def joint_steps(self, h: torch.Tensor, c: torch.Tensor, ctx_att, ctx_mlp, tracking: bool) -> torch.Tensor:
-        """The T joint steps from x^0 = h (SPEC §11.3)."""
+        """The T joint steps from x^0 = h (docs/design/energy-lens.md#s11-3-energy-transformer-block)."""
         if tracking:
             self.energy_trace = []
         x = h
@@ -228,7 +228,7 @@ class CEMTransformer(nn.Module):
 
     def run_blocks(self, h: torch.Tensor, blocks=None) -> torch.Tensor:
         """The stream x after `blocks` (default: the model's own; the bench passes compiled
-        ones). On a velocity stream (SPEC §11.2) v starts at 0 after the embedding and the
+        ones). On a velocity stream (docs/design/energy-lens.md#s11-2-velocity-stream) v starts at 0 after the embedding and the
         final norm reads x."""
         blocks = self.blocks if blocks is None else blocks
         if self.blocks[0].stream == "residual":
@@ -241,7 +241,7 @@ class CEMTransformer(nn.Module):
         return h
 
     def parameter_groups(self, weight_decay: float) -> list[dict]:
-        """AdamW groups (SPEC §7): decay matrices and embeddings only.
+        """AdamW groups (docs/design/experiments.md#s7-training-recipe): decay matrices and embeddings only.
 
         Norm gains, KQ diagonals, preconditioner parameters, ALiBi self biases and
         step sizes are not decayed. Matrices are the weights of nn.Linear and
@@ -259,7 +259,7 @@ class CEMTransformer(nn.Module):
             {"params": no_decay, "weight_decay": 0.0},
         ]
 
-    # -- energy tracking (SPEC §2-§3: do the recursion steps descend?) ----------------
+    # -- energy tracking (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp: do the recursion steps descend?) ----------------
     def cem_sublayers(self) -> dict[str, nn.Module]:
         """The sublayers that record their energy per step (protocol.EnergyTracking)."""
         return {name: m for name, m in self.named_modules() if tracks_energy(m)}

@@ -1,4 +1,4 @@
-"""The report's GP-draws section: Table 3 with the function draw as the unit (SPEC §9).
+"""The report's GP-draws section: Table 3 with the function draw as the unit (docs/design/experiments.md#s9-gaussian-process-study).
 
 A study gets this section when its variants are GP regressions over at least two
 `data.gp.data_seed` values (studies/table3_gp_draws.yaml). Variants are sorted by

@@ -1,4 +1,4 @@
-"""The report's learning-rate drift section (SPEC §12): does lr* stay put across width?
+"""The report's learning-rate drift section (docs/design/parametrization.md#s12-parametrization): does lr* stay put across width?
 
 A study gets this section when some of its variants differ in width alone: the same
 `model:` but for `d_model` and `d_mlp` (a *family*), at two widths or more

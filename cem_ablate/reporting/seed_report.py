@@ -18,7 +18,7 @@ from cem_ablate.study.verdicts import AT_OPTIMA, Test
 DEFINITIONS = (
     "Seeds: every number is over the seeds that finished. mean ± std: sample standard deviation "
     "(n - 1). lr* and {m}*: minimum of the Akima interpolation of the seed-mean {m} over log2(lr) "
-    "(SPEC §8), with an interval where its coverage at that number of seeds was checked by simulation, "
+    "(docs/design/experiments.md#s8-learning-rate-search), with an interval where its coverage at that number of seeds was checked by simulation, "
     "else \"n too small\". \"edge\": the optimum sits at an end of a grid of ≥ 2 learning rates, so lr* "
     "is only a bound.")
 

@@ -1,7 +1,7 @@
 """What a variant costs, known before training: parameters, FLOPs, tokens, GPU-hours.
 
 Parameters and forward FLOPs per token come from `model_report` (recursion steps
-counted T times); training FLOPs per token are 3x forward (SPEC §7 recipe, backward
+counted T times); training FLOPs per token are 3x forward (docs/design/experiments.md#s7-training-recipe recipe, backward
 = 2x forward). The token budget is the training engine's own resolution
 (`resolve_run`: max_steps, a token count, or Chinchilla = 20 x the Llama baseline's
 parameters). GPU-hours assume a dense bf16 peak and an MFU, both options

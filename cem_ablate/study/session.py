@@ -24,6 +24,7 @@ import yaml
 from cem_ablate.config.identity import digest
 from cem_ablate.study.storage import StorageSettings, claim_lock, close_storage, open_storage
 from cem_ablate.study.ledger import record_study, study_facts, trial_facts
+from cem_ablate.study.staleness import stale_cause
 from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name, slug
 
@@ -141,26 +142,16 @@ class StudySession:
         code changed, when the stale trials recorded their code parts)."""
         count = sum(len(slots) for slots in stale.values())
         names = [v.name for v in self.variants if stale.get(v.key)]
-        old, new, changed = set(), set(), set()
-        for variant in self.variants:
-            if not stale.get(variant.key):
-                continue
-            current = variant.config.code_fingerprint()
-            new.add(current.digest)
-            for facts in (trial_facts(t) for ts in stale[variant.key].values() for t in ts):
-                old.add(facts.code_fingerprint or "unrecorded")
-                if facts.code_parts is not None:
-                    changed.update(current.changed_parts(dict(facts.code_parts)))
+        cause = stale_cause((variant.config.code_fingerprint(), trial_facts(t))
+                            for variant in self.variants if stale.get(variant.key)
+                            for ts in stale[variant.key].values() for t in ts)
         trained = f"{count} trial{'s' if count != 1 else ''} {'were' if count != 1 else 'was'} trained"
         variants = f"(variant{'s' if len(names) != 1 else ''}: {', '.join(names)})"
-        if old == new:  # same code: the data or the platform version changed the key
+        if not cause.code_changed:  # same code: the data or the platform version changed the key
             return f"trial keys changed since {trained} {variants}: data or platform version; retraining them"
-        where = ""
-        if changed:
-            shown = sorted(changed)
-            where = f" in {', '.join(shown[:4])}" + (f" (+{len(shown) - 4} more)" if len(shown) > 4 else "")
-        return (f"code changed since {trained} {variants}: fingerprint {', '.join(sorted(old))} -> "
-                f"{', '.join(sorted(new))}{where}; retraining them")
+        where = f" in {cause.where()}" if cause.files else ""
+        return (f"code changed since {trained} {variants}: fingerprint {', '.join(sorted(cause.old))} -> "
+                f"{', '.join(sorted(cause.new))}{where}; retraining them")
 
     def finished_elsewhere(self, trial_key: str, optuna_study: str):
         """A finished or diverged trial of `trial_key` in another Optuna study, or None."""

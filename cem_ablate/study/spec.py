@@ -51,7 +51,7 @@ TRIAL_KEYS = ("train.lr", "train.seed")
 
 @dataclass(frozen=True)
 class LrSearchConfig:
-    """How learning rates are chosen per variant (SPEC §8)."""
+    """How learning rates are chosen per variant (docs/design/experiments.md#s8-learning-rate-search)."""
 
     method: Literal["grid", "tpe", "random", "transfer"] = "grid"  # grid; tpe / random: Optuna samplers; transfer: tune a proxy
     grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))  # grid / transfer: the learning rates tried
@@ -64,7 +64,7 @@ class LrSearchConfig:
     high: float | None = None  # tpe / random: the range's upper end
     n_trials: int | None = None  # tpe / random: learning rates drawn per seed
     pruner: Literal["none", "median", "successive_halving"] = "none"  # Optuna pruner stopping unpromising trials early
-    interpolation: Literal["akima", "makima"] = "akima"  # the fit over log2(lr) that gives lr* and ppl* (SPEC §8)
+    interpolation: Literal["akima", "makima"] = "akima"  # the fit over log2(lr) that gives lr* and ppl* (docs/design/experiments.md#s8-learning-rate-search)
     sampler_seed: int = 0  # tpe / random: the sampler's seed (plus the worker's index)
 
     def validate(self, path: str) -> None:
@@ -322,7 +322,7 @@ class StudySpec:
 
     def _validate_forecast(self, path: str, run_keys: list[tuple[str, str]]) -> None:
         """A forecast trains each width at its proxy's lr*, which holds across width under mup only
-        (SPEC §12); the ladder owns the width."""
+        (docs/design/parametrization.md#s12-parametrization); the ladder owns the width."""
         where = join(path, "forecast")
         require(self.lr_search.method == "transfer", join(path, "lr_search.method"),
                 "a forecast trains every width at its proxy's transferred lr*: it needs method transfer "
@@ -330,7 +330,7 @@ class StudySpec:
         model = self.base.get("model") if isinstance(self.base, dict) else None
         base_parametrization = model.get("parametrization", "standard") if isinstance(model, dict) else "standard"
         require(base_parametrization == "mup", join(path, "base.model.parametrization"),
-                f"a forecast needs parametrization: mup (lr* transfers across width under mup only, SPEC §12), "
+                f"a forecast needs parametrization: mup (lr* transfers across width under mup only, docs/design/parametrization.md#s12-parametrization), "
                 f"got {base_parametrization}.")
         overrides = list(run_keys) + [(f"forecast.target.{k}", k) for k in self.forecast.target]
         overrides += [(f"forecast.ladder[{i}].{k}", k) for i, rung in enumerate(self.forecast.ladder) for k in rung]

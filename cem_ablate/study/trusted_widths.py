@@ -1,6 +1,6 @@
 """Where learning-rate transfer has been shown to hold: the one rule, and its warning line.
 
-Under `parametrization: mup` (SPEC §12) a proxy's lr* is trained at other widths (a transfer
+Under `parametrization: mup` (docs/design/parametrization.md#s12-parametrization) a proxy's lr* is trained at other widths (a transfer
 target, a forecast's ladder). Measured on two recipes (docs/results/forecast.md, "Which
 proxies to trust"), lr* held within the drift bound from d_head 16 up, at and above the base
 width, and the narrowest width measured (4 heads at d_model 32: d_head 8, below the base width

@@ -1,1 +1,1 @@
-"""Training one run: recipe (SPEC §7), Lightning modules, Trainer factory, budgets, engine."""
+"""Training one run: recipe (docs/design/experiments.md#s7-training-recipe), Lightning modules, Trainer factory, budgets, engine."""

@@ -1,4 +1,4 @@
-"""How long a run trains: token budget, optimizer steps, gradient accumulation (SPEC §7).
+"""How long a run trains: token budget, optimizer steps, gradient accumulation (docs/design/experiments.md#s7-training-recipe).
 
 - The effective batch (sequences per optimizer step) is fixed by the config; the
   accumulation that reaches it follows from the devices present:
@@ -54,7 +54,7 @@ class Budget:
 
 
 def chinchilla_tokens(model: ModelConfig) -> int:
-    """20 x the parameters of the Llama baseline of the same size and vocabulary (SPEC §7)."""
+    """20 x the parameters of the Llama baseline of the same size and vocabulary (docs/design/experiments.md#s7-training-recipe)."""
     return CHINCHILLA_TOKENS_PER_PARAM * llama_baseline_params(model)
 
 

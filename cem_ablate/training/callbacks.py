@@ -31,7 +31,7 @@ class ThroughputMonitor(L.Callback):
     logged on the logging steps (`tokens_per_sec`, `mfu`, `tokens_seen`).
     MFU = training FLOPs/token x tokens/s / peak FLOP/s of all devices together, with
     the model report's training count (forward + backward; 3 x forward unless a CEM
-    sublayer differentiates only its last k steps, SPEC §2).
+    sublayer differentiates only its last k steps, docs/design/layers.md#s2-cem-attention).
     """
 
     def __init__(self, tokens_per_micro_batch: int, tokens_per_step: int, train_flops_per_token: float,

@@ -5,7 +5,7 @@
     train: {lr: 2e-3, batch_size: 16, max_steps: 300}
     data:  {source: stdlib, tokenizer: byte, block_size: 128}
 
-The optimizer defaults are the paper's recipe (SPEC §7, Table 2); the batch, budget
+The optimizer defaults are the paper's recipe (docs/design/experiments.md#s7-training-recipe, Table 2); the batch, budget
 and evaluation defaults are CPU-sized.
 
 Two facts have their single owner here:
@@ -47,12 +47,12 @@ class TrainConfig:
     batch_size: int = 8  # sequences per device per micro-batch
     effective_batch: int | None = None  # sequences per optimizer step; null: batch_size x devices x nodes
     eval_batch_size: int | None = None  # null: batch_size
-    token_budget: int | str | None = None  # tokens, e.g. 2e6, or "chinchilla" (SPEC §7)
+    token_budget: int | str | None = None  # tokens, e.g. 2e6, or "chinchilla" (docs/design/experiments.md#s7-training-recipe)
     max_steps: int | None = None  # optimizer steps; exclusive with token_budget
-    warmup_frac: float = 0.05  # linear warmup over this fraction of the steps (SPEC §7)
+    warmup_frac: float = 0.05  # linear warmup over this fraction of the steps (docs/design/experiments.md#s7-training-recipe)
     final_lr_frac: float = 0.1  # the cosine decays to lr x this at the last step
-    weight_decay: float = 0.1  # AdamW's, on matrices and embeddings only (SPEC §7)
-    decay_preconditioner: bool = False  # weight decay on preconditioner p, U, V too (SPEC §7: not decayed)
+    weight_decay: float = 0.1  # AdamW's, on matrices and embeddings only (docs/design/experiments.md#s7-training-recipe)
+    decay_preconditioner: bool = False  # weight decay on preconditioner p, U, V too (docs/design/experiments.md#s7-training-recipe: not decayed)
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW's (beta1, beta2)
     eps: float = 1e-9  # AdamW's epsilon
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping

@@ -1,4 +1,4 @@
-"""Training a `GPRegressor` (SPEC §9): mean squared error loss, RMSE metric.
+"""Training a `GPRegressor` (docs/design/experiments.md#s9-gaussian-process-study): mean squared error loss, RMSE metric.
 
 Logs `val_rmse` / `test_rmse`, and `val_loss` = validation MSE (what pruning reads).
 """

@@ -1,4 +1,4 @@
-"""A regressor made of MLP sublayers, for GP regression (SPEC §9, Table 3).
+"""A regressor made of MLP sublayers, for GP regression (docs/design/experiments.md#s9-gaussian-process-study, Table 3).
 
     x (dim) -> input projection (D) -> n_layers x mlp sublayer [T steps] -> RMSNorm -> head (1)
 
@@ -41,7 +41,7 @@ class GPRegressor(nn.Module):
         return self.head(self.norm(h)).squeeze(-1).squeeze(-1)
 
     def parameter_groups(self, weight_decay: float) -> list[dict]:
-        """Decay matrices only (SPEC §7), as the language models do."""
+        """Decay matrices only (docs/design/experiments.md#s7-training-recipe), as the language models do."""
         decay_ids = {id(m.weight) for m in self.modules() if isinstance(m, nn.Linear)}
         decay = [p for p in self.parameters() if id(p) in decay_ids]
         rest = [p for p in self.parameters() if id(p) not in decay_ids]

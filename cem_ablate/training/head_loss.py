@@ -7,7 +7,7 @@ the benchmark's step (`bench.train_step`) both call `head_loss_unit`, so the ben
 times exactly what training runs ("training = bench").
 
 Two implementations of the same function (mean cross-entropy over the targets that
-are not `ignore_index`, on logits upcast to at least float32, SPEC §7):
+are not `ignore_index`, on logits upcast to at least float32, docs/design/experiments.md#s7-training-recipe):
 
 - `plain`: `cross_entropy(lm_head(norm(h)).float(), targets)`, autograd as usual. It
   materializes the (N, vocab) logits and their fp32 copy and gradient: at 16,384 tokens
@@ -65,7 +65,7 @@ def head_loss(hidden: torch.Tensor, norm: nn.Module, weight: torch.Tensor, targe
     """Mean next-token cross-entropy of `lm_head(norm(hidden))` against `targets`.
 
     hidden (..., D), targets (...) of the same leading shape, weight (vocab, D) (the
-    bias-free LM head, SPEC §1). `impl` is `plain` or `chunked` (resolve `auto` first).
+    bias-free LM head, docs/design/layers.md#s1-llama-baseline). `impl` is `plain` or `chunked` (resolve `auto` first).
     """
     if impl == "plain":
         logits = F.linear(norm(hidden), weight)
@@ -146,7 +146,7 @@ def head_loss_unit(model: nn.Module, impl: str, *, compile: bool = False, chunk_
     if impl not in ("plain", "chunked"):
         raise ValueError(f"resolve {impl!r} with resolve_loss_impl first")
     if getattr(model.lm_head, "bias", None) is not None:
-        raise ValueError("head_loss expects a bias-free LM head (SPEC §1)")
+        raise ValueError("head_loss expects a bias-free LM head (docs/design/layers.md#s1-llama-baseline)")
 
     def unit(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return head_loss(hidden, model.norm, model.lm_head.weight, targets, impl=impl, chunk_tokens=chunk_tokens,

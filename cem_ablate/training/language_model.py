@@ -8,7 +8,7 @@ graph beside the blocks. Evaluation: perplexity through torchmetrics
 (exact over the whole evaluation set and synced across ranks), logged as
 `{stage}_ppl` and `{stage}_loss` = log(ppl) - the study's pruning callback reads
 `val_loss` - plus `{stage}_recall_acc` for MQAR. At each validation, CEM models also
-log the energy before and after every recursion step on one batch (SPEC §2-§3:
+log the energy before and after every recursion step on one batch (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp:
 the steps should descend), as `energy/<sublayer>/step<t>`.
 """
 

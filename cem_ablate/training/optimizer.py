@@ -1,4 +1,4 @@
-"""AdamW and gradient clipping as every training step runs them (SPEC §7).
+"""AdamW and gradient clipping as every training step runs them (docs/design/experiments.md#s7-training-recipe).
 
 The training recipe (`RecipeModule`) and the benchmark's step (`bench.train_step`) both
 build their optimizer and clip their gradients here, with the hyper-parameters of

@@ -1,8 +1,8 @@
-"""The training recipe every task shares (SPEC §7): optimizer, schedule, divergence stop.
+"""The training recipe every task shares (docs/design/experiments.md#s7-training-recipe): optimizer, schedule, divergence stop.
 
 AdamW with the model's parameter groups (decay on matrices and embeddings only;
 `train.decay_preconditioner: true` moves the preconditioners' p, U, V into the decayed
-group, as a plain AdamW setup would: SPEC §7 leaves them undecayed), lr warmup then cosine to `final_lr_frac` of the peak, stepped per optimizer step.
+group, as a plain AdamW setup would: docs/design/experiments.md#s7-training-recipe leaves them undecayed), lr warmup then cosine to `final_lr_frac` of the peak, stepped per optimizer step.
 Gradient clipping (`train.grad_clip`, global norm) is the module's own, in
 `configure_gradient_clipping`, not the Trainer's `gradient_clip_val`, which Lightning
 refuses for a fused AdamW even under bf16-mixed (`training.optimizer`).
@@ -165,7 +165,7 @@ class RecipeModule(L.LightningModule):
 
 
 def preconditioner_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """p, U, V of every registered preconditioner module in `model` (SPEC §4)."""
+    """p, U, V of every registered preconditioner module in `model` (docs/design/layers.md#s4-preconditioners)."""
     kinds = tuple(spec.factory for spec in registry.all_specs()
                   if spec.kind == "preconditioner" and isinstance(spec.factory, type))
     return [p for m in model.modules() if isinstance(m, kinds) for p in m.parameters(recurse=False)]

@@ -1,4 +1,4 @@
-"""Learning-rate schedule of the paper (SPEC §7): linear warmup, cosine to a floor."""
+"""Learning-rate schedule of the paper (docs/design/experiments.md#s7-training-recipe): linear warmup, cosine to a floor."""
 
 from __future__ import annotations
 

@@ -315,8 +315,8 @@ def run_config_markdown() -> str:
                     "T: the recursion steps taken inside the component (`depth_mode: recursion`), or how often "
                     "the block applies it (`reuse`)"),
                 Key("depth_mode", type_name(hints["depth_mode"]), default_text(fields["depth_mode"]),
-                    "recursion: T steps inside the component, context and keys fixed (SPEC §2-§3); "
-                    "reuse: the whole sublayer applied T times with the same weights (SPEC §5)")]
+                    "recursion: T steps inside the component, context and keys fixed (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp); "
+                    "reuse: the whole sublayer applied T times with the same weights (docs/design/layers.md#s5-plain-layer-reuse)")]
     assert tuple(k.name for k in sublayer) == GENERIC_SUBLAYER_KEYS, GENERIC_SUBLAYER_KEYS
     return "\n".join([
         "## Top level", "", key_table(run), "",

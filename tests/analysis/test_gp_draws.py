@@ -1,4 +1,4 @@
-"""Table 3's draws as the unit (SPEC §9): intervals over draws, the exact-GP floor."""
+"""Table 3's draws as the unit (docs/design/experiments.md#s9-gaussian-process-study): intervals over draws, the exact-GP floor."""
 
 import math
 

@@ -40,7 +40,7 @@ def test_variant_names_map_to_model_configs():
 
 
 def test_energy_lens_variants_map_to_model_configs():
-    """The energy-lens options (SPEC §11) as bench variants: momentum modifiers, the velocity stream, the
+    """The energy-lens options (docs/design/energy-lens.md#s11-energy-lens) as bench variants: momentum modifiers, the velocity stream, the
     parallel Hopfield block, and model options in the `label={yaml}` form."""
     hb = parse_variant("cem_attn_t2_hb")
     assert hb.sublayers["attention"] == {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank",
@@ -75,7 +75,7 @@ def test_variant_help_lists_every_modifier_and_model_option():
     ("cem_attn_t2_fast", "modifier 'fast'"),
     ("cem_attn_t2_hb_nesterov", "choose one"),
     ("cem_attn_t1_hb", "learnable_momentum"),  # mu has no effect at T = 1: the model config refuses it
-    ("et_parallel_t2_hb", "update"),  # the joint step is plain gradient descent (SPEC §11.3)
+    ("et_parallel_t2_hb", "update"),  # the joint step is plain gradient descent (docs/design/energy-lens.md#s11-3-energy-transformer-block)
     ("et_parallel_t0", "T must be >= 1"),
     ("mine={stream: nesterow}", "Did you mean 'nesterov'"),
     ("mine={depth: 3}", "keys among attention, mlp, stream"),

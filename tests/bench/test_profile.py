@@ -90,7 +90,7 @@ def test_bench_writes_and_renders_the_profiles(tmp_path, capsys):
     matmuls = [e for e in events if e.get("name") == "aten::mm"]
     assert matmuls and all(e["args"]["Input Dims"] for e in matmuls)  # record_shapes
     # with_flops: the counted matmul FLOPs lie between the LM head's forward GEMM alone and
-    # the whole training step's FLOPs (3x the model report's forward count, SPEC §7)
+    # the whole training step's FLOPs (3x the model report's forward count, docs/design/experiments.md#s7-training-recipe)
     tokens, head = 2 * 16, 64 * 256
     assert 2 * tokens * head < row["profile"]["flops_per_step"] <= row["train_flops_per_token"] * tokens
     assert main(["bench", "--render", str(out)]) == 0

@@ -1,8 +1,8 @@
-"""An independent float64 implementation of SPEC §2-§4, written for clarity, not speed.
+"""An independent float64 implementation of docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s4-preconditioners, written for clarity, not speed.
 
 Loops over heads, builds every preconditioner as a dense D x D matrix and evaluates
 phi with scipy's dilogarithm. It reads parameters only through the public names of
-SPEC §10, so it checks the modules against the spec rather than against themselves.
+docs/design/contract.md#s10-public-contract, so it checks the modules against the spec rather than against themselves.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def dense_preconditioner(precond, d_model, head=None):
 
 
 def attention_scores(layer, x, c):
-    """s[b, k, i, j] of SPEC §2 with query state x and context c."""
+    """s[b, k, i, j] of docs/design/layers.md#s2-cem-attention with query state x and context c."""
     B, J, D = x.shape
     K = layer.n_heads
     d = D // K
@@ -65,7 +65,7 @@ def attention_energy(layer, x, h):
 
 
 def recursion(h, gain, steps, update, recursion_state="raw", backprop_steps=None):
-    """SPEC §2's recursion around a step x -> x + update(u), written out literally.
+    """docs/design/layers.md#s2-cem-attention's recursion around a step x -> x + update(u), written out literally.
 
     raw: x0 = h, u = RMSNorm(x) every step (u0 = c); output x^T.
     normalized: x0 = c, u0 = c, u = RMSNorm(x) later; output h + (x^T - x0).

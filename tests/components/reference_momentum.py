@@ -1,8 +1,8 @@
-"""An independent float64 implementation of SPEC §11.1 (momentum over the recursion
-steps) and of the §11.3 Hopfield MLP, written out literally with plain loops.
+"""An independent float64 implementation of docs/design/energy-lens.md#s11-1-momentum (momentum over the recursion
+steps) and of the docs/design/energy-lens.md#s11-3-energy-transformer-block Hopfield MLP, written out literally with plain loops.
 
 The descent directions of CEM attention and the CEM MLP come from `reference_cem`
-(SPEC §2-§4 with dense preconditioners); this module adds the (x, v) recursion and the
+(docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s4-preconditioners with dense preconditioners); this module adds the (x, v) recursion and the
 Hopfield energy and update. Parameters are read through their public names only.
 """
 
@@ -16,7 +16,7 @@ from tests.components.reference_cem import dense_preconditioner, rms_norm
 
 def momentum_recursion(h, gain, steps, update, method="gd", mu=0.0, recursion_state="raw", backprop_steps=None,
                        query_states=None):
-    """SPEC §11.1 around `update(u)` = eta Delta(u):
+    """docs/design/energy-lens.md#s11-1-momentum around `update(u)` = eta Delta(u):
 
         v^0 = 0;  y^t = x^t (gd, heavy_ball) or x^t + mu v^t (nesterov)
         u^t = c if t = 0 else RMSNorm(y^t);  v^{t+1} = mu v^t + update(u^t);  x^{t+1} = x^t + v^{t+1}
@@ -50,7 +50,7 @@ def momentum_recursion(h, gain, steps, update, method="gd", mu=0.0, recursion_st
     return h + (x - x0) if recursion_state == "normalized" else x
 
 
-# -- the Hopfield MLP (SPEC §11.3) ---------------------------------------------------------------
+# -- the Hopfield MLP (docs/design/energy-lens.md#s11-3-energy-transformer-block) ---------------------------------------------------------------
 def hopfield_energy(layer, x):
     """E(x) = -1/2 Σ_positions ||ReLU(Xi x)||^2, shape (B,)."""
     z = torch.clamp(x @ layer.xi.weight.T, min=0.0)

@@ -40,7 +40,7 @@ def test_one_step_is_gradient_descent():
 
 
 def test_t1_identity_is_tied_swiglu():
-    """gate_proj = V, up_proj = W, down_proj = V^T (SPEC §3)."""
+    """gate_proj = V, up_proj = W, down_proj = V^T (docs/design/layers.md#s3-cem-mlp)."""
     layer = build_sublayer("mlp", {"name": "cem"})
     h = random_stream()
     x = layer.norm(h)

@@ -4,7 +4,7 @@
 One compiled graph covers the whole zoo: blocks of several one-layer models
 (every registered attention and MLP, the CEM options that change the code path,
 plain reuse, per-step checkpointing, the normalized recursion state, truncated
-backpropagation, whose no_grad steps must not break the graph, and SPEC §11.1
+backpropagation, whose no_grad steps must not break the graph, and docs/design/energy-lens.md#s11-1-momentum
 momentum) are chained in one module and compiled with `fullgraph=True`, which raises
 on any graph break. Compiled and eager forward outputs and gradients must agree in
 float32 to 1e-4.
@@ -31,7 +31,7 @@ DIMS = {"d_model": 32, "n_layers": 1, "n_heads": 4, "d_mlp": 48, "vocab_size": 5
 
 BLOCKS = [  # (attention, mlp) sub-configs; together they name every registered attention and MLP
     ({"name": "llama", "steps": 2, "depth_mode": "reuse"}, {"name": "llama"}),
-    # SPEC §11.1 momentum (learnable mu, frozen steps: constant x and v) and the hopfield MLP
+    # docs/design/energy-lens.md#s11-1-momentum momentum (learnable mu, frozen steps: constant x and v) and the hopfield MLP
     ({"name": "cem", "kq_diag": "shared", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 2},
       "recursion_state": "normalized", "backprop_steps": 1, "update": "heavy_ball", "learnable_momentum": True},
      {"name": "hopfield", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 3}, "backprop_steps": 1,

@@ -1,4 +1,4 @@
-"""The recursion options both CEM sublayers share (SPEC §2-§3).
+"""The recursion options both CEM sublayers share (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp).
 
 `recursion_state: normalized` (x^0 = c, u^0 = c, output h + (x^T - x^0)) and
 `backprop_steps: k` (the first T - k updates under no_grad, added as a constant)

@@ -1,4 +1,4 @@
-"""The fast CEM paths compute the same function as the reference paths (SPEC §2-§3).
+"""The fast CEM paths compute the same function as the reference paths (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp).
 
 Every attention variant (KQ diagonal x diagonal update x T x preconditioner) and every
 MLP variant is run through `impl: fast` and `impl: reference` in float64 with all
@@ -152,7 +152,7 @@ def test_mlp_checkpointing_and_learnable_step_size():
 @pytest.mark.parametrize("state,k,ckpt", [("normalized", None, False), ("normalized", 2, True), ("raw", 1, False),
                                           ("raw", 2, True)])
 def test_recursion_options_fast_equals_reference(kind, sub, state, k, ckpt):
-    """recursion_state and backprop_steps (SPEC §2) through the fast path, with checkpointing."""
+    """recursion_state and backprop_steps (docs/design/layers.md#s2-cem-attention) through the fast path, with checkpointing."""
     opts = {"steps": 3, "recursion_state": state, "checkpoint_steps": ckpt}
     if k is not None:
         opts["backprop_steps"] = k
@@ -169,7 +169,7 @@ def test_recursion_options_fast_equals_reference(kind, sub, state, k, ckpt):
 ], ids=["attention-shared", "attention-exact", "mlp", "hopfield"])
 @pytest.mark.parametrize("k,ckpt", [(None, False), (2, True)])
 def test_momentum_fast_equals_reference(kind, sub, update, k, ckpt):
-    """SPEC §11.1 momentum through the fast path, with truncation and checkpointing."""
+    """docs/design/energy-lens.md#s11-1-momentum momentum through the fast path, with truncation and checkpointing."""
     opts = {"steps": 3, "update": update, "momentum": 0.6, "checkpoint_steps": ckpt, "step_size": 0.7}
     if k is not None:
         opts["backprop_steps"] = k

@@ -1,4 +1,4 @@
-"""Momentum over the recursion steps (SPEC §11.1) and the Hopfield MLP (SPEC §11.3).
+"""Momentum over the recursion steps (docs/design/energy-lens.md#s11-1-momentum) and the Hopfield MLP (docs/design/energy-lens.md#s11-3-energy-transformer-block).
 
 Every sublayer with momentum is checked against the independent float64 reference of
 `reference_momentum` (plain loops, dense preconditioners), outputs and the gradients of
@@ -277,7 +277,7 @@ def test_bad_momentum_options_are_one_error_naming_the_key(kind, name, sub, matc
         build_model({"size": "tiny", kind: {"name": name, **sub}})
 
 
-# -- memory: truncated backprop keeps momentum's peak near one step's (SPEC §11.1) ---------
+# -- memory: truncated backprop keeps momentum's peak near one step's (docs/design/energy-lens.md#s11-1-momentum) ---------
 def test_truncated_heavy_ball_at_eight_steps_peaks_near_one_step(monkeypatch):
     """T = 8 heavy ball with backprop_steps: 1 peaks at <= 1.3x the memory of T = 1 in a
     training step (measured 1.13x here: one layer, d_model 64, J = 128; 4.6x without

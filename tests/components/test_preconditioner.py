@@ -30,7 +30,7 @@ def test_paper_initialisation():
     D = 16
     pre = build_preconditioner(PreconditionerConfig("diag_lowrank", 4), D, 2, default_rank=4)
     assert pre.p.shape == (2, D) and pre.u.shape == (2, D, 4) and pre.v.shape == (2, D, 4)
-    # softplus(sqrt(D) * 1/sqrt(D)) = softplus(1) ~ 1.313 (SPEC §4)
+    # softplus(sqrt(D) * 1/sqrt(D)) = softplus(1) ~ 1.313 (docs/design/layers.md#s4-preconditioners)
     assert torch.allclose(pre.diagonal(), torch.full((2, D), 1.3132616875), atol=1e-6)
     assert pre.v.abs().max() == 0 and 0.01 < pre.u.std() < 0.03
 

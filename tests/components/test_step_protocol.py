@@ -1,10 +1,10 @@
-"""The step protocol a joint-step block drives (SPEC §11.3): `step_context(c)`, then
+"""The step protocol a joint-step block drives (docs/design/energy-lens.md#s11-3-energy-transformer-block): `step_context(c)`, then
 `direction(u, ctx)` = eta Delta(u) and `step_energy(u, ctx)` at any query state u.
 
 Every built-in sublayer must be its own forward when driven this way: at T = 1,
 forward(h) = h + direction(c, step_context(c)) with c = norm(h); CEM sublayers at
-T = 2 are x^1 + direction(RMSNorm(x^1), ctx) (SPEC §2), and their step energy is the
-energy of SPEC §2-§3 / §11.3.
+T = 2 are x^1 + direction(RMSNorm(x^1), ctx) (docs/design/layers.md#s2-cem-attention), and their step energy is the
+energy of docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp / docs/design/energy-lens.md#s11-3-energy-transformer-block.
 """
 
 from __future__ import annotations

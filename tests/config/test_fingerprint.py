@@ -4,7 +4,9 @@ copy of the sources (or a temp plugin), never in the repository."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +29,8 @@ def fresh_digests():
     fingerprint.cache_clear()
 
 
-def _append(path: Path, text: str = "\n# edited\n") -> None:
+def _append(path: Path, text: str = "\nEDITED = 1\n") -> None:
+    """An edit of what the module runs (a new constant; a comment would keep the key)."""
     path.write_text(path.read_text() + text)
 
 
@@ -62,6 +65,109 @@ def test_platform_edits_that_train_change_it_and_others_do_not(tmp_path):
     (root / "model" / "new_block.py").write_text("X = 1\n")  # a file added counts too
     fingerprint.cache_clear()
     assert code_fingerprint([], root).changed_parts(before.parts) == ["cem_ablate/model/new_block.py"]
+
+
+# -- what runs is hashed, not the bytes --------------------------------------------------
+
+def _edit_docstrings(path: Path) -> int:
+    """Put "Edited. " at the start of every docstring of the module (module, classes,
+    functions); returns how many."""
+    text = path.read_text()
+    lines = text.splitlines(keepends=True)
+    starts = [sum(map(len, lines[:n.lineno - 1])) + len(lines[n.lineno - 1].encode()[:n.col_offset].decode())
+              for node in ast.walk(ast.parse(text))
+              if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+              and ast.get_docstring(node, clean=False) is not None
+              for n in [node.body[0]]]
+    for start in sorted(starts, reverse=True):
+        quote = re.compile(r"[rRuU]?(\"\"\"|\'\'\'|\"|\')").match(text, start)
+        text = text[:quote.end()] + "Edited. " + text[quote.end():]
+    path.write_text(text)
+    return len(starts)
+
+
+def _bump_first_number(path: Path) -> bool:
+    """Change one character of the module's first int or float literal (a digit, +1 mod 10);
+    False if it has none."""
+    text = path.read_text()
+    lines = text.splitlines(keepends=True)
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.lineno == node.end_lineno:
+            line = lines[node.lineno - 1]
+            literal = line.encode()[node.col_offset:node.end_col_offset].decode()
+            digit = re.search(r"[0-9]", literal)
+            edited = literal[:digit.start()] + str((int(digit.group()) + 1) % 10) + literal[digit.end():]
+            if ast.literal_eval(edited) == node.value:
+                continue
+            start = line.encode()[:node.col_offset].decode()
+            lines[node.lineno - 1] = start + edited + line[len(start) + len(literal):]
+            path.write_text("".join(lines))
+            return True
+    return False
+
+
+def test_a_docstring_comment_or_formatting_edit_keeps_the_key(tmp_path):
+    real = code_fingerprint([])
+    root = _copy(REPO / "cem_ablate", tmp_path / "cem_ablate")
+    training = sorted((root / "training").glob("*.py"))
+    edited = 0
+    for path in training:
+        edited += _edit_docstrings(path)
+        _append(path, "\n\n# a comment\n")
+    assert edited > len(training)  # modules' and functions' docstrings
+    # a full reformat: every model module rewritten by ast.unparse (quotes, line breaks,
+    # blank lines, comments gone)
+    for path in sorted((root / "model").glob("*.py")):
+        reformatted = ast.unparse(ast.parse(path.read_text()))
+        assert reformatted != path.read_text()
+        path.write_text(reformatted)
+    fingerprint.cache_clear()
+    assert code_fingerprint([], root).digest == real.digest
+
+
+def test_a_changed_constant_changes_the_key(tmp_path):
+    """One character of a number literal in each training module changes the key, and
+    the changed parts name exactly the modules edited."""
+    root = _copy(REPO / "cem_ablate", tmp_path / "cem_ablate")
+    before = code_fingerprint([], root)
+    bumped = [p for p in sorted((root / "training").glob("*.py")) if _bump_first_number(p)]
+    assert len(bumped) >= 3
+    fingerprint.cache_clear()
+    after = code_fingerprint([], root)
+    assert after.digest != before.digest
+    assert after.changed_parts(before.parts) == sorted(f"cem_ablate/training/{p.name}" for p in bumped)
+
+
+def test_module_digest_is_of_the_tree():
+    digest = fingerprint.module_digest
+    base = digest(b'"""Doc."""\nX = 1\n\ndef f(a):\n    """Doc."""\n    return a + X\n')
+    assert digest(b'"""Other."""\nX = 1  # one\ndef f(a):\n    return (a +\n            X)\n') == base
+    assert digest(b'"""Doc."""\nX = 1.0\n\ndef f(a):\n    return a + X\n') != base  # 1 -> 1.0
+    assert digest(b'"""Doc."""\nX = 1\n\ndef f(a):\n    return a - X\n') != base
+    assert digest(b'"""Doc."""\nX = 1\n\ndef f(a):\n    print("Doc.")\n    return a + X\n') != base
+    assert digest(b"def f(:\n") != digest(b"def f( :\n")  # not parsed: its bytes
+    # Python 3.12 parses f"{k:<{w}}" with one more, empty, literal part than 3.10, 3.11 and 3.13
+    tree, with_empty = ast.parse('f"{k:<{w}}"'), ast.parse('f"{k:<{w}}"')
+    with_empty.body[0].value.values.append(ast.Constant(""))
+    assert fingerprint.normalized_tree(tree) == fingerprint.normalized_tree(with_empty)
+    assert digest(b'f"{k:<{w}}"') != digest(b'f"{k:<{w}} "')
+
+
+def test_a_plugin_is_hashed_by_what_it_runs(tmp_path):
+    """A docstring or formatting edit of a plugin module keeps its parts; an edit of its
+    code (GELU -> tanh-GELU in the module the registered MLP imports) changes them."""
+    activation = install_plugin(tmp_path / "site")
+    mlp = ComponentSource("gelu_plugin.mlp", str(activation.parent / "mlp.py"))
+    before = code_fingerprint([mlp])
+    assert {"gelu_plugin/mlp.py", "gelu_plugin/activation.py"} <= set(before.parts)
+    assert _edit_docstrings(activation.parent / "mlp.py") == 1
+    activation.write_text('"""The activation."""\nimport torch.nn.functional as F\n\n\ndef act(x):  # GELU\n'
+                          '    return F.gelu(\n        x\n    )\n')
+    fingerprint.cache_clear()
+    assert code_fingerprint([mlp]).digest == before.digest
+    edit_to_tanh_gelu(activation)
+    fingerprint.cache_clear()
+    assert code_fingerprint([mlp]).changed_parts(before.parts) == ["gelu_plugin/activation.py"]
 
 
 def test_a_component_brings_the_modules_of_its_package_it_imports(tmp_path):

@@ -52,7 +52,7 @@ VARIANTS = {
     "parallel_cem_mlp_stream": {"block": "parallel", "stream": "heavy_ball",
                                 "attention": _cem(2, kq_diag="shared", step_size=0.5),
                                 "mlp": {"name": "cem", "steps": 2, "step_size": 0.5}},
-    # muP (SPEC §12): the attention temperature d_head / sqrt(d_head_base) in every decode path
+    # muP (docs/design/parametrization.md#s12-parametrization): the attention temperature d_head / sqrt(d_head_base) in every decode path
     "llama_mup": {"parametrization": "mup", "base_d_model": 12},
     "full_cem_mup_inverse_steps": {"parametrization": "mup", "base_d_model": 48, "step_scaling": "inverse_steps",
                                    "attention": _cem(3, kq_diag="shared", preconditioner=PRE[2]),

@@ -1,8 +1,8 @@
-"""The Energy Transformer block, `block: parallel` (SPEC §11.3), against float64 references.
+"""The Energy Transformer block, `block: parallel` (docs/design/energy-lens.md#s11-3-energy-transformer-block), against float64 references.
 
-The reference computes each sublayer's descent direction from SPEC §2-§4 and §11.3
+The reference computes each sublayer's descent direction from docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s4-preconditioners and docs/design/energy-lens.md#s11-3-energy-transformer-block
 (tests/components/reference_cem.py: explicit scores, dense preconditioners, reading
-parameters by their SPEC §10 names), never through the components' step methods, and
+parameters by their docs/design/contract.md#s10-public-contract names), never through the components' step methods, and
 runs the joint step x^{t+1} = x^t + eta_att Delta_att(u^t) + eta_mlp Delta_mlp(u^t) itself.
 """
 
@@ -48,9 +48,9 @@ def ids(seed=0, batch=2, seq=7):
     return torch.randint(0, DIMS["vocab_size"], (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
-# -- the reference: SPEC §2 (attention), §3 (CEM MLP), §11.3 (hopfield, joint step) ------------
+# -- the reference: docs/design/layers.md#s2-cem-attention (attention), docs/design/layers.md#s3-cem-mlp (CEM MLP), docs/design/energy-lens.md#s11-3-energy-transformer-block (hopfield, joint step) --
 def attention_delta(layer, u, c, step_size, diag_update="paper"):
-    """eta Σ_k P_k W_Q^kT o_k(u) (+ Σ_k P_k (delta_k ⊙ Σ_j p_ijk c_j) when exact), SPEC §2."""
+    """eta Σ_k P_k W_Q^kT o_k(u) (+ Σ_k P_k (delta_k ⊙ Σ_j p_ijk c_j) when exact), docs/design/layers.md#s2-cem-attention."""
     D = u.shape[-1]
     K = layer.n_heads
     d = D // K
@@ -67,13 +67,13 @@ def attention_delta(layer, u, c, step_size, diag_update="paper"):
 
 
 def hopfield_delta(layer, u, c, step_size):
-    """eta P Xi^T ReLU(Xi u) (SPEC §11.3)."""
+    """eta P Xi^T ReLU(Xi u) (docs/design/energy-lens.md#s11-3-energy-transformer-block)."""
     xi = layer.xi.weight
     return step_size * (F.relu(u @ xi.T) @ xi) @ dense_preconditioner(layer.precond, u.shape[-1]).T
 
 
 def cem_mlp_delta(layer, u, c, step_size):
-    """eta P V^T (gamma ⊙ SiLU(V u)), gamma = W c (SPEC §3)."""
+    """eta P V^T (gamma ⊙ SiLU(V u)), gamma = W c (docs/design/layers.md#s3-cem-mlp)."""
     gamma = c @ layer.w.weight.T
     return step_size * ((gamma * F.silu(u @ layer.v.weight.T)) @ layer.v.weight) @ \
         dense_preconditioner(layer.precond, u.shape[-1]).T
@@ -147,7 +147,7 @@ def test_llama_parallel_block_is_the_palm_block():
     h = torch.randn(2, 7, DIMS["d_model"], dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     c = rms_norm(h, att.norm.weight)
 
-    def palm(h):  # Llama attention and SwiGLU written out from SPEC §1, both reading c
+    def palm(h):  # Llama attention and SwiGLU written out from docs/design/layers.md#s1-llama-baseline, both reading c
         b, j, d = c.shape
         heads, hd = att.n_heads, d // att.n_heads
 

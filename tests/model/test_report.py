@@ -41,7 +41,7 @@ def test_cem_uses_more_compute_per_parameter_than_6n_suggests():
 
 
 def test_truncated_backprop_drops_the_backward_of_frozen_steps():
-    """backprop_steps: k runs T - k steps forward only (SPEC §2): same forward FLOPs,
+    """backprop_steps: k runs T - k steps forward only (docs/design/layers.md#s2-cem-attention): same forward FLOPs,
     2x forward-of-a-step less backward per frozen step, per CEM sublayer."""
     sub = {"name": "cem", "steps": 4}
     full = flops(attention=sub, mlp=sub)

@@ -1,6 +1,6 @@
-"""The velocity stream across depth (SPEC §11.2), against a plain float64 reference.
+"""The velocity stream across depth (docs/design/energy-lens.md#s11-2-velocity-stream), against a plain float64 reference.
 
-The reference below is written from SPEC §11.2's formulas, one sublayer application at
+The reference below is written from docs/design/energy-lens.md#s11-2-velocity-stream's formulas, one sublayer application at
 a time: it uses the model's sublayers only as the maps f (any sublayer, Llama or CEM
 with its own recursion) and its own RMSNorm formula for the velocity norm.
 """
@@ -48,7 +48,7 @@ def rms_norm(x, gain, eps):
 
 
 def reference_logits(model, input_ids, stream: str):
-    """SPEC §11.2: state (x, v), v = 0 after the embedding; per sublayer application l
+    """docs/design/energy-lens.md#s11-2-velocity-stream: state (x, v), v = 0 after the embedding; per sublayer application l
     (attention then MLP, `repeats` times each), mu_l = sigmoid(a_l)."""
     x = model.embed_tokens.weight[input_ids]
     v = torch.zeros_like(x)
@@ -119,7 +119,7 @@ def test_residual_stream_is_todays_model_bit_for_bit(sublayers):
 
 @pytest.mark.parametrize("stream", ["heavy_ball", "nesterov"])
 def test_vanishing_momentum_equals_the_residual_stream(stream):
-    """SPEC §11.2: with all mu = 0 and no velocity norm every stream equals residual
+    """docs/design/energy-lens.md#s11-2-velocity-stream: with all mu = 0 and no velocity norm every stream equals residual
     (mu = sigmoid(-40) ~ 4e-18)."""
     model = stream_model("cem_T2", stream=stream)
     with torch.no_grad():

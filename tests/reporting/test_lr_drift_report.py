@@ -1,4 +1,4 @@
-"""The report's learning-rate drift section (SPEC §12, reporting/lr_drift_report.py)."""
+"""The report's learning-rate drift section (docs/design/parametrization.md#s12-parametrization, reporting/lr_drift_report.py)."""
 
 from pathlib import Path
 

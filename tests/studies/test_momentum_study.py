@@ -1,4 +1,4 @@
-"""The momentum study (SPEC §11): arms, pairings and the readings study's CPU recipe."""
+"""The momentum study (docs/design/energy-lens.md#s11-energy-lens): arms, pairings and the readings study's CPU recipe."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The readings study files (SPEC §2's open readings): arms, pairings and the CPU recipe."""
+"""The readings study files (docs/design/layers.md#s2-cem-attention's open readings): arms, pairings and the CPU recipe."""
 
 from __future__ import annotations
 

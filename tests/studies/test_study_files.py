@@ -1,4 +1,4 @@
-"""The paper's study files (SPEC §6): valid at every scale, the paper's recipe and
+"""The paper's study files (docs/design/experiments.md#s6-experiments-as-axes): valid at every scale, the paper's recipe and
 variants at paper scale, CPU-sized at the `cpu` and `smoke` scales.
 
 Paper scale is never run here (no GPU, no network for SlimPajama): it is checked
@@ -74,7 +74,7 @@ def test_paper_scale_is_the_papers_recipe(name):
 
 
 def test_chinchilla_budget_is_twenty_tokens_per_llama_parameter():
-    """A CEM variant trains on its Llama baseline's tokens (SPEC §7), in whole steps."""
+    """A CEM variant trains on its Llama baseline's tokens (docs/design/experiments.md#s7-training-recipe), in whole steps."""
     by_name = {v.name: v for v in variants("fig2a_cem_attention")}
     for size in PAPER_SIZES:
         cem, llama = (estimate(run_config(by_name[f"{n},size={size}"])) for n in ("cem_attention", "llama"))
@@ -196,7 +196,7 @@ def test_dry_run_lists_the_papers_variants_and_budgets(capsys):
     out = capsys.readouterr().out
     for size in PAPER_SIZES:
         assert f"cem_attention,size={size}" in out and f"llama,size={size} (baseline)" in out
-    assert "86,371,488" in out and "162,813,024" in out  # Table 1, SPEC §1
+    assert "86,371,488" in out and "162,813,024" in out  # Table 1, docs/design/layers.md#s1-llama-baseline
     assert "1.73G" in out and "6,590" in out  # 20 x 86.4M tokens = 6,590 steps of 128 x 2048
     assert "0.0005, 0.001, 0.002, 0.004, 0.008" in out
     assert "total: 40 trials" in out and "GPU-hours" in out

@@ -1,4 +1,4 @@
-"""The transfer study files (SPEC §12): every paper figure's `transfer` scale,
+"""The transfer study files (docs/design/parametrization.md#s12-parametrization): every paper figure's `transfer` scale,
 studies/transfer.yaml and studies/mup_width.yaml validate, and transfer is width transfer
 only (same depth and heads)."""
 

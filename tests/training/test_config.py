@@ -1,4 +1,4 @@
-"""Run configs: validated at the edge; budgets, accumulation and schedule (SPEC §7)."""
+"""Run configs: validated at the edge; budgets, accumulation and schedule (docs/design/experiments.md#s7-training-recipe)."""
 
 import math
 

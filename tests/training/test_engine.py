@@ -126,7 +126,7 @@ def test_ddp_called_as_a_library_runs_in_a_subprocess(tmp_path, tracking_uri):
 
 
 def test_mfu_counts_the_backward_pass_that_truncated_backprop_runs(tmp_path, tracking_uri):
-    # CEM attention T = 4 differentiating only its last step (SPEC §2): its training
+    # CEM attention T = 4 differentiating only its last step (docs/design/layers.md#s2-cem-attention): its training
     # FLOPs are well below 3 x forward, and MFU must use the model report's count.
     from cem_ablate.training.hardware import device_peak_flops
 

@@ -1,4 +1,4 @@
-"""training/optimizer.py: AdamW and clipping as training and the bench run them (SPEC §7)."""
+"""training/optimizer.py: AdamW and clipping as training and the bench run them (docs/design/experiments.md#s7-training-recipe)."""
 
 from __future__ import annotations
 

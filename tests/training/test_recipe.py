@@ -1,4 +1,4 @@
-"""Optimizer parameter groups of the training recipe (SPEC §7)."""
+"""Optimizer parameter groups of the training recipe (docs/design/experiments.md#s7-training-recipe)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_preconditioner_decay_follows_the_flag(flag):
     precond = [n for n in decay if ".precond." in n]
     assert {n.rsplit(".", 1)[1] for n in precond} == {"p", "u", "v"}
     assert all(decay[n] == (0.1 if flag else 0.0) for n in precond)
-    # everything else keeps SPEC §7's groups either way
+    # everything else keeps docs/design/experiments.md#s7-training-recipe's groups either way
     assert decay["blocks.0.attention.w_q.weight"] == 0.1
     assert decay["blocks.0.attention.kq_diag"] == 0.0
     assert decay["blocks.0.attention.norm.weight"] == 0.0

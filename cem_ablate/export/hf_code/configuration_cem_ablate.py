@@ -1,6 +1,6 @@
 """The Hugging Face config of a cem-ablate model (written by `cem-ablate export`).
 
-`cem_model` is the platform's own `model:` mapping (SPEC §10), validated and built by
+`cem_model` is the platform's own `model:` mapping (docs/design/contract.md#s10-public-contract), validated and built by
 the copied platform code (`cem_ablate_bundle.build_model`); the other fields are the
 standard names tools read (lm-evaluation-harness reads `max_position_embeddings`).
 Depends only on transformers.
@@ -21,5 +21,5 @@ class CEMAblateConfig(PretrainedConfig):
         self.num_attention_heads = num_attention_heads
         self.max_position_embeddings = max_position_embeddings
         self.use_cache = use_cache
-        kwargs.setdefault("tie_word_embeddings", False)  # the platform's head is untied (SPEC §1)
+        kwargs.setdefault("tie_word_embeddings", False)  # the platform's head is untied (docs/design/layers.md#s1-llama-baseline)
         super().__init__(**kwargs)

@@ -102,7 +102,7 @@ class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        # The platform initializes its parameters when it builds them (SPEC §1); a loaded
+        # The platform initializes its parameters when it builds them (docs/design/layers.md#s1-llama-baseline); a loaded
         # model's parameters all come from model.safetensors. Only computed buffers return.
         for name, value in getattr(module, "_cem_buffers", {}).items():
             buffer = getattr(module, name)
