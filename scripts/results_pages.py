@@ -19,6 +19,7 @@ an edited data file, or an edited page, shows up until the page is regenerated.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import functools
 import math
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = "docs/results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BLOCK = re.compile(r"(?P<open><!-- generated: (?P<name>[\w/.-]+) \(python scripts/results_pages\.py\) -->\n)"
+BLOCK = re.compile(r"(?P<open><!-- generated: (?P<name>[\w/.-]+) \(python scripts/results_pages\.py\) -->\n?)"
                    r"(?P<body>.*?)"
                    r"(?P<close><!-- end generated: (?P=name) -->)", re.S)
 
@@ -97,6 +98,18 @@ def pooled(root: Path) -> dict:
         "families": sorted({m.identity[2] for m in models}),
         "sims": sims, "proxy": rows, "reps": ev.REPS, "alpha": ev.POOLED_ALPHA, "delta": ev.DELTA,
     }
+
+
+@block("index/pooled-answer")
+def index_pooled_answer(root: Path) -> str:
+    e = pooled(root)
+    at0 = [s for s in e["sims"] if s[1] == 0.0 and s[0] >= 8]
+    return (f"with one seed variance pooled over a report's 8+ models at α {e['alpha']}: in simulation a "
+            f"false-positive rate of {min(s[2] for s in at0):.3f}–{max(s[2] for s in at0):.3f} against 3 Welch "
+            f"seeds' {min(s[3] for s in at0):.3f}–{max(s[3] for s in at0):.3f}, power "
+            f"{min(s[4] for s in at0):.2f}–{max(s[4] for s in at0):.2f} against {min(s[5] for s in at0):.2f}–"
+            f"{max(s[5] for s in at0):.2f}; {len(e['models'])} distinct CPU models show no variance spread beyond "
+            f"sampling (Levene p {e['levene']:.2f}, Bartlett p {e['bartlett']:.3f})")
 
 
 @block("pooled-variance/data")
@@ -183,12 +196,268 @@ def pooled_proxy(root: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# index.md: the claims table, docs/results/claims.csv, each row's Δ read from its linked report
+
+ALPHA = 0.05
+EXPECTS = ("lower", "higher", "not_lower", "equal", "not_run")
+DELTA_ROW = re.compile(r"(?P<delta>[+-]?[\d.e+-]+) \[(?P<low>[+-]?[\d.e+-]+), (?P<high>[+-]?[\d.e+-]+)\]( (?P<level>[\d.]+)%)?")
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """One contrast, variant − baseline (lower is better), as its source decided it."""
+
+    delta: float
+    low: float
+    high: float
+    level: float  # the interval's level, %
+    test: str
+    p: float  # the p its verdict is decided at: Holm-adjusted where the source corrects
+    secondary: bool  # a contrast no report tests (uncorrected, exploratory): not counted for a claim
+
+
+def direction(e: Evidence, alpha: float = ALPHA) -> str | None:
+    """"lower" / "higher" where the interval lies on that side of 0 and the stated test rejects
+    at alpha, else None (the data do not resolve the sign)."""
+    if e.p > alpha:
+        return None
+    if e.high < 0:
+        return "lower"
+    if e.low > 0:
+        return "higher"
+    return None
+
+
+def claim_verdict(expects: str, e: Evidence | None, margin: float | None = None) -> str:
+    """The one rule for a verdict word: reproduced / contradicted / unresolved (not tested where
+    nothing was run). `lower` / `higher`: the claim says the variant's objective is lower
+    (better) / higher; `not_lower`: no gain (a resolved loss agrees, a resolved gain
+    contradicts); `equal`: a small or no difference, which only an equivalence margin could
+    decide, and the paper states none, so without one it stays unresolved."""
+    if expects not in EXPECTS:
+        raise ValueError(f"error: claims.csv expects {expects!r}; one of {', '.join(EXPECTS)}")
+    if expects == "not_run" or e is None:
+        return "not tested"
+    if expects == "equal":
+        if margin is None:
+            return "unresolved"
+        if -margin < e.low and e.high < margin:
+            return "reproduced"
+        return "contradicted" if (e.low >= margin or e.high <= -margin) else "unresolved"
+    d = direction(e)
+    agree = {"lower": {"lower"}, "higher": {"higher"}, "not_lower": {"higher"}}[expects]
+    against = {"lower": {"higher"}, "higher": {"lower"}, "not_lower": {"lower"}}[expects]
+    if d in agree:
+        return "reproduced"
+    if d in against:
+        return "contradicted"
+    return "unresolved"
+
+
+def combined_verdict(words: list[str]) -> str:
+    """A claim's verdict over its counted contrasts: one word where they agree; contradicted
+    where some contradict and none reproduces; reproduced where some reproduce and none
+    contradicts; else mixed."""
+    counted = set(words)
+    if len(counted) == 1:
+        return words[0]
+    if "contradicted" in counted and "reproduced" not in counted:
+        return "contradicted"
+    if "reproduced" in counted and "contradicted" not in counted:
+        return "reproduced"
+    return "mixed"
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def report_evidence(root: Path, path: str, select: str) -> Evidence:
+    """The row of a report's Δ table (variant|baseline|at-prefix) or of its GP-draws table
+    (kernel|T)."""
+    text = (root / path).read_text(encoding="utf-8")
+    keys = select.split("|")
+    for line in text.splitlines():
+        if not line.startswith("| "):
+            continue
+        c = _cells(line)
+        if len(keys) == 3 and len(c) == 9 and c[0] == keys[0] and c[1] == keys[1] and c[2].startswith(keys[2]):
+            m = DELTA_ROW.fullmatch(c[3])
+            return Evidence(float(m["delta"]), float(m["low"]), float(m["high"]), float(m["level"] or 95.0),
+                            f"{c[4]}, {c[5]}", float(c[7]), False)
+        if len(keys) == 2 and len(c) == 10 and c[0] == keys[0] and c[1] == keys[1]:
+            m = DELTA_ROW.fullmatch(c[4])
+            return Evidence(float(m["delta"]), float(m["low"]), float(m["high"]), 95.0,
+                            "paired t over 3 draws", float(c[6]), False)
+    raise KeyError(f"error: {path} has no Δ row {select!r} (docs/results/claims.csv)")
+
+
+CROSS_DATA = ("docs/figures/readings_cpu/report.md", "docs/figures/fig4_attention_recursion_vs_reuse_cpu600/report.md")
+
+
+def cross_evidence(root: Path, prefix: str) -> Evidence:
+    import cross_report_contrasts
+
+    cross_report_contrasts.FIGURES = root / "docs" / "figures"
+    for name, d in cross_report_contrasts.contrasts():
+        if name.startswith(prefix):
+            n = f"{d.n_pairs} pairs" if d.test.startswith("paired") else f"{d.n_variant} vs {d.n_baseline}"
+            return Evidence(d.delta, d.low, d.high, 95.0, f"{d.test}, {n}, secondary", d.p, True)
+    raise KeyError(f"error: scripts/cross_report_contrasts.py has no contrast {prefix!r} (docs/results/claims.csv)")
+
+
+@evidence
+def claims(root: Path) -> list[dict]:
+    import csv
+
+    rows = []
+    with open(root / PAGES / "claims.csv", encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["expects"] == "not_run":
+                e = None
+            elif row["source"].startswith("scripts/"):
+                e = cross_evidence(root, row["select"])
+            else:
+                e = report_evidence(root, row["source"], row["select"])
+            rows.append({**row, "evidence": e, "verdict": claim_verdict(row["expects"], e)})
+    return rows
+
+
+def _num(x: float) -> str:
+    return f"{x:+.3g}".replace("-", "−")
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}"
+
+
+@block("index/claims")
+def index_claims(root: Path) -> str:
+    rows = claims(root)
+    out = ["| paper's claim | contrast (variant − baseline) | Δ [interval] | test | p (Holm) | verdict | data |",
+           "|---|---|---|---|---|---|---|"]
+    previous = None
+    for r in rows:
+        e = r["evidence"]
+        claim = f"{r['claim']} ({r['paper']})" if r["claim"] != previous else "″"
+        previous = r["claim"]
+        src = r["source"]
+        data = (f"[report](../{Path(src).relative_to('docs').as_posix()})" if src.startswith("docs/figures/")
+                else f"[{Path(src).stem}](../{Path(src).relative_to('docs').as_posix()})" if src.startswith("docs/")
+                else f"`{src}` on " + ", ".join(f"[{Path(r).parent.name}](../{Path(r).relative_to('docs').as_posix()})"
+                                                for r in CROSS_DATA))
+        if e is None:
+            out.append(f"| {claim} | {r['label']} | | | | **{r['verdict']}** | {data} |")
+            continue
+        level = f" ({e.level:g}%)" if e.level != 95.0 else ""
+        word = r["verdict"] + (" (secondary, not counted)" if e.secondary else "")
+        out.append(f"| {claim} | {r['label']} | {_num(e.delta)} [{_num(e.low)}, {_num(e.high)}]{level} | {e.test} | "
+                   f"{_p(e.p)} | {word} | {data} |")
+    return "\n".join(out) + "\n"
+
+
+def _slug(paper: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", paper.lower().replace("fig.", "fig")).strip("-")
+
+
+def claims_for(root: Path, paper: str) -> str:
+    """The claims of one figure (block `claims/<slug>`, e.g. `claims/fig-2`: every claim whose
+    paper reference starts with that figure), their contrasts and verdicts by the one rule."""
+    rows = [r for r in claims(root) if _slug(r["paper"]).startswith(paper) and r["evidence"] is not None]
+    if not rows:
+        raise KeyError(f"error: no claim in docs/results/claims.csv for block claims/{paper}")
+    out = ["| paper's claim | contrast (variant − baseline) | Δ [interval] | p (Holm) | verdict (the index's rule) |",
+           "|---|---|---|---|---|"]
+    previous = None
+    for r in rows:
+        e = r["evidence"]
+        claim = f"{r['claim']} ({r['paper']})" if r["claim"] != previous else "″"
+        previous = r["claim"]
+        level = f" ({e.level:g}%)" if e.level != 95.0 else ""
+        word = r["verdict"] + (" (secondary, not counted)" if e.secondary else "")
+        out.append(f"| {claim} | {r['label']} | {_num(e.delta)} [{_num(e.low)}, {_num(e.high)}]{level} | {_p(e.p)} | "
+                   f"{word} |")
+    return "\n".join(out) + "\n"
+
+
+@block("table-3-gp/lr-depth")
+def gp_lr_depth(root: Path) -> str:
+    """How lr* (the report's Akima optimum per draw) moves with depth, draw by draw."""
+    text = (root / "docs/figures/table3_gp_draws/report.md").read_text(encoding="utf-8")
+    star: dict[tuple[str, int, int], float] = {}
+    for line in text.split("## Δ vs baseline")[0].splitlines():
+        m = re.match(r"\| gp\.kernel=(\w+),mlp\.steps=(\d+),gp\.data_seed=(\d+)[^|]*\| [^|]+\| [^|]+\| ([\d.e-]+) \[", line)
+        if m:
+            star[(m[1], int(m[2]), int(m[3]))] = float(m[4])
+    kernels = sorted({k for k, _, _ in star})
+    draws = sorted({d for _, _, d in star})
+    steps = sorted({t for _, t, _ in star})
+    pairs = list(zip(steps, steps[1:]))
+    parts = []
+    for a, b in pairs:
+        falls = [(k, d) for k in kernels for d in draws if star[(k, b, d)] < star[(k, a, d)]]
+        n = len(kernels) * len(draws)
+        rises = [f"{'RBF' if k == 'rbf' else 'non-stationary'} draw {d}" for k in kernels for d in draws
+                 if (k, d) not in falls]
+        parts.append(f"T = {a} → {b} on {len(falls)} of {n} draws" + (f" (not {', '.join(rises)})" if rises else ""))
+    lo = {t: min(v for (k, s, d), v in star.items() if s == t) for t in steps}
+    hi = {t: max(v for (k, s, d), v in star.items() if s == t) for t in steps}
+    ranges = ", ".join(f"{lo[t]:.2g}–{hi[t]:.2g} at T = {t}" for t in steps)
+    return (f"Every lr* is interior, and it falls with depth nominally (the per-draw lr* intervals overlap, "
+            f"[report](../figures/table3_gp_draws/report.md)): from {'; from '.join(parts)} of both kernels; "
+            f"{ranges}.")
+
+
+@block("index/claim-verdicts")
+def index_claim_verdicts(root: Path) -> str:
+    rows = claims(root)
+    by_claim: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        words = by_claim.setdefault((r["claim"], r["paper"]), [])
+        if r["evidence"] is None or not r["evidence"].secondary:
+            words.append(r["verdict"])
+    verdicts = {k: combined_verdict(v) if v else "unresolved" for k, v in by_claim.items()}
+    tested = [r for r in rows if r["evidence"] is not None]
+    secondary = {(r["source"], r["select"]) for r in tested if r["evidence"].secondary}
+    counted = [r for r in tested if not r["evidence"].secondary]
+    distinct = {(r["source"], r["select"]) for r in counted}
+
+    def tally(words: list[str]) -> str:
+        order = ("reproduced", "contradicted", "unresolved", "mixed", "not tested")
+        return ", ".join(f"{w} {words.count(w)}" for w in order if w in words)
+
+    lines = ["| paper's claim | verdict (over its counted contrasts) |", "|---|---|"]
+    lines += [f"| {claim} ({paper}) | **{v}**{'' if by_claim[(claim, paper)] else ' (only a secondary contrast)'} |"
+              for (claim, paper), v in verdicts.items()]
+    lines += ["", f"Counted once: the table holds {len(distinct) + len(secondary)} distinct contrasts. "
+              f"{len(secondary)} are secondary (no report tests them: uncorrected, exploratory) and decide no "
+              f"claim. The other {len(distinct)} are counted, in {len(counted)} claim–contrast rows (a contrast "
+              f"that bears on two claims is a row under each): {tally([r['verdict'] for r in counted])}. "
+              f"Of the {len(verdicts)} claims: {tally(list(verdicts.values()))}."]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+
+def generator(name: str) -> Callable[[Path], str] | None:
+    if name in BLOCKS:
+        return BLOCKS[name]
+    prefix, _, arg = name.partition("/")
+    if prefix == "claims" and arg:
+        return functools.partial(claims_for, paper=arg)
+    return None
+
 
 def render(text: str, root: Path) -> str:
-    unknown = [m.group("name") for m in BLOCK.finditer(text) if m.group("name") not in BLOCKS]
+    unknown = [m.group("name") for m in BLOCK.finditer(text) if generator(m.group("name")) is None]
     if unknown:
         raise KeyError(f"error: generated block {unknown[0]} has no generator in scripts/results_pages.py")
-    return BLOCK.sub(lambda m: m.group("open") + BLOCKS[m.group("name")](root) + m.group("close"), text)
+    def fill(m) -> str:
+        body = generator(m.group("name"))(root)
+        inline = not m.group("open").endswith("\n")  # a block inside a line (a table cell): one line
+        return m.group("open") + (body.strip() if inline else body) + m.group("close")
+
+    return BLOCK.sub(fill, text)
 
 
 def stale(root: Path = ROOT, pages: str = "*.md") -> dict[Path, tuple[str, str]]:
