@@ -25,7 +25,8 @@ def test_every_results_page_is_what_its_data_generates(pages):
 
 def test_every_results_page_with_numbers_has_generated_blocks(pages):
     marked = {p.name for p in (ROOT / "docs" / "results").glob("*.md") if pages.BLOCK.search(p.read_text("utf-8"))}
-    assert {"pooled-variance.md"} <= marked
+    assert {"pooled-variance.md", "forecast.md", "index.md", "figure-2.md", "figure-3.md", "figure-4.md",
+            "table-3-gp.md"} <= marked
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -66,3 +67,53 @@ def test_an_edited_block_is_rewritten_and_the_text_around_it_kept(pages):
     edited = page.replace("| recipes (models each) |", "| recipes (hand-edited) |")
     assert edited != page
     assert pages.render(edited, ROOT) == page
+
+
+def test_no_verdict_word_is_written_by_hand_outside_the_pages_that_define_the_rule(pages):
+    import re
+
+    for page in (ROOT / "docs" / "results").glob("*.md"):
+        if page.name in {"index.md", "methods.md"}:  # the rule's own definitions
+            continue
+        outside = pages.BLOCK.sub("", page.read_text("utf-8"))
+        words = re.findall(r"(?i)\b(?:not reproduced|reproduced|contradicted)\b", outside)
+        assert not words, (page.name, words)
+
+
+@pytest.mark.parametrize("expects, low, high, p, word", [
+    ("lower", -2.0, -1.0, 0.01, "reproduced"),
+    ("lower", 1.0, 2.0, 0.01, "contradicted"),
+    ("lower", -2.0, -1.0, 0.2, "unresolved"),  # the interval alone is not the stated test
+    ("lower", -1.0, 1.0, 0.01, "unresolved"),
+    ("higher", 1.0, 2.0, 0.04, "reproduced"),
+    ("higher", -2.0, -1.0, 0.04, "contradicted"),
+    ("not_lower", 1.0, 2.0, 0.01, "reproduced"),  # no gain: a resolved loss agrees
+    ("not_lower", -2.0, -1.0, 0.01, "contradicted"),
+    ("not_lower", -0.5, 0.7, 0.6, "unresolved"),
+    ("equal", -0.1, 0.2, 0.3, "unresolved"),  # no margin: equivalence cannot be shown
+    ("equal", 0.5, 0.7, 0.001, "unresolved"),
+])
+def test_one_rule_words_every_contrast(pages, expects, low, high, p, word):
+    e = pages.Evidence((low + high) / 2, low, high, 95.0, "t", p, False)
+    assert pages.claim_verdict(expects, e) == word
+
+
+def test_equivalence_is_decided_only_against_a_margin(pages):
+    e = pages.Evidence(0.05, -0.1, 0.2, 95.0, "t", 0.5, False)
+    assert pages.claim_verdict("equal", e, margin=0.5) == "reproduced"
+    assert pages.claim_verdict("equal", pages.Evidence(1.0, 0.8, 1.2, 95.0, "t", 0.001, False), margin=0.5) == "contradicted"
+    with pytest.raises(ValueError, match="expects"):
+        pages.claim_verdict("similar", e)
+
+
+def test_a_claims_verdict_over_its_contrasts(pages):
+    assert pages.combined_verdict(["unresolved", "contradicted"]) == "contradicted"
+    assert pages.combined_verdict(["reproduced", "unresolved"]) == "reproduced"
+    assert pages.combined_verdict(["reproduced", "contradicted"]) == "mixed"
+    assert pages.combined_verdict(["unresolved", "unresolved"]) == "unresolved"
+
+
+def test_every_claims_row_names_a_contrast_its_source_holds(pages):
+    rows = pages.claims(ROOT)
+    assert all(r["evidence"] is not None or r["expects"] == "not_run" for r in rows)
+    assert all((ROOT / r["source"]).exists() for r in rows)
