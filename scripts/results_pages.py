@@ -716,7 +716,32 @@ def generator(name: str) -> Callable[[Path], str] | None:
     prefix, _, arg = name.partition("/")
     if prefix == "claims" and arg:
         return functools.partial(claims_for, paper=arg)
+    if prefix == "report" and arg.count("/") == 1:
+        study, table = arg.split("/")
+        if table in REPORT_TABLES:
+            return functools.partial(report_table, study=study, table=table)
     return None
+
+
+REPORT_TABLES = {"variants": "| variant | parameters |", "deltas": "| variant | vs baseline | at |"}
+
+
+def report_table(root: Path, study: str, table: str) -> str:
+    """A table of a study's written report (docs/figures/<study>/report.md, `cem-ablate report`),
+    as the report has it (block `report/<study>/variants` or `report/<study>/deltas`)."""
+    path = f"docs/figures/{study}/report.md"
+    lines = (root / path).read_text(encoding="utf-8").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(REPORT_TABLES[table])), None)
+    if start is None:
+        raise KeyError(f"error: {path} has no {table} table")
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    what = {"variants": "each variant", "deltas": "each comparison"}[table]
+    return (f"{what.capitalize()} as the study's [report](../figures/{study}/report.md) gives it "
+            f"(`cem-ablate report`; its header states the tests and levels):\n\n" + "\n".join(rows) + "\n")
 
 
 def render(text: str, root: Path) -> str:
