@@ -308,6 +308,15 @@ def cross_evidence(root: Path, prefix: str) -> Evidence:
     raise KeyError(f"error: scripts/cross_report_contrasts.py has no contrast {prefix!r} (docs/results/claims.csv)")
 
 
+@block("cross-contrasts")
+def cross_contrasts_table(root: Path) -> str:
+    import cross_report_contrasts
+
+    cross_report_contrasts.FIGURES = root / "docs" / "figures"
+    links = ", ".join(f"[{Path(r).parent.name}](../{Path(r).relative_to('docs').as_posix()})" for r in CROSS_DATA)
+    return (f"From the trials of the reports {links}:\n\n" + _printed(cross_report_contrasts.main))
+
+
 @evidence
 def claims(root: Path) -> list[dict]:
     import csv
@@ -723,7 +732,8 @@ def generator(name: str) -> Callable[[Path], str] | None:
     return None
 
 
-REPORT_TABLES = {"variants": "| variant | parameters |", "deltas": "| variant | vs baseline | at |"}
+REPORT_TABLES = {"variants": "| variant | parameters |", "deltas": "| variant | vs baseline | at |",
+                 "width": "| budget | comparison | width |", "gp-draws": "| kernel | T | per draw"}
 
 
 def report_table(root: Path, study: str, table: str) -> str:
@@ -739,7 +749,11 @@ def report_table(root: Path, study: str, table: str) -> str:
         if not line.startswith("|"):
             break
         rows.append(line)
-    what = {"variants": "each variant", "deltas": "each comparison"}[table]
+    if table == "width":  # the section's slope lines stand above its table
+        section = max(i for i in range(start) if lines[i].startswith("## "))
+        rows = [line for line in lines[section:start] if line.startswith("- ")] + [""] + rows
+    what = {"variants": "each variant", "deltas": "each comparison", "width": "the width analysis",
+            "gp-draws": "each kernel and depth over the draws"}[table]
     return (f"{what.capitalize()} as the study's [report](../figures/{study}/report.md) gives it "
             f"(`cem-ablate report`; its header states the tests and levels):\n\n" + "\n".join(rows) + "\n")
 
