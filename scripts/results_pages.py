@@ -718,6 +718,91 @@ def index_forecast_answer(root: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# serving-cost.md: benchmarks/results/decode_86M_ctx512.json (`cem-ablate bench --decode`)
+
+DECODE_JSON = "benchmarks/results/decode_86M_ctx512.json"
+
+
+def _decode_rows(root: Path) -> tuple[dict, list[dict]]:
+    import json
+
+    data = json.loads((root / DECODE_JSON).read_text(encoding="utf-8"))
+    rows = [r for r in data["rows"] if not r.get("error")]
+    return next(r for r in rows if r["variant"] == "llama"), rows
+
+
+def _round_ratios(llama: list[float], variant: list[float]) -> list[float]:
+    """tokens/s × Llama's, round by round (each variant timed in the same round as Llama)."""
+    return sorted(a / b for a, b in zip(llama, variant))
+
+
+@block("serving-cost/cache")
+def serving_cache(root: Path) -> str:
+    llama, rows = _decode_rows(root)
+    out = ["| variant (bench preset) | parameters | cache B/token | × Llama |", "|---|---|---|---|"]
+    out += [f"| `{r['variant']}` | {r['params']:,} | {r['cache_bytes_per_token']:,.0f} | "
+            f"{r['cache_bytes_per_token'] / llama['cache_bytes_per_token']:.2f} |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+@block("serving-cost/speed")
+def serving_speed(root: Path) -> str:
+    import statistics
+
+    import json
+
+    llama, rows = _decode_rows(root)
+    config = json.loads((root / DECODE_JSON).read_text(encoding="utf-8"))["meta"]["config"]
+    context, new_tokens, batch = config["context"], config["new_tokens"], "1"
+    out = [f"| variant (bench preset) | params × Llama | prefill tok/s × Llama: median [lowest, highest round] | "
+           f"decode tok/s × Llama, batch {batch}: median [lowest, highest round] | peak memory × Llama |",
+           "|---|---|---|---|---|"]
+    for r in rows:
+        pre = _round_ratios(llama["prefill_s"], r["prefill_s"])
+        dec = _round_ratios(llama["decode_s"][batch], r["decode_s"][batch])
+        out.append(f"| `{r['variant']}` | {r['params'] / llama['params']:.2f} | {statistics.median(pre):.2f} "
+                   f"[{pre[0]:.2f}, {pre[-1]:.2f}] | {statistics.median(dec):.2f} [{dec[0]:.2f}, {dec[-1]:.2f}] | "
+                   f"{r['peak_bytes'] / llama['peak_bytes']:.2f} |")
+    n = len(llama["prefill_s"])
+    return ("\n".join(out) + f"\n\nLlama itself: {llama['params'] / 1e6:.1f}M parameters, "
+            f"{context / statistics.median(llama['prefill_s']):.0f} prefill "
+            f"and {new_tokens / statistics.median(llama['decode_s'][batch]):.1f} decode tok/s (medians of {n} rounds), "
+            f"peak {llama['peak_bytes'] / 2**20:.1f} MiB. {n} rounds give no interval: the brackets are the rounds' range.\n")
+
+
+@block("energy-lens/speed")
+def energy_lens_speed(root: Path) -> str:
+    """Tokens/s against Llama's, round by round, over the FLOP bound; eager: median of the paired
+    rounds with the lowest-to-highest round as the distribution-free interval of the median
+    (P(min < median < max) = 1 − 2·2^−n); compiled: the median only (too few rounds)."""
+    import json
+    import statistics
+
+    def rows(path: str) -> dict[str, dict]:
+        data = json.loads((root / path).read_text(encoding="utf-8"))
+        return {r["variant"]: r for r in data["rows"] if not r.get("error")}
+
+    eager, compiled = rows("benchmarks/results/energy_lens.json"), rows("benchmarks/results/energy_lens_compiled.json")
+
+    def ratios(table: dict, variant: str) -> tuple[list[float], float]:
+        llama, r = table["llama"], table[variant]
+        bound = llama["train_flops_per_token"] / r["train_flops_per_token"]
+        return sorted(a / b / bound for a, b in zip(llama["step_s"], r["step_s"])), bound
+
+    n = len(eager["llama"]["step_s"])
+    level = 1 - 2 * 0.5 ** n
+    out = [f"| variant (bench preset) | FLOP bound × Llama | × FLOP bound, eager: median [{level:.1%} interval, {n} rounds] | "
+           f"compiled: median ({len(compiled['llama']['step_s'])} rounds, no interval) |", "|---|---|---|---|"]
+    for variant in eager:
+        if variant == "llama":
+            continue
+        e, bound = ratios(eager, variant)
+        c = f"{statistics.median(ratios(compiled, variant)[0]):.3f}" if variant in compiled else "not run"
+        out.append(f"| `{variant}` | {bound:.3f} | {statistics.median(e):.3f} [{e[0]:.3f}, {e[-1]:.3f}] | {c} |")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
 
 def generator(name: str) -> Callable[[Path], str] | None:
     if name in BLOCKS:
