@@ -803,6 +803,54 @@ def energy_lens_speed(root: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# coordinate-check.md: the check's printed tables, docs/figures/coord_check/*.txt
+
+COORD_FAMILIES = (("llama", "Llama"), ("cem_attention_T1", "CEM attention T = 1"),
+                  ("cem_attention_T2", "CEM attention T = 2"), ("cem_mlp_T1", "CEM MLP T = 1"),
+                  ("full_cem_T2", "full CEM T = 2"))
+
+
+def coord_table(root: Path, name: str) -> tuple[dict[str, dict], str]:
+    """module -> {slopes, max, interval} of one `cem-ablate coord-check` output, and its summary line."""
+    lines = (root / "docs/figures/coord_check" / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+    modules, summary = {}, ""
+    for line in lines:
+        m = re.match(r"^(\S+)\s+((?:[+-]\d+\.\d+\s+){10})(\d+\.\d+)(?:\s+\[([+-]?\d+\.\d+), ([+-]?\d+\.\d+)\])?", line)
+        if m and m[1] != "module":
+            modules[m[1]] = {"slopes": [float(x) for x in m[2].split()], "max": float(m[3]),
+                             "interval": (float(m[4]), float(m[5])) if m[4] else None}
+        elif "modules exceed" in line:
+            summary = line.strip()
+    return modules, summary
+
+
+def _worst(modules: dict[str, dict], skip: tuple[str, ...] = ()) -> str:
+    name, row = max(((k, v) for k, v in modules.items() if k not in skip), key=lambda kv: kv[1]["max"])
+    lo, hi = row["interval"] if row["interval"] else (float("nan"), float("nan"))
+    return f"{row['max']:.3f} [{lo:+.2f}, {hi:+.2f}] ({name})"
+
+
+@block("coordinate-check/results")
+def coordinate_results(root: Path) -> str:
+    out = ["| family | default readout (`scaled`, fresh batches): worst module but the logits, max \\|slope\\| "
+           "[95%] | logits within 0.1 from step | zero readout, `--strict-output`: worst module [95%] | standard "
+           "parametrization (1 initialization): modules over 0.1 |", "|---|---|---|---|---|"]
+    for family, label in COORD_FAMILIES:
+        scaled, _ = coord_table(root, f"mup_scaled_fresh_{family}")
+        zero, _ = coord_table(root, f"mup_zero_fresh_strict_{family}")
+        standard, summary = coord_table(root, f"standard_{family}")
+        logits = scaled["logits"]["slopes"]
+        settle = next(t + 1 for t in range(len(logits)) if all(abs(x) <= 0.1 for x in logits[t:]))
+        over = re.match(r"(\d+) of (\d+) modules exceed", summary)
+        std_logits = standard["logits"]["slopes"][-1]
+        out.append(f"| {label} | {_worst(scaled, ('logits',))} | {settle} | {_worst(zero)} | {over[1]} of {over[2]}"
+                   f"{f' (logits {std_logits:+.2f} at the last step)' if abs(std_logits) > 0.1 else ''} |")
+    files = ", ".join(f"`mup_scaled_fresh_*`, `mup_zero_fresh_strict_*`, `standard_*`".split(", "))
+    return "\n".join(out) + (f"\n\nFrom the check's printed tables in `docs/figures/coord_check/` ({files}.txt; "
+                              "each names its figure and JSON).\n")
+
+
+# ---------------------------------------------------------------------------------------------
 
 def generator(name: str) -> Callable[[Path], str] | None:
     if name in BLOCKS:
