@@ -851,6 +851,72 @@ def coordinate_results(root: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# transfer.md: the drift table, from the trial CSVs (muP, CPU and GPU) and the width study's report
+
+def _drift_rows(csvs: list[str], studies: str, proxies: str, widths: tuple[int, ...]) -> dict[str, dict]:
+    import lr_drift_bootstrap
+
+    out: dict = {}
+    with contextlib.redirect_stdout(io.StringIO()):  # the script prints its table; the rows are returned
+        out = {r["family"]: r for r in lr_drift_bootstrap.main(csvs, studies, proxies, 1.5, widths)}
+    return out
+
+
+def _report_lr_stars(root: Path, path: str) -> dict[str, tuple[float, bool]]:
+    """variant -> (lr*, at a grid edge) of a report's variants table."""
+    stars = {}
+    for line in (root / path).read_text(encoding="utf-8").splitlines():
+        c = _cells(line) if line.startswith("| ") else []
+        if len(c) == 6 and (m := re.match(r"([\d.e-]+)( \(edge\))?", c[3])) and c[1].replace(",", "").isdigit():
+            stars[c[0].removesuffix(" (baseline)")] = (float(m[1]), bool(m[2]))
+    return stars
+
+
+@block("transfer/drift")
+def transfer_drift(root: Path) -> str:
+    import mup_width_csv_report as mw
+
+    import forecast_evidence as fe
+
+    cpu = [str(p) for p in fe.MUP_CSVS]
+    gpu = [str(p) for p in fe.GPU_CSVS]
+    values, _ = mw.read_trials(cpu, None, fe.MUP_TRANSFERS, "mup_width_cpu", "none")
+    cpu_drift = _drift_rows(cpu, "mup_width_cpu", "none", (32, 64, 128, 256))
+    gpu_drift = _drift_rows(gpu, "mup_width_gpu", "transfer_gpu", (32, 64, 128, 256))
+    std_drift = _drift_rows([str(root / "docs/figures/cpu_70eff9c_trials.csv")], "std_width_cpu", "none", (32, 64, 128))
+    width_report = "docs/figures/width_wide_cpu/report.md"
+    wide = _report_lr_stars(root, width_report)
+    width_names = {"llama": "llama", "cem_attention_T1": "T1", "cem_attention_T2": "T2"}
+
+    def boot(r: dict) -> str:
+        return f"**{r['measured']:.2f}×** [{r['low']:.2f}, {r['high']:.2f}], {r['share_above']:.0%}"
+
+    out = ["| family | CPU lr*: d 32; 64; 128; 256 [95%] | CPU drift [bootstrap], draws > 1.5× | GPU drift [bootstrap], "
+           "draws > 1.5× | standard parametrization, CPU |", "|---|---|---|---|---|"]
+    for family in mw.FAMILIES:
+        cells = []
+        for d in (32, 64, 128, 256):
+            opt = mw._stats(values[f"d{d}_{family}"]).optimum
+            iv = opt.lr_interval
+            cells.append(f"{opt.fit.lr_star:.3g} [{iv.low:.3g}, {iv.high:.3g}]" if iv else f"{opt.fit.lr_star:.3g}")
+        if family in width_names:
+            stars = [wide[f"d{d}_{width_names[family]}"] for d in (32, 64, 128, 192)]
+            ratio = max(s for s, _ in stars) / min(s for s, _ in stars)
+            edge = any(e for _, e in stars)
+            standard = f"{'≥ ' if edge else ''}{ratio:.1f}× (d 32–192{', edge' if edge else ''})"
+        else:
+            r = std_drift[family]
+            standard = f"{r['measured']:.1f}× [{r['low']:.1f}, {r['high']:.1f}] (d 32–128)"
+        out.append(f"| {family} | {'; '.join(cells)} | {boot(cpu_drift[family])} | {boot(gpu_drift[family])} | "
+                   f"{standard} |")
+    return ("\n".join(out) + "\n\nData: CPU [d 32–128](../figures/cpu_217a9b8_trials.csv) and "
+            "[d 256, standard d 32–128](../figures/cpu_70eff9c_trials.csv); GPU "
+            "[H200](../figures/mup_width_gpu_scaled/trials.csv), [H100](../figures/mup_width_gpu_scaled/trials_lease2.csv); "
+            f"the width study's [report]({'../' + width_report.removeprefix('docs/')}) for standard Llama and CEM "
+            "attention.\n")
+
+
+# ---------------------------------------------------------------------------------------------
 
 def generator(name: str) -> Callable[[Path], str] | None:
     if name in BLOCKS:
