@@ -916,6 +916,53 @@ def transfer_drift(root: Path) -> str:
             "attention.\n")
 
 
+def _transfer_section(printed: str) -> str:
+    """The transfer check of scripts/mup_width_csv_report.py's output (what follows its lr* table)."""
+    return printed[printed.index("Transfer to d 256"):].strip() + "\n"
+
+
+def _family_rows(section: str, family: str) -> list[str]:
+    return [line for line in section.splitlines() if line.startswith(f"| {family} |")]
+
+
+@block("transfer/cpu-check")
+def transfer_cpu_check(root: Path) -> str:
+    import mup_width_csv_report as mw
+
+    import forecast_evidence as fe
+
+    cpu = [str(p) for p in fe.MUP_CSVS]
+    base = "transfer_cpu_first,transfer_cpu_attention_T2,transfer_cpu_full_cem"
+    three = _transfer_section(_printed(mw.main, cpu, at=256, transfer=base, studies="mup_width_cpu", proxies="none"))
+    more = []
+    for seeds in (5, 8):
+        section = _transfer_section(_printed(mw.main, cpu, at=256, transfer=f"transfer_cpu_mlp_proxy{seeds},{base}",
+                                             studies="mup_width_cpu", proxies="none"))
+        rows = _family_rows(section, "cem_mlp_T1")
+        more.append(f"CEM MLP with {seeds} proxy seeds (`transfer_cpu_mlp_proxy{seeds}`): the transfer row, then its "
+                    f"verdict against Llama:\n\n" + "\n".join(
+                        [three.splitlines()[2], three.splitlines()[3], rows[0], "",
+                         "| variant vs Llama at d 256 | full grid | transfer | same |", "|---|---|---|---|", rows[1]]))
+    return ("With 3 proxy seeds (every family):\n\n" + three + "\n" + "\n\n".join(more) + "\n")
+
+
+@block("transfer/gpu-check")
+def transfer_gpu_check(root: Path) -> str:
+    import mup_width_csv_report as mw
+
+    gpu_dir = root / "docs/figures/mup_width_gpu_scaled"
+    three = _transfer_section(_printed(mw.main, [str(gpu_dir / "trials.csv"), str(gpu_dir / "trials_lease2.csv")],
+                                       at=256))
+    five = _transfer_section(_printed(mw.main, [str(gpu_dir / f) for f in (
+        "trials.csv", "trials_lease2.csv", "trials_lease4_proxy5.csv", "trials_lease5_d256_dense.csv")],
+        at=256, transfer="transfer_gpu_scaled_proxy5"))
+    return ("With 3 proxy seeds ([H200](../figures/mup_width_gpu_scaled/trials.csv), "
+            "[H100](../figures/mup_width_gpu_scaled/trials_lease2.csv)):\n\n" + three +
+            "\nWith 5 proxy seeds and the dense d 256 grid (adding "
+            "[5 proxy seeds](../figures/mup_width_gpu_scaled/trials_lease4_proxy5.csv) and "
+            "[the dense grid](../figures/mup_width_gpu_scaled/trials_lease5_d256_dense.csv)):\n\n" + five)
+
+
 # ---------------------------------------------------------------------------------------------
 
 def generator(name: str) -> Callable[[Path], str] | None:
