@@ -963,6 +963,38 @@ def transfer_gpu_check(root: Path) -> str:
             "[the dense grid](../figures/mup_width_gpu_scaled/trials_lease5_d256_dense.csv)):\n\n" + five)
 
 
+def _coord_summary(root: Path, name: str) -> str:
+    """"N (k resolved; worst ±x)" of one check's printed table: modules over 0.1, how many the
+    Holm-corrected one-sided tests resolve, and the largest |slope| among them."""
+    text = (root / "docs/figures/coord_check" / f"{name}.txt").read_text(encoding="utf-8")
+    modules, summary = coord_table(root, name)
+    over = int(re.search(r"(\d+) of \d+ modules exceed", summary)[1])
+    resolved_line = next(line for line in text.splitlines() if line.startswith("resolved beyond 0.1"))
+    names = resolved_line.split(":", 1)[1].strip()
+    resolved = 0 if names == "none" else len(names.split(", "))
+    exceeding = [k for k, line in ((k, next(line for line in text.splitlines() if line.startswith(k + " ")))
+                                   for k in modules) if "<- exceeds" in line]
+    worst = max((max(modules[k]["slopes"], key=abs) for k in exceeding), key=abs, default=None)
+    within = next((line.rsplit(": ", 1)[1].split(", ") for line in text.splitlines()
+                   if line.startswith("within the bound without d 64")), [])
+    converge = f"; {len(within)} within the bound without d 64" if within else ""
+    return (f"{over} ({resolved} resolved" + (f"; largest {worst:+.2f}" if worst is not None else "") + f"{converge})"
+            if over else "0")
+
+
+@block("coordinate-check/wrong-rule")
+def coordinate_wrong_rule(root: Path) -> str:
+    rules = (("none (muP as built)", "mup_scaled_cem_attention_T1", "mup_scaled_fresh_cem_attention_T1"),
+             ("hidden matrices' lr at m^-3/4 instead of m^-1", "wrong_hidden_lr_three_quarters_cem_attention_T1",
+              "wrong_hidden_lr_three_quarters_fresh_cem_attention_T1"),
+             ("hidden matrices' lr at m^-1/2", "wrong_hidden_lr_half_cem_attention_T1",
+              "wrong_hidden_lr_half_fresh_cem_attention_T1"),
+             ("readout lr at m^-1/2", "wrong_readout_lr_half_cem_attention_T1", "wrong_readout_lr_half_fresh_cem_attention_T1"))
+    out = ["| rule replaced | one batch: modules over 0.1 | fresh batches: modules over 0.1 |", "|---|---|---|"]
+    out += [f"| {rule} | {_coord_summary(root, one)} | {_coord_summary(root, fresh)} |" for rule, one, fresh in rules]
+    return "\n".join(out) + "\n\nFrom `docs/figures/coord_check/` (`mup_scaled_*`, `wrong_*` .txt).\n"
+
+
 # ---------------------------------------------------------------------------------------------
 
 def generator(name: str) -> Callable[[Path], str] | None:
