@@ -995,6 +995,41 @@ def coordinate_wrong_rule(root: Path) -> str:
     return "\n".join(out) + "\n\nFrom `docs/figures/coord_check/` (`mup_scaled_*`, `wrong_*` .txt).\n"
 
 
+@block("readout/x10")
+def readout_x10(root: Path) -> str:
+    """The ×10 pilots (one seed) beside the default readout's 3-seed width ladder, per width."""
+    import mup_width_csv_report as mw
+
+    import forecast_evidence as fe
+
+    pilot = [str(root / "docs/figures/cpu_2ea47ad_trials.csv")]
+
+    def fits(paths, studies, family, seeds=None):
+        values, _ = mw.read_trials(paths, seeds, "", studies, "none")
+        return {d: mw._stats(values[f"d{d}_{family}"]).optimum.fit for d in (32, 64, 128)}
+
+    llama10 = fits(pilot, "mup_width_pilot_readout_x10_llama", "llama")
+    cem10 = fits(pilot, "mup_width_pilot_readout_x10_full_cem", "full_cem_T2")
+    mup = [str(p) for p in fe.MUP_CSVS]
+    llama1, cem1 = fits(mup, "mup_width_cpu", "llama"), fits(mup, "mup_width_cpu", "full_cem_T2")
+
+    def row(label, f):
+        stars = [f[d].lr_star for d in (32, 64, 128)]
+        edge = any(f[d].edge for d in (32, 64, 128))
+        cells = " | ".join(f"{f[d].lr_star:.3g}{' (edge)' if f[d].edge else ''}; {f[d].ppl_star:.3f}" for d in (32, 64, 128))
+        return f"| {label}: lr*; ppl at lr* | {cells} | {max(stars) / min(stars):.2f}×{' (a bound: an edge)' if edge else ''} |"
+
+    gap = lambda a, b: " | ".join(f"{100 * (a[d].ppl_star / b[d].ppl_star - 1):+.0f}%" for d in (32, 64, 128))
+    return "\n".join([
+        "| | d 32 | d 64 | d 128 | lr* drift |", "|---|---|---|---|---|",
+        row("Llama ×10, seed 0", llama10), row("full CEM ×10, seed 0", cem10),
+        f"| full CEM − Llama at ×10, seed 0 | {gap(cem10, llama10)} | |",
+        f"| full CEM − Llama at ×1, 3 seeds | {gap(cem1, llama1)} | |",
+        "", "From the [×10 pilots' trials](../figures/cpu_2ea47ad_trials.csv) (one seed, Akima on it: no interval) "
+        "and the default readout's [width ladder](../figures/cpu_217a9b8_trials.csv) (3 seeds). The gaps are ratios "
+        "of perplexities at each model's own lr*, without an interval."]) + "\n"
+
+
 # ---------------------------------------------------------------------------------------------
 
 def generator(name: str) -> Callable[[Path], str] | None:
