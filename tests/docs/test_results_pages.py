@@ -55,6 +55,23 @@ def test_editing_one_csv_value_makes_the_check_fail(pages, tmp_path):
     assert pages.main(["--check", "--root", str(root), "--pages", "pooled-variance.md"]) == 1  # what CI runs
 
 
+@pytest.mark.soak  # in CI: the rule's own tests below and the CSV edit above (this one renders the index twice)
+def test_a_changed_report_changes_the_verdict_word_the_index_prints(pages, tmp_path):
+    root = _copy(tmp_path)
+    for report in (ROOT / "docs" / "figures").glob("*/report.md"):
+        (root / report.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(report, root / report.relative_to(ROOT))
+    assert not pages.stale(root, "index.md")
+    report = root / "docs" / "figures" / "fig3a_full_cem_lr_cpu" / "report.md"
+    text = report.read_text("utf-8")
+    assert "| +2.249 [+1.65, +2.85] | Welch t |" in text
+    report.write_text(text.replace("| +2.249 [+1.65, +2.85] | Welch t |", "| -2.249 [-2.85, -1.65] | Welch t |"))
+    (old, new), = pages.stale(root, "index.md").values()
+    row = "| full CEM is slightly better than Llama at its optimal learning rate (Fig. 3a) | full CEM − Llama |"
+    assert "contradicted" in next(line for line in old.splitlines() if line.startswith(row))
+    assert "reproduced" in next(line for line in new.splitlines() if line.startswith(row))
+
+
 def test_a_block_without_a_generator_is_refused_by_name(pages):
     text = ("<!-- generated: nowhere/table (python scripts/results_pages.py) -->\nold\n"
             "<!-- end generated: nowhere/table -->\n")
