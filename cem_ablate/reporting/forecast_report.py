@@ -93,8 +93,8 @@ def forecast_lines(ladders: Mapping[str, Sequence[Rung]], targets: Mapping[str, 
         lines += [f"**These forecasts may run low.** The ladder has widths outside the trusted range "
                   f"({'; '.join(untrusted)}). On the measured ladders of this kind (docs/results/forecast.md, "
                   f"\"The bias of the forecasts\") every family's forecast {metric} was below the measurement, with a "
-                  "mean error whose interval lay below 0; the intervals below are not widened or shifted for it. "
-                  "A bias shared by every family cancels in a comparison's Δ, not in a forecast value.", ""]
+                  "mean error whose interval lay below 0, and by different amounts, so a comparison's Δ can be off "
+                  "too; the intervals below are not widened or shifted for it.", ""]
     errors = [h for h in holdout_errors({f: ladders[f] for f in targets}, FORMS) if h.identifiable]
     if errors:
         lines += ["Each form forecasting the widest width from the narrower ones on these trials (RMS error, log "
