@@ -1034,6 +1034,47 @@ def readout_x10(root: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# figure-2.md: exact parameter counts, from the study files through the dry run's estimator
+
+def _study_params(root: Path, study: str) -> dict[str, object]:
+    """Variant name -> the dry run's estimate (model on the meta device) at the study's cpu scale."""
+    from cem_ablate.study.estimates import estimate
+    from cem_ablate.study.spec import load_study_mapping, parse_study
+    from cem_ablate.study.variants import expand
+
+    mapping = load_study_mapping(root / "studies" / study, "cpu")
+    expanded = expand(parse_study(mapping), mapping)
+    lr, seed = expanded.spec.lr_search.lr_range[0], expanded.spec.seeds[0]
+    return {v.name: estimate(v.run_config(lr, seed)) for v in expanded.variants}
+
+
+@block("figure-2/params")
+def figure2_params(root: Path) -> str:
+    attention = _study_params(root, "fig2a_cem_attention.yaml")
+    mlp = _study_params(root, "fig2b_cem_mlp.yaml")
+    llama, cem_attn = attention["llama,size=tiny"], attention["cem_attention,size=tiny"]
+    cem_mlp = mlp["cem_mlp,size=tiny"]
+    layers = 2  # the tiny model's blocks (studies' cpu scale)
+
+    def per_layer(e, part: str) -> int:
+        return e.params_by_component[part] // layers
+
+    def change(a, b) -> str:
+        return f"{100 * (a / b - 1):+.0f}%".replace("-", "−")
+
+    rows = ["| sublayer, per layer (d 64) | Llama | CEM | CEM / Llama | whole model: CEM / Llama |", "|---|---|---|---|---|",
+            f"| attention (Fig. 2a) | {per_layer(llama, 'attention'):,} | {per_layer(cem_attn, 'attention'):,} | "
+            f"{per_layer(cem_attn, 'attention') / per_layer(llama, 'attention'):.3f} | {cem_attn.params_total:,} / "
+            f"{llama.params_total:,} ({change(cem_attn.params_total, llama.params_total)}) |",
+            f"| MLP, dimension-matched (Fig. 2b) | {per_layer(llama, 'mlp'):,} | {per_layer(cem_mlp, 'mlp'):,} | "
+            f"{per_layer(cem_mlp, 'mlp') / per_layer(llama, 'mlp'):.3f} | {cem_mlp.params_total:,} / "
+            f"{llama.params_total:,} ({change(cem_mlp.params_total, llama.params_total)}) |"]
+    return ("\n".join(rows) + "\n\nExact counts (no interval): the dry run's estimator on the study files "
+            "(`studies/fig2a_cem_attention.yaml`, `studies/fig2b_cem_mlp.yaml`, scale `cpu`; the model built on the "
+            "meta device), the same counts `cem-ablate study --dry-run` prints.\n")
+
+
+# ---------------------------------------------------------------------------------------------
 
 def generator(name: str) -> Callable[[Path], str] | None:
     if name in BLOCKS:
