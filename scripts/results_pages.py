@@ -1,6 +1,8 @@
 """The generated blocks of docs/results/: every table and every sentence with a number that a
-block holds is computed here from the committed data (trial CSVs under docs/figures/, the claims
-table docs/results/claims.csv), never typed by hand.
+block holds is computed here from the committed data, never typed by hand: the trial CSVs and
+the studies' written reports under docs/figures/ (through the analysis scripts beside this one),
+the claims table docs/results/claims.csv, the benchmark JSONs under benchmarks/results/, the
+coordinate check's printed tables and the study files (exact parameter counts).
 
 A page marks a block as
 
@@ -55,7 +57,7 @@ def block(name: str):
     return register
 
 
-def link(root: Path, page_dir: str, path: str) -> str:
+def link(root: Path, path: str) -> str:
     """A Markdown link from a results page to a data file, checked to exist."""
     if not (root / path).exists():
         raise FileNotFoundError(f"error: data file {path} named by a results page does not exist")
@@ -117,7 +119,7 @@ def index_pooled_answer(root: Path) -> str:
 @block("pooled-variance/data")
 def pooled_data(root: Path) -> str:
     e = pooled(root)
-    links = ", ".join(link(root, PAGES, p) for p in e["csvs"])
+    links = ", ".join(link(root, p) for p in e["csvs"])
     return (f"Data: the committed trial tables {links} (every number on this page is computed from "
             "them by the command above).\n")
 
