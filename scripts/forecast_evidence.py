@@ -196,6 +196,70 @@ def cases(ladder: Ladder, rungs: tuple[int, ...], form: str):
     return points, deltas, fit
 
 
+@dataclass(frozen=True)
+class Bias:
+    """The mean error of a ladder's perplexity forecasts, ln forecast − ln measured over its
+    families, with its prediction interval."""
+
+    mean: float
+    low: float
+    high: float
+    level: float
+    families: int
+
+    @property
+    def half(self) -> float:
+        return (self.high - self.low) / 2
+
+
+def forecast_bias(fit, params: dict[str, float], measured: dict[str, float], level: float = LEVEL) -> Bias:
+    """Mean over the families of ẑ_k − z_k at their targets, with the interval the forecast's own
+    model gives it when the law holds: t on the fit's residual df times √(ḡ Cov ḡᵀ + v / K), ḡ the
+    families' mean gradient (the fit's shared error), v / K the K targets' own independent scatter
+    (a rung's departure and its seeds, as for one forecast). Coverage checked by simulation in
+    tests/analysis/test_forecast_evidence.py."""
+    from scipy import stats
+
+    names = list(params)
+    zs, gs = zip(*(fit.predict(k, params[k]) for k in names))
+    mean = float(np.mean([z - measured[k] for z, k in zip(zs, names)]))
+    g = np.mean(gs, axis=0)
+    if fit.df < 1:
+        return Bias(mean, -math.inf, math.inf, level, len(names))
+    half = float(stats.t.ppf(0.5 + level / 2, fit.df) * math.sqrt(max(float(g @ fit.cov @ g), 0.0)
+                                                                     + fit.unit_var / len(names)))
+    return Bias(mean, mean - half, mean + half, level, len(names))
+
+
+def ladder_bias(ladder: Ladder, rungs: tuple[int, ...], held: int, form: str, level: float = LEVEL) -> Bias:
+    """The bias of `ladder`'s forecasts of width `held` from the widths `rungs`."""
+    fit = fit_ladders(ladder.ladder(rungs), form)
+    params = {f: ladder.params[f][held] for f in ladder.rungs}
+    measured = {f: float(np.mean(np.log(list(ladder.rungs[f][held].values())))) for f in ladder.rungs}
+    return forecast_bias(fit, params, measured, level)
+
+
+def corrected_cases(ladder: Ladder, rungs: tuple[int, ...], form: str, level: float = LEVEL):
+    """The correction rule, fixed from the ladder alone before it is scored at the held-out width:
+    forecast the ladder's widest rung from its narrower ones (leave-widest-out inside the
+    ladder), take the mean error b and its interval; the corrected forecast at the target is
+    ẑ − b, its half-width √(h² + h_b²) (h the forecast's, h_b the in-ladder bias's). Returns the
+    in-ladder bias and per family (forecast, corrected low, corrected high, measured)."""
+    from cem_ablate.analysis.forecast import forecast as point_forecast
+
+    inner = ladder_bias(ladder, rungs[:-1], rungs[-1], form, level)
+    held = ladder.widths[-1]
+    fit = fit_ladders(ladder.ladder(rungs), form)
+    rows = []
+    for family in ladder.rungs:
+        fc = point_forecast(fit, family, ladder.params[family][held], level)
+        half = math.sqrt(((fc.high - fc.low) / 2) ** 2 + inner.half ** 2)
+        centre = fc.log_value - inner.mean
+        measured = float(np.mean(np.log(list(ladder.rungs[family][held].values()))))
+        rows.append((family, centre, centre - half, centre + half, measured))
+    return inner, rows
+
+
 def _pct(log_ratio: float) -> str:
     return f"{100 * math.expm1(log_ratio):+.1f}%"
 

@@ -3,8 +3,8 @@
     python scripts/pooled_variance_evidence.py        # from the repository root, about a minute
 
 1. Is the seed-to-seed variance one number across models? Every distinct model of the CPU trial
-   tables (docs/figures/cpu_*_trials.csv: variants, widths d 32-256, two recipes) with 3 seeds at
-   its best learning rate: Bartlett's and Levene's tests (scipy.stats), and the spread of the log
+   tables (docs/figures/cpu_*_trials.csv: variants, widths d 32-256, several recipes) with 3 seeds at
+   its best learning rate, each model once by its identity (`model_identity`), never by its values: Bartlett's and Levene's tests (scipy.stats), and the spread of the log
    sample variances beyond what sampling alone gives (tau^2: the variance of log sigma^2 across
    models, by moments, with a one-sided 90% upper bound by inverting the simulated distribution).
 2. What the campaign's design does there: 2 seeds pooled over k points at alpha 0.034 against 3 fixed
@@ -16,8 +16,10 @@
 
 from __future__ import annotations
 
-import glob
 import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -26,35 +28,84 @@ from scipy import special, stats
 from cem_ablate.analysis.akima import fit_akima
 from cem_ablate.analysis.decision import pooled_t, rejects, welch_t
 
-CSVS = "docs/figures/cpu_*_trials.csv"
+ROOT = Path(__file__).resolve().parents[1]
+CSVS = "docs/figures/cpu_*_trials.csv"  # under the repository root
 DELTA = 3.52  # the Δ (seed stds) 3 fixed Welch seeds detect with 80% power (the campaign's dry run)
 POOLED_ALPHA, REFERENCE_ALPHA = 0.034, 0.05
 REPS = 20_000
 
 
-def finished_trials() -> pd.DataFrame:
-    frames = [pd.read_csv(path) for path in sorted(glob.glob(CSVS))]
+BASE_D_MODEL = 64  # every CPU recipe's base_d_model (studies/mup_width.yaml, studies/transfer.yaml)
+TRANSFER_TARGET_D_MODEL = 256  # the CPU transfer studies' target width; their proxies are the base width
+
+
+def finished_trials(root: Path = ROOT) -> pd.DataFrame:
+    frames = [pd.read_csv(path) for path in sorted(root.glob(CSVS))]
     d = pd.concat(frames)
     d = d[d.state == "COMPLETE"].copy()
     d["study"] = d.study.str.split("/").str[0]
     return d
 
 
-def models_at_best_lr(d: pd.DataFrame) -> list[np.ndarray]:
-    """Each distinct model's 3 seed values at its best mean learning rate (a trial reused by
-    several studies counts once: identical values)."""
-    out, seen = [], set()
-    for _, g in d.groupby(["study", "variant"]):
-        by_lr = {lr: h.drop_duplicates("seed").sort_values("seed").value.to_numpy()[:3] for lr, h in g.groupby("lr")}
-        full = {lr: v for lr, v in by_lr.items() if len(v) == 3}
+def recipe(study: str) -> str:
+    """The training recipe a study's name says its models share (studies/mup_width.yaml's scales)."""
+    if "_250_" in study:
+        return "250 steps"
+    if "zero_warmup30" in study:
+        return "600 steps, zero readout, 30% warmup"
+    if "readout_x10" in study:
+        return "600 steps, readout init x10"
+    return "600 steps"
+
+
+def model_identity(study: str, variant: str) -> tuple[str, str, str, int]:
+    """(recipe, parametrization, family, d_model): what a trial trains, apart from its rate and
+    seed. The trial key is that identity within one code version, but the tables span several
+    (the oldest stores no key at all), so one model retrained under a new key, or stored by two
+    studies, would count twice. At the base width muP is the standard model (SPEC), so there the
+    parametrization is one."""
+    name = variant.removesuffix("@proxy")
+    width = re.match(r"d(\d+)_", name)
+    if width:
+        d_model, family = int(width.group(1)), name[width.end():]
+    else:  # a transfer study's proxy (base width) or target
+        d_model, family = (BASE_D_MODEL if variant.endswith("@proxy") else TRANSFER_TARGET_D_MODEL), name
+    parametrization = "standard" if study.startswith("std_") else "mup"
+    if d_model == BASE_D_MODEL:
+        parametrization = "mup = standard (base width)"
+    return recipe(study), parametrization, family, d_model
+
+
+@dataclass(frozen=True)
+class Model:
+    """One distinct model at its best learning rate: its 3 seed values and where they are stored."""
+
+    identity: tuple[str, str, str, int]
+    lr: float
+    values: np.ndarray
+    studies: tuple[str, ...]  # every study/variant that stores these trials
+
+
+def models_at_best_lr(d: pd.DataFrame) -> list[Model]:
+    """Each distinct model (`model_identity`) once, with its 3 seed values at its best mean
+    learning rate. Two studies storing one model (a reused trial, or the same model retrained
+    under another key) give one entry: the first stored copy's values."""
+    found: dict[tuple, Model] = {}
+    for (study, variant), g in d.groupby(["study", "variant"]):
+        identity = model_identity(study, variant)
+        by_lr = {lr: h.drop_duplicates("seed").sort_values("seed").iloc[:3] for lr, h in g.groupby("lr")}
+        full = {lr: h for lr, h in by_lr.items() if len(h) == 3}
         if not full:
             continue
-        values = min(full.values(), key=np.mean)
-        key = tuple(np.round(values, 5))
-        if key not in seen:
-            seen.add(key)
-            out.append(values)
-    return out
+        lr, h = min(full.items(), key=lambda item: item[1].value.mean())
+        key = (identity, lr, tuple(h.seed))
+        where = f"{study}/{variant}"
+        if key in found:
+            m = found[key]
+            found[key] = Model(m.identity, m.lr, m.values, m.studies + (where,))
+        else:
+            found[key] = Model(identity, float(lr), h.value.to_numpy(), (where,))
+    return list(found.values())
 
 
 def tau_squared(groups: list[np.ndarray]) -> tuple[float, float]:
@@ -96,8 +147,13 @@ def simulate(k: int, tau2: float, delta: float, rng) -> tuple[float, float]:
 
 
 def proxy_seed_rows(d: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for (study, variant), g in d.groupby(["study", "variant"]):
+    rows, seen = [], set()
+    groups = sorted(d.groupby(["study", "variant"]), key=lambda item: -item[1].lr.nunique())  # the fullest copy
+    for (study, variant), g in groups:
+        identity = model_identity(study, variant)
+        if identity in seen:
+            continue
+        seen.add(identity)
         table = g.pivot_table(index="lr", columns="seed", values="value", aggfunc="first")
         seeds = [s for s in table.columns if table[s].notna().all()][:3]
         if table.shape[0] < 4 or len(seeds) < 3:
@@ -110,12 +166,12 @@ def proxy_seed_rows(d: pd.DataFrame) -> pd.DataFrame:
             cost = np.interp(np.log2(two.lr_star), np.log2(full.curve_lrs), full.curve_ppls) - full.ppl_star
             rows.append({"model": f"{study}/{variant}", "ratio": 2 ** abs(np.log2(two.lr_star / full.lr_star)),
                          "cost": cost / sd})
-    return pd.DataFrame(rows).drop_duplicates(["ratio", "cost"])
+    return pd.DataFrame(rows)
 
 
 def main() -> None:
     d = finished_trials()
-    groups = models_at_best_lr(d)
+    groups = [m.values for m in models_at_best_lr(d)]
     stds = [np.std(g, ddof=1) for g in groups]
     print(f"## 1. One seed variance? {len(groups)} distinct models, 3 seeds each\n")
     print(f"seed std: median {np.median(stds):.3g}, range {min(stds):.3g} to {max(stds):.3g} (perplexity)")

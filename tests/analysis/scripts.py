@@ -17,6 +17,7 @@ def load_script(name: str) -> ModuleType:
     try:
         spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up while it loads
         spec.loader.exec_module(module)
         return module
     finally:

@@ -54,6 +54,19 @@ def test_a_gap_within_the_noise_is_unresolved_and_a_missing_width_gets_no_foreca
     assert lines[2].startswith("No forecast: llama finished fewer than 3")
 
 
+def test_a_ladder_outside_the_trusted_widths_says_its_forecasts_may_run_low(tmp_path):
+    from tests.study.test_forecast_study import LADDER
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    trusted = load_expanded(str(forecast_study(tmp_path / "a")), None, [])
+    assert "may run low" not in "\n".join(forecast_section(_records(trusted, gap=0.2), trusted, "test perplexity"))
+    narrow = [{"model.d_model": 16, "model.d_mlp": 32}] + LADDER[:2]  # d_head 8, below base d 32
+    expanded = load_expanded(str(forecast_study(tmp_path / "b", ladder=narrow)), None, [])
+    text = "\n".join(forecast_section(_records(expanded, gap=0.2), expanded, "test perplexity"))
+    assert "**These forecasts may run low.**" in text and "ladder width d_model 16 (d_head 8 < 16" in text
+
+
 def test_other_studies_have_no_forecast_section(tmp_path):
     from tests.study.tiny_study import write_study
 
