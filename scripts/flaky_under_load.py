@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     runs: list[dict[str, str]] = []
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the load stops too (finally)
     load = start_load(args.load)
     try:
         for i in range(1, args.runs + 1):
