@@ -101,7 +101,7 @@ def _study_process(path, cwd, *args):
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_running_trial_after_a_complete_one(root, proc, timeout=180):
+def _wait_for_running_trial_after_a_complete_one(root, proc, timeout=600):  # a hang guard, not a bound
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()
