@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             junit, log = out / f"run{i}.xml", out / f"run{i}.log"
             start = time.monotonic()
             with log.open("w") as stream:
-                rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                      f"--junitxml={junit}", *args.pytest_args], stdout=stream, stderr=subprocess.STDOUT)
+                command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                           *args.pytest_args]
+                rc = subprocess.call(command, stdout=stream, stderr=subprocess.STDOUT)
             seen = outcomes(junit) if junit.exists() else {}
             failed = sum(v == "failed" for v in seen.values())
             print(f"run {i}/{args.runs}: exit {rc}, {len(seen)} tests, {failed} failed, "
