@@ -5,7 +5,8 @@ A shared CI runner gives pytest less CPU than a quiet laptop: a test that waits 
 thread, a poller or a wall-clock bound passes idle and fails there. This starts one busy
 process pinned to each core (`--load`, default: all of them), runs pytest `--runs` times
 (its arguments after `--`; none: the default suite, soak tier excluded, as CI runs it),
-stops the load, and prints per test how many runs it failed. Exit status 1 when a test
+stops the load, and prints per test how many runs it failed. The tests import this
+checkout's package (PYTHONPATH), their subprocesses too. Exit status 1 when a test
 failed in some run (flaky or broken), 0 otherwise. Run on a machine you have to yourself:
 the load takes every core. The operating guide's "Testing" section says when.
 
@@ -27,6 +28,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
+CHECKOUT = Path(__file__).resolve().parents[1]
 BUSY = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); exec('while True: pass')"
 
 
@@ -70,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="flaky_under_load."))
     out.mkdir(parents=True, exist_ok=True)
 
+    # this checkout's package, in pytest and in every process a test starts (`python -m
+    # cem_ablate...`), whatever checkout is installed
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")])))
     runs: list[dict[str, str]] = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the load stops too (finally)
     load = start_load(args.load)
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             with log.open("w") as stream:
                 command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                            *args.pytest_args]
-                rc = subprocess.call(command, stdout=stream, stderr=subprocess.STDOUT)
+                rc = subprocess.call(command, stdout=stream, stderr=subprocess.STDOUT, env=env)
             seen = outcomes(junit) if junit.exists() else {}
             failed = sum(v == "failed" for v in seen.values())
             print(f"run {i}/{args.runs}: exit {rc}, {len(seen)} tests, {failed} failed, "
