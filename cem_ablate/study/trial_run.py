@@ -30,8 +30,10 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from optuna.exceptions import UpdateFinishedTrialError
 
@@ -48,6 +50,9 @@ from cem_ablate.tracking.store import TrackingServerLost, lost_tracking_server
 from cem_ablate.training.config import RunConfig
 from cem_ablate.training.lease import Lease, LeaseLost
 from cem_ablate.training.preemption import Preempted
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Callback
 
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
 
@@ -96,9 +101,12 @@ def _outcome(result, pruned: bool, error: str | None) -> tuple[TrialStatus, floa
     return TrialStatus.FAILED, None, result.error or "training failed"
 
 
-def run_trial(session, variant: Variant, trial) -> TrialRecord:
+def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callback] = ()) -> TrialRecord:
     """Train (or reuse) one claimed trial; its record as this worker saw it end (KILLED
-    where the trial was failed as stale meanwhile and nothing was recorded)."""
+    where the trial was failed as stale meanwhile and nothing was recorded).
+
+    `extra_callbacks` join the engine's trainer after the pruner (as `train_run`'s own
+    `extra_callbacks`): an observer of the attempt, or a step at which to act on it."""
     from cem_ablate.study.pruning import pruning_callback
 
     attempt, began = None, time.time()
@@ -110,7 +118,7 @@ def run_trial(session, variant: Variant, trial) -> TrialRecord:
         use_pruner = session.spec.lr_search.pruner != "none"
         pruner = pruning_callback(trial) if use_pruner else None
         start = time.time()
-        result, error = train(session, attempt, pruner)
+        result, error = train(session, attempt, ([pruner] if pruner else []) + list(extra_callbacks))
         seconds = time.time() - start
         pruned = pruner is not None and pruner.pruned_step is not None
         return finish(session, attempt, result, _outcome(result, pruned, error), seconds)
@@ -173,8 +181,9 @@ def _check_claim(trials: VariantTrials, trial) -> None:
                         "retried elsewhere)")
 
 
-def train(session, attempt: Attempt, pruner):
-    """(result, error): the engine's result, or the error it raised."""
+def train(session, attempt: Attempt, callbacks: Sequence[Callback]):
+    """(result, error): the engine's result, or the error it raised; `callbacks` join the
+    engine's own (the pruner, the caller's)."""
     from cem_ablate.training.engine import train_run
 
     lease = attempt.lease
@@ -184,7 +193,7 @@ def train(session, attempt: Attempt, pruner):
         try:
             result = train_run(attempt.config, run_dir=attempt.run_dir, tracking_uri=session.settings.tracking_uri,
                                experiment=session.spec.name, mlflow_run_id=attempt.child,
-                               extra_callbacks=[pruner] if pruner else [], resume=True,
+                               extra_callbacks=callbacks, resume=True,
                                progress=session.settings.progress, lease=lease)
         except Preempted as stop:
             release(session, attempt, stop)

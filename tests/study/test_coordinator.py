@@ -101,7 +101,7 @@ def _study_process(path, cwd, *args):
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_running_trial_after_a_complete_one(root, proc, timeout=180):
+def _wait_for_running_trial_after_a_complete_one(root, proc, timeout=600):  # a hang guard, not a bound
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()
@@ -120,7 +120,10 @@ def _wait_for_running_trial_after_a_complete_one(root, proc, timeout=180):
 def test_kill_minus_9_mid_trial_then_rerun_finishes_every_point_once(tmp_path, corpus, monkeypatch):
     grid = [1e-3, 4e-3]
     path = write_study(tmp_path, name="killed", grid=grid, max_steps=12, corpus=corpus)
-    proc = _study_process(path, tmp_path)
+    # The killed trial is found by its dead pid. Under the default grace period (60 s) a slow
+    # rerun could find its heartbeat stale first and fail it without the "killed" status.
+    grace = ["--grace", "3600"]
+    proc = _study_process(path, tmp_path, *grace)
     _wait_for_running_trial_after_a_complete_one(tmp_path, proc)
     proc.send_signal(signal.SIGKILL)  # a trial was claimed at most 0.2 s ago: it is mid-trial
     proc.wait()
@@ -128,7 +131,7 @@ def test_kill_minus_9_mid_trial_then_rerun_finishes_every_point_once(tmp_path, c
     assert len(killed) == 1
 
     monkeypatch.chdir(tmp_path)
-    assert main(["study", str(path), "--no-report"]) == 0
+    assert main(["study", str(path), "--no-report", *grace]) == 0
     trials, parents, children = assert_each_point_finished_once(tmp_path, "killed", 2, grid)
     same_variant = next(ts for ts in trials.values() if any(trial_id_of(t) == trial_id_of(killed[0]) for t in ts))
     again = next(t for t in same_variant if trial_id_of(t) == trial_id_of(killed[0]))

@@ -9,12 +9,14 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from cem_ablate.study.store_locks import HeldLock, LockWatchdog, blocking, held_locks, stopped_lock_holders
+from cem_ablate.study.store_locks import STOPPED, HeldLock, LockWatchdog, blocking, held_locks, stopped_lock_holders
 
 pytestmark = pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
 
@@ -41,6 +43,16 @@ def _holder(db: Path, mode: str, action: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), mode, action], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGSTOP, then wait until the kernel shows the process stopped (on a loaded machine
+    the signal takes effect only when the process is next scheduled)."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 60
+    while psutil.Process(proc.pid).status() not in STOPPED:
+        assert time.monotonic() < deadline, "SIGSTOP never took effect"
+        time.sleep(0.01)
 
 
 def _can_write(db: Path) -> bool:
@@ -93,15 +105,17 @@ def test_a_stopped_writer_is_found_and_killing_it_frees_the_store(tmp_path, hold
     proc = holders(db, mode, action)
     assert not _can_write(db)
     assert stopped_lock_holders([db], {proc.pid}) == {}  # running: it may finish its transaction
-    proc.send_signal(signal.SIGSTOP)
-    time.sleep(0.2)
+    _stop(proc)
     assert stopped_lock_holders([db], {proc.pid}) == {proc.pid: db}
     assert stopped_lock_holders([db], {proc.pid + 1}) == {}  # not one of ours
-    killed = []
-    with LockWatchdog([db], lambda: [proc.pid], lambda pid, file: killed.append((pid, file))) as watchdog:
-        deadline = time.monotonic() + 10
-        while not killed and time.monotonic() < deadline:
-            time.sleep(0.05)
+    killed, kill_seen = [], threading.Event()
+
+    def on_kill(pid, file):
+        killed.append((pid, file))
+        kill_seen.set()
+
+    with LockWatchdog([db], lambda: [proc.pid], on_kill) as watchdog:
+        kill_seen.wait(timeout=60)
     assert killed == [(proc.pid, db)] and watchdog.killed == {proc.pid: db}
     assert proc.wait(timeout=10) == -signal.SIGKILL
     assert _can_write(db)  # SQLite rolled the half-done transaction back
@@ -111,8 +125,7 @@ def test_a_stopped_writer_is_found_and_killing_it_frees_the_store(tmp_path, hold
 def test_a_stopped_wal_reader_is_left_to_the_fence(tmp_path, holders, action):
     db = tmp_path / "store.db"
     proc = holders(db, "WAL", action)
-    proc.send_signal(signal.SIGSTOP)
-    time.sleep(0.2)
+    _stop(proc)
     assert any(lock.pid == proc.pid for lock in held_locks([db, Path(f"{db}-shm")]))  # it does hold locks
     assert stopped_lock_holders([db], {proc.pid}) == {}
     assert _can_write(db)

@@ -5,13 +5,15 @@ once it has written a checkpoint its claim is failed as stale, exactly as anothe
 worker's `fail_stale_trials` would after the grace period. The attempt must stop at
 its next write and leave everything as it was at that moment; the slot's retry then
 takes the folder over, resumes the verified checkpoint and finishes.
-"""
 
-import threading
-import time
+The fence lands at a step the test names (a Lightning callback in the attempt's own
+trainer), not wherever a polling thread finds the run: under load a poller woke up
+after the run had ended.
+"""
 
 import yaml
 
+from lightning.pytorch import Callback
 from optuna.trial import TrialState
 
 from cem_ablate.cli.study_command import load_expanded
@@ -32,8 +34,25 @@ def _frozen(trials, trial_id):
     return t.state, t.value, dict(t.user_attrs), dict(t.intermediate_values), t.params
 
 
+class FailClaimBeforeStep(Callback):
+    """Before optimizer step `step + 1` trains (the checkpoint of `step` saved at the end
+    of the batch before), fail the claim: what another worker does to a claim whose
+    heartbeat is older than the grace period."""
+
+    def __init__(self, step: int, fail_claim):
+        self.step, self.fail_claim, self.fired_at = step, fail_claim, None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.fired_at is None and trainer.global_step == self.step:
+            self.fired_at = trainer.global_step
+            self.fail_claim()
+
+
+STEPS, FENCE_STEP = 120, 50  # the fence at a checkpoint step (ckpt_every_n_steps=10) well before the end
+
+
 def test_a_fenced_attempt_writes_nothing_and_the_retry_resumes_its_checkpoint(tmp_path, corpus):
-    path = write_study(tmp_path, name="fenced", grid=[2e-3], max_steps=300, corpus=corpus,
+    path = write_study(tmp_path, name="fenced", grid=[2e-3], max_steps=STEPS, corpus=corpus,
                        variants=[{"name": "llama"}], baselines={})
     mapping = yaml.safe_load(path.read_text())
     mapping["base"]["train"].update(ckpt_every_n_steps=10, val_every_n_steps=100)
@@ -48,32 +67,29 @@ def test_a_fenced_attempt_writes_nothing_and_the_retry_resumes_its_checkpoint(tm
     trial = trials.claim(worker_identity())
     seen = {}
 
-    def fail_after_a_checkpoint():
-        # what another worker does to a claim whose heartbeat is older than the grace period
-        while not list((tmp_path / "work").rglob("digests.json")):
-            time.sleep(0.02)
+    def fail_claim():
         trials.storage.set_trial_state_values(trial_id_of(trial), TrialState.FAIL)
         seen["trial"] = _frozen(trials, trial_id_of(trial))
         seen["digests"] = next((tmp_path / "work").rglob("digests.json")).read_text()
 
-    failer = threading.Thread(target=fail_after_a_checkpoint)
-    failer.start()
-    record = run_trial(session, variant, trial)
-    failer.join()
+    fence = FailClaimBeforeStep(FENCE_STEP, fail_claim)
+    record = run_trial(session, variant, trial, extra_callbacks=[fence])
 
+    assert fence.fired_at == FENCE_STEP
     assert record.status == TrialStatus.KILLED and "claim lost" in record.reason
     run_dir = next((tmp_path / "work").rglob("digests.json")).parents[1]
     assert not (run_dir / "result.json").exists()
-    # at most the checkpoint in flight when the claim died (it passed its check before)
+    # the checkpoint of the fence's step is the last: none written after the fence
     checkpoints = CheckpointFiles(run_dir / "checkpoints")
     fenced_step = _step(checkpoints)
-    assert fenced_step < 300 and checkpoints.verified(warn=False) == checkpoints.last
+    assert fenced_step == FENCE_STEP and checkpoints.verified(warn=False) == checkpoints.last
+    assert (run_dir / "checkpoints" / "digests.json").read_text() == seen["digests"]
     assert _frozen(trials, trial_id_of(trial)) == seen["trial"]  # Optuna untouched after the fence
     client = make_client(tracking)
     child = client.get_run(record.run_id)
     assert T.STATUS not in child.data.tags  # no outcome written for the fenced attempt
     fenced_points = [m.step for m in client.get_metric_history(record.run_id, "train_loss")]
-    assert max(fenced_points) < 300
+    assert max(fenced_points) < FENCE_STEP  # no curve point past the fence
 
     # The retry (attempt 2) takes the folder over and resumes the fenced attempt's checkpoint.
     trials.reconcile()
@@ -82,10 +98,10 @@ def test_a_fenced_attempt_writes_nothing_and_the_retry_resumes_its_checkpoint(tm
     finished = run_trial(session, variant, retry)
     assert finished.status == TrialStatus.FINISHED and finished.run_id == record.run_id
     assert (run_dir / "lease").read_text().strip() == f"{trials.study.study_name}#{retry.number}"
-    assert _step(checkpoints) == 300
+    assert _step(checkpoints) == STEPS
     steps = [m.step for m in client.get_metric_history(record.run_id, "train_loss")]
-    # resumed from the fenced attempt's checkpoint, not restarted: (300 - c) / 2 more points
-    assert max(steps) == 299 and len(steps) == len(fenced_points) + (300 - fenced_step) // 2
+    # resumed from the fenced attempt's checkpoint, not restarted: (STEPS - c) / 2 more points
+    assert max(steps) == STEPS - 1 and len(steps) == len(fenced_points) + (STEPS - fenced_step) // 2
     assert _frozen(trials, trial_id_of(trial)) == seen["trial"]
 
 

@@ -104,7 +104,10 @@ def test_a_trial_of_a_dead_local_process_is_requeued_with_its_params(url, tmp_pa
 
 
 def test_a_silent_trial_goes_stale_after_the_grace_period(url):
-    vt, _ = open_variant(url, heartbeat=1, grace=2)
+    # Two workers' views of one storage: "fresh" under a grace period no loaded machine
+    # outlasts between two claims, "stale" under one the test waits out (a wait that
+    # runs long only makes the heartbeat older).
+    vt, _ = open_variant(url, heartbeat=1, grace=60)
     vt.reconcile()
     other_machine = {"host": "elsewhere", "pid": 1}
     trial = vt.claim(other_machine)
@@ -113,6 +116,7 @@ def test_a_silent_trial_goes_stale_after_the_grace_period(url):
     assert vt.claim(other_machine) is None  # its heartbeat is fresh: not retried yet
     for t in others:
         vt.finish(t, TrialStatus.FINISHED, 1.0, {})
+    vt, _ = open_variant(url, heartbeat=1, grace=2)
     time.sleep(3.5)
     retry = vt.claim(worker_identity())
     assert retry is not None and retry.number != trial.number
