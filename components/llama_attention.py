@@ -93,11 +93,6 @@ class LlamaAttention(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         return self.o_proj(o.transpose(1, 2).reshape(b, j, d))
 
-    def resolved_kernel(self, device: torch.device) -> str:
-        """The attention kernel on `device`, as the device profile reports it: torch's SDPA
-        (which picks flash, cuDNN or memory-efficient itself)."""
-        return "sdpa"
-
     def parameter_classes(self) -> dict[str, str]:
         """muP (cem_ablate/model/parametrization.py): four D x D matrices, all hidden."""
         return {f"{name}.weight": "hidden" for name in ("q_proj", "k_proj", "v_proj", "o_proj")}

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from cem_ablate.config import ConfigError
+from cem_ablate.model.protocol import resolved_kernel
 from cem_ablate.training.config import TrainConfig
 from cem_ablate.training.hardware import native_bf16
 from cem_ablate.training.head_loss import resolve_loss_impl
@@ -141,15 +142,15 @@ def adamw_kernel_options(kernel: str) -> dict[str, bool]:
 
 
 def attention_kernels(model: nn.Module, device_type: str) -> dict[str, str]:
-    """The attention kernel each attention component of `model` runs on `device_type`, for
-    components that say (a `resolved_kernel(device)` method; the component zoo decides,
-    the core only asks)."""
+    """The kernel each attention component of `model` runs on `device_type`, by component
+    class (`model.protocol.resolved_kernel`: the component says, `torch` where it leaves the
+    choice to torch, e.g. Llama's SDPA)."""
     device = torch.device(device_type)
     out: dict[str, str] = {}
-    for module in model.modules():
-        resolve = getattr(module, "resolved_kernel", None)
-        if callable(resolve):
-            out.setdefault(type(module).__name__, str(resolve(device)))
+    for block in getattr(model, "blocks", ()):
+        attention = getattr(block, "attention", None)
+        if isinstance(attention, nn.Module):
+            out.setdefault(type(attention).__name__, resolved_kernel(attention, device))
     return out
 
 

@@ -131,6 +131,7 @@ def test_a_bare_preset_keeps_its_key():
     cfg = parse_run_config(tiny_run())
     mapping = cfg.to_mapping()
     del mapping["name"]
-    for key in ("lr", "seed", "threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl"):
+    for key in ("lr", "seed", "threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl", "optimizer_kernel",
+                "compile_backend"):
         del mapping["train"][key]
     assert cfg.variant_key() == digest(mapping) and mapping["model"]["size"] == "tiny"
