@@ -36,6 +36,7 @@ def test_the_parity_run_trains_the_bench_case():
     assert cfg.model.vocab_size == 256 and cfg.data.block_size == 32 and cfg.train.batch_size == 2
 
 
+@pytest.mark.soak  # in CI the same module through scripts/gpu_check.sh's parity part: tests/bench/test_gpu_check_script.py
 def test_train_versus_bench_runs_end_to_end_on_cpu(tmp_path, capsys):
     """Both numbers are measured and reported (a tiny CPU config: no timing claim)."""
     out, js = tmp_path / "parity.md", tmp_path / "parity.json"

@@ -38,6 +38,7 @@ def runs_of(uri: str, experiment: str):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # in CI DDP through the CLI, one MLflow run: tests/training/test_device_profile.py (the CUDA profile)
 def test_two_process_ddp_on_cpu_logs_one_run(tmp_path, isolated_cache):
     config = write_config(tmp_path / "ddp.yaml", max_steps=20, val_every_n_steps=10, log_every_n_steps=2, devices=2)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

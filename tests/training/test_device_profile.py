@@ -225,6 +225,13 @@ def test_the_cuda_profile_trains_under_ddp_on_two_cpu_processes(tmp_path, isolat
     assert result["status"] == "finished" and result["steps"] == STEPS
     assert result["tokens_seen"] == STEPS * 2 * 4 * SEQ  # two ranks' batches per step
     assert math.isfinite(result["train_loss"]) and math.isfinite(result["test_loss"])
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("ddp").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["device.ddp_backend"] == "gloo"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+    assert len(steps) == len(set(steps)) == STEPS // 2  # logged once per logging step, by rank 0 only
 
 
 def test_a_study_trial_through_a_worker_trains_with_the_cuda_profile(tmp_path, isolated_cache):

@@ -107,6 +107,7 @@ def test_gp_regression_with_recursive_cem_mlps(tmp_path, tracking_uri):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # in CI train.compile through every family (aot_eager): tests/training/test_device_profile.py
 def test_compile_path_trains_on_cpu(tmp_path, tracking_uri):
     cfg = parse_run_config(tiny_run(name="compiled", compile=True, max_steps=2, val_batches=1, test_batches=1))
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
