@@ -187,6 +187,21 @@ def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> li
     return lines
 
 
+def profile_lines(expanded: ExpandedStudy) -> list[str]:
+    """The device profile the trials get on this machine, and on a bf16 GPU when this machine
+    has none (training.device_profile), one line per distinct profile."""
+    import torch
+
+    from cem_ablate.training.device_profile import resolve_device_profile
+
+    trains = [v.config.train for v in expanded.variants]
+    lines = [f"device profile here: {c}" for c in sorted({resolve_device_profile(t).choices() for t in trains})]
+    if not torch.cuda.is_available():
+        lines += [f"device profile on a bf16 GPU: {c}"
+                  for c in sorted({resolve_device_profile(t, "cuda", device_has_bf16=True).choices() for t in trains})]
+    return lines
+
+
 def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, mfu: float, console,
                spread: SeedSpread | None = None, finished: dict[str, int] | None = None,
                cpu_gflops: float | None = None, seconds: dict[str, list[float]] | None = None,
@@ -215,6 +230,8 @@ def print_plan(expanded: ExpandedStudy, rows: list[PlanRow], gpu_tflops: float, 
                       str(row.trials) if row.min_trials == row.trials else f"{row.min_trials}-{row.trials}")
     console.print(table)
     console.print(lr_plan_text(expanded))
+    for line in profile_lines(expanded):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     total_trials = sum(r.trials for r in rows)
     total_flops = sum(r.trials * r.estimate.train_flops for r in rows)
     total_hours = sum(r.trials * r.estimate.gpu_hours(gpu_tflops, mfu) for r in rows)

@@ -59,9 +59,13 @@ class DeviceProfile:
         return {f"device.{f.name}": str(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def describe(self) -> str:
+        """`device profile: ` and the choices, as `cem-ablate train` prints them."""
+        return f"device profile: {self.choices()}"
+
+    def choices(self) -> str:
         clip = f"clip norm {self.grad_clip:g}" if self.grad_clip else "no clipping"
         ddp = f"{self.strategy} ({self.ddp_backend})" if self.ddp_backend else "one process"
-        return (f"device profile: {self.device_type} ({self.accelerator}), precision {self.precision}, "
+        return (f"{self.device_type} ({self.accelerator}), precision {self.precision}, "
                 f"AdamW {self.optimizer_kernel}, {clip}, "
                 f"compile {f'on ({self.compile_backend})' if self.compile else 'off'}, "
                 f"head + loss {self.loss_impl}, host reads the loss on {self.host_sync}, {ddp}")

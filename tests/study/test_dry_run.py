@@ -36,3 +36,16 @@ def test_a_grid_of_fewer_than_three_rates_says_no_lr_star_is_estimated():
                             "at a fixed learning rate; seeds [0, 1]")
     assert "no lr*" in text([2e-3, 4e-3])
     assert text([2e-3, 4e-3, 8e-3]) == "learning rates (grid, akima fit): 0.002, 0.004, 0.008; seeds [0, 1]"
+
+
+def test_the_dry_run_names_the_device_profile_here_and_on_a_gpu():
+    from pathlib import Path
+
+    from cem_ablate.cli.study_command import load_expanded
+    from cem_ablate.study.dry_run import profile_lines
+
+    study = Path(__file__).resolve().parents[2] / "studies" / "quickstart.yaml"
+    lines = profile_lines(load_expanded(str(study), None, []))
+    assert lines[0].startswith("device profile here: cpu (cpu), precision 32-true, AdamW single, clip norm 1")
+    assert lines[1].startswith("device profile on a bf16 GPU: cuda (gpu), precision bf16-mixed, AdamW fused")
+    assert len(lines) == 2  # every quickstart variant trains with one profile
