@@ -55,6 +55,9 @@ class LrSearchConfig:
 
     method: Literal["grid", "tpe", "random", "transfer"] = "grid"  # grid; tpe / random: Optuna samplers; transfer: tune a proxy
     grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))  # grid / transfer: the learning rates tried
+    # grid: a one-rate grid on purpose, comparing the variants at that rate (the paper's fixed-rate
+    # protocol) with no lr* estimated; without it a one-rate grid is refused before anything trains
+    fixed: bool = False
     # transfer (study/transfer.py): run-config overrides that turn each variant into its proxy
     # (e.g. {model.d_model: 64, model.d_mlp: 176}); the proxy is tuned on `grid` with
     # `proxy_seeds` (default: the study's seeds), the variant trained at the proxy's lr* only
@@ -84,8 +87,14 @@ class LrSearchConfig:
                 require(len(self.proxy_seeds) > 0, join(path, "proxy_seeds"), "must hold at least one seed.")
                 require(len(set(self.proxy_seeds)) == len(self.proxy_seeds), join(path, "proxy_seeds"),
                         f"holds a seed twice: {self.proxy_seeds}.")
+        require(not self.fixed or self.method == "grid", join(path, "fixed"), "only applies to method grid.")
         if self.method in ("grid", "transfer"):
             require(len(self.grid) > 0, join(path, "grid"), "must hold at least one learning rate.")
+            # Akima's lr* needs at least three rates; one rate is a comparison at that rate, said so
+            require(len(self.grid) > 1 or (self.method == "grid" and self.fixed), join(path, "grid"),
+                    f"one learning rate ({self.grid[0]:g}) estimates no lr*: list at least three rates, or "
+                    + ("set lr_search.fixed: true to compare the variants at this rate." if self.method == "grid"
+                       else "tune the proxy over a grid."))
             for i, lr in enumerate(self.grid):
                 require(lr > 0, join(join(path, "grid"), i), f"learning rates must be > 0, got {lr}.")
             require(len(set(self.grid)) == len(self.grid), join(path, "grid"),

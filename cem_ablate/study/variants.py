@@ -76,7 +76,8 @@ class ExpandedStudy:
     @property
     def study_hash(self) -> str:
         grids = [list(v.lr_grid) for v in self.variants if v.lr_grid is not None]
-        return digest([v.variant_key for v in self.variants] + [to_dict(self.spec.lr_search), list(self.spec.seeds)]
+        search = {k: v for k, v in to_dict(self.spec.lr_search).items() if k != "fixed"}  # says, trains nothing
+        return digest([v.variant_key for v in self.variants] + [search, list(self.spec.seeds)]
                       + ([grids] if grids else []))
 
     def variant(self, key: str) -> Variant:

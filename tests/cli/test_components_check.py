@@ -121,7 +121,7 @@ def test_attention_plugins_against_the_contract(tmp_path):
                                          "train": {"max_steps": 2, "batch_size": 2},
                                          "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 32}},
              "variants": [{"name": "acausal", "set": {"model.attention": "relu2_acausal"}}],
-             "lr_search": {"grid": [1e-3]}, "seeds": [0]}
+             "lr_search": {"grid": [1e-3], "fixed": True}, "seeds": [0]}
     (tmp_path / "acausal.yaml").write_text(yaml.safe_dump(study))
     for extra in (["--dry-run"], ["--threads", "1"]):
         run = _cli(["study", "acausal.yaml", *extra], site, cwd=tmp_path)

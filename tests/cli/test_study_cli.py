@@ -33,6 +33,10 @@ def _negative_lr(m):
     m["lr_search"]["grid"] = [1e-3, -1e-3]
 
 
+def _one_rate(m):
+    m["lr_search"]["grid"] = [2e-3]
+
+
 def _unknown_component(m):
     m["variants"][1]["set"]["model.attention"] = "flash_cem"
 
@@ -49,6 +53,8 @@ def _statistics_alpha(m):
     (_unknown_axis, "axes.model.attention.heads: unknown key for attention 'llama' 'heads'"),
     (_empty_grid, "lr_search.grid: must hold at least one learning rate."),
     (_negative_lr, "lr_search.grid[1]: learning rates must be > 0, got -0.001."),
+    (_one_rate, "lr_search.grid: one learning rate (0.002) estimates no lr*: list at least three rates, or set "
+                "lr_search.fixed: true to compare the variants at this rate."),
     (_unknown_component, "variants[1].set.model.attention: unknown attention component 'flash_cem'"),
     (_statistics_typo, "statistics.corection: unknown key 'corection'. Did you mean 'correction'?"),
     (_statistics_alpha, "statistics.alpha: must be in (0, 0.5), got 0.7."),
@@ -190,3 +196,13 @@ def test_ui_serves_the_store_on_localhost_and_stops_cleanly(tmp_path):
         while time.monotonic() < deadline:
             os.killpg(proc.pid, 0)
             time.sleep(0.05)
+
+
+def test_a_one_rate_grid_is_refused_by_the_dry_run_unless_it_says_fixed(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = bad_study(tmp_path, _one_rate)
+    assert main(["study", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "lr_search.grid: one learning rate (0.002) estimates no lr*" in err
+    assert main(["study", str(path), "--dry-run", "--set", "lr_search.fixed=true"]) == 0
+    assert not (tmp_path / "mlruns").exists()

@@ -128,6 +128,8 @@ def test_trial_config_gets_lr_and_seed():
     ({"variants": [{"name": "v", "set": {"model.mlp": {"name": "cem", "rank": 2}}}]}, "variants[0].set.model.mlp"),
     ({"lr_search": {"grid": []}}, "lr_search.grid"),
     ({"lr_search": {"grid": [1e-3, -2e-3]}}, "lr_search.grid[1]"),
+    ({"lr_search": {"grid": [1e-3]}}, "lr_search.grid"),  # one rate, not said to be a fixed-rate comparison
+    ({"lr_search": {"method": "tpe", "low": 1e-4, "high": 1e-2, "n_trials": 3, "fixed": True}}, "lr_search.fixed"),
     ({"lr_search": {"method": "tpe", "low": 1e-4}}, "lr_search.high"),
     ({"lr_search": {"method": "bayes"}}, "lr_search.method"),
     ({"axes": {"train.lr": [1e-3]}}, "axes.train.lr"),
@@ -154,7 +156,7 @@ def test_base_errors_point_into_base():
 
 def test_scale_and_overrides(tmp_path):
     path = tmp_path / "s.yaml"
-    mapping = study(scale={"smoke": {"base.train.max_steps": 1, "lr_search.grid": [1e-3]}})
+    mapping = study(scale={"smoke": {"base.train.max_steps": 1, "lr_search.grid": [1e-3], "lr_search.fixed": True}})
     path.write_text(yaml.safe_dump(mapping))
     plain = load_study_mapping(path)
     assert plain["base"]["train"]["max_steps"] == 3

@@ -50,7 +50,8 @@ def write_study(folder: Path, name: str = "tiny", grid=(1e-3, 4e-3), max_steps: 
         "base": {k: dict(v) for k, v in TINY_BASE.items()},
         "variants": [{"name": "llama"}, {"name": "cem_attention", "set": {"model.attention": "cem"}}],
         "baselines": {"llama": {"model.attention": "llama"}},
-        "lr_search": {"method": "grid", "grid": list(grid)},
+        # one rate: a comparison at that rate, said so (a one-rate grid alone is refused)
+        "lr_search": {"method": "grid", "grid": list(grid), **({"fixed": True} if len(grid) == 1 else {})},
         "seeds": [0],
         "execution": {"threads": 1},  # tiny models: one thread is faster, and steady under load
     }
