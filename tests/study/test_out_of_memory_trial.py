@@ -4,30 +4,22 @@ from inside the trial's own training step; real engine, Optuna and MLflow stores
 
 from __future__ import annotations
 
-import yaml
 
 from cem_ablate.cli.main import main
-from cem_ablate.cli.study_command import load_expanded
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.session import StudySession, StudySettings
-from cem_ablate.study.storage import StorageSettings
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import worker_identity
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from cem_ablate.training.out_of_memory import OUT_OF_MEMORY
-from tests.study.tiny_study import write_study
+from tests.study.tiny_study import prepared_session, write_study
 from tests.training.test_out_of_memory import OutOfMemoryAt
 
 
 def test_an_out_of_memory_trial_is_recorded_the_next_trains_and_the_report_lists_it(tmp_path, corpus, capsys):
     path = write_study(tmp_path, name="oomstudy", grid=[1e-3, 4e-3], max_steps=4, corpus=corpus,
                        variants=[{"name": "llama"}], baselines={})
-    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    settings = StudySettings(StorageSettings(f"sqlite:///{tmp_path / 'optuna.db'}", 10, 60), tracking,
-                             tmp_path / "work", threads=1, progress=False)
-    session = StudySession(load_expanded(str(path), None, []), settings)
-    session.prepare(echo=lambda *_: None)
+    session, tracking = prepared_session(tmp_path, path)
     (variant,) = session.variants
     trials = session.trials[variant.key]
 

@@ -16,16 +16,13 @@ import yaml
 from lightning.pytorch import Callback
 from optuna.trial import TrialState
 
-from cem_ablate.cli.study_command import load_expanded
 from cem_ablate.config.trial_status import TrialStatus
-from cem_ablate.study.session import StudySession, StudySettings
-from cem_ablate.study.storage import StorageSettings
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import worker_identity
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from cem_ablate.training.checkpoints import CheckpointFiles
-from tests.study.tiny_study import write_study
+from tests.study.tiny_study import prepared_session, write_study
 from cem_ablate.study.optuna_storage import trial_id_of
 
 
@@ -57,11 +54,7 @@ def test_a_fenced_attempt_writes_nothing_and_the_retry_resumes_its_checkpoint(tm
     mapping = yaml.safe_load(path.read_text())
     mapping["base"]["train"].update(ckpt_every_n_steps=10, val_every_n_steps=100)
     path.write_text(yaml.safe_dump(mapping))
-    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    settings = StudySettings(StorageSettings(f"sqlite:///{tmp_path / 'optuna.db'}", 10, 60), tracking,
-                             tmp_path / "work", threads=1, progress=False)
-    session = StudySession(load_expanded(str(path), None, []), settings)
-    session.prepare(echo=lambda *_: None)
+    session, tracking = prepared_session(tmp_path, path)
     (variant,) = session.variants
     trials = session.trials[variant.key]
     trial = trials.claim(worker_identity())

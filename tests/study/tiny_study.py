@@ -62,3 +62,19 @@ def write_study(folder: Path, name: str = "tiny", grid=(1e-3, 4e-3), max_steps: 
     path = Path(folder) / f"{name}.yaml"
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
     return path
+
+
+def prepared_session(tmp_path: Path, path: Path):
+    """An in-process study session over `path` (SQLite Optuna and MLflow stores under
+    `tmp_path`, one thread), prepared; with its tracking URI. For tests that drive
+    `run_trial` themselves."""
+    from cem_ablate.cli.study_command import load_expanded
+    from cem_ablate.study.session import StudySession, StudySettings
+    from cem_ablate.study.storage import StorageSettings
+
+    tracking = f"sqlite:///{Path(tmp_path) / 'mlflow.db'}"
+    settings = StudySettings(StorageSettings(f"sqlite:///{Path(tmp_path) / 'optuna.db'}", 10, 60), tracking,
+                             Path(tmp_path) / "work", threads=1, progress=False)
+    session = StudySession(load_expanded(str(path), None, []), settings)
+    session.prepare(echo=lambda *_: None)
+    return session, tracking
