@@ -57,10 +57,7 @@ def _build_model(variant: Variant, cfg: BenchConfig, size: str, device: torch.de
         baseline = parse_model_config(model_mapping(Variant(BASELINE, {}), size, cfg.seq_len, cfg.vocab_size))
         llama = build_model(baseline)
         model = to_hf_llama(llama)
-        if hasattr(model, "set_attn_implementation"):  # the external reference runs torch SDPA
-            model.set_attn_implementation("sdpa")
-        else:
-            model.config._attn_implementation = "sdpa"
+        model.set_attn_implementation("sdpa")  # the external reference runs torch SDPA (transformers >= 5)
         model = model.to(device).train()
         return model, {"eager": lambda: (hf_forward(model), None)}, llama
     config = parse_model_config(model_mapping(variant, size, cfg.seq_len, cfg.vocab_size))

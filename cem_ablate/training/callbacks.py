@@ -13,6 +13,8 @@ import time
 import lightning as L
 import torch
 
+from cem_ablate.training.lightning_private import should_accumulate
+
 
 class ThroughputMonitor(L.Callback):
     """Tokens/s and MFU over training time only (validation and checkpoints excluded),
@@ -62,7 +64,7 @@ class ThroughputMonitor(L.Callback):
             return
         self._span_tokens += self.tokens_per_micro_batch
         step = trainer.global_step
-        if step == self._closed_step or trainer.fit_loop._should_accumulate():
+        if step == self._closed_step or should_accumulate(trainer):
             return  # mid-accumulation, or this step's span is already closed
         warmup = step == self._first_step + 1
         logs = step % self.log_every_n_steps == 0

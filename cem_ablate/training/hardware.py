@@ -20,6 +20,7 @@ import torch
 from filelock import FileLock
 
 from cem_ablate.data.config import cache_root
+from cem_ablate.training.torch_private import cpu_has_native_bf16
 
 # Dense peak TFLOP/s: (bf16/fp16 tensor core, tf32 tensor core, plain fp32). Order
 # matters: the first name found in the device name wins.
@@ -58,7 +59,7 @@ def native_bf16(device: str) -> bool:
     than fp32."""
     if device.startswith("cuda"):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return cpu_has_native_bf16()
 
 
 def precision_kind(precision: str) -> str:

@@ -38,6 +38,8 @@ from collections.abc import Iterator
 import lightning as L
 import torch
 
+from cem_ablate.training.lightning_private import should_accumulate
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
@@ -173,7 +175,7 @@ class StopAtStepBoundary(L.Callback):
             self._group = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self._stopped is not None or trainer.fit_loop._should_accumulate():  # mid-accumulation: not a boundary
+        if self._stopped is not None or should_accumulate(trainer):  # mid-accumulation: not a boundary
             return
         signum = self.decision()
         if not signum:

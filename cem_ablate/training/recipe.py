@@ -38,6 +38,7 @@ from cem_ablate import registry
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
 from cem_ablate.training.device_profile import DeviceProfile, resolve_device_profile
+from cem_ablate.training.lightning_private import should_accumulate
 from cem_ablate.training.optimizer import build_adamw, clip_gradients, parameters_device
 from cem_ablate.training.schedule import warmup_cosine
 
@@ -136,7 +137,7 @@ class RecipeModule(L.LightningModule):
     def _last_micro_batch(self) -> bool:
         """Whether this micro-batch ends an accumulation window (the optimizer steps):
         Lightning's own test, the one its logger connector uses."""
-        return self.budget.accumulation == 1 or not self.trainer.fit_loop._should_accumulate()
+        return self.budget.accumulation == 1 or not should_accumulate(self.trainer)
 
     def is_log_step(self) -> bool:
         """The steps Lightning writes training metrics at (every `log_every_n_steps`)."""
