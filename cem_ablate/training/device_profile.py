@@ -4,7 +4,7 @@
     profile = resolve_device_profile(train, "cuda", device_has_bf16=True)  # what a bf16 GPU would run
     forced = profile.forcing(train)                            # those choices, explicit
 
-The choices (docs/design/training.md, "device profile"): where the step runs, Lightning's
+The choices (docs/design/experiments.md#s7-1-device-profile): where the step runs, Lightning's
 precision, AdamW's kernel, gradient clipping, compile, the head + loss implementation,
 when the host reads the loss, and the distributed strategy. Training (`trainer_factory`,
 `recipe`, `language_model`), the study's trials (through training) and the benchmark's
