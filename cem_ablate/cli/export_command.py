@@ -16,7 +16,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cem_ablate.export.hf_directory import check_target, decoding_warning, export_run, is_llama_baseline
-    from cem_ablate.export.trained_run import load_trained_run
+    from cem_ablate.training.trained_run import load_trained_run
 
     check_target(Path(args.to))
     trained = load_trained_run(args.run)

@@ -39,13 +39,14 @@ def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
     from cem_ablate.model.decoding import DecodingCache, missing_hooks, new_cache
     from cem_ablate.serving.generation import Sampling, generate
-    from cem_ablate.serving.loading import load_trained
+    from cem_ablate.training.trained_run import load_trained_run
 
     sampling = Sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
     sampling.validate()
-    trained = load_trained(args.target)
-    for line in trained.warnings:
-        print(f"warning: {line}", file=sys.stderr)
+    trained = load_trained_run(args.target)  # its warnings on stderr, one line each
+    if trained.tokenizer is None:
+        raise ConfigError("data.task", f"{trained.config.data.task!r} runs have no text tokenizer; "
+                          "generate needs a text run.")
     model, tokenizer = trained.model.to(args.device), trained.tokenizer
     missing = missing_hooks(model)
     if missing and not args.recompute:

@@ -28,7 +28,7 @@ from pathlib import Path
 from cem_ablate.config import ConfigError
 from cem_ablate.config.errors import closest
 from cem_ablate.export.hf_directory import export_run
-from cem_ablate.export.trained_run import TrainedRun, load_trained_run
+from cem_ablate.training.trained_run import TrainedRun, load_trained_run
 
 METRIC_PREFIX = "eval/"
 

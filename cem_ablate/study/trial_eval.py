@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from cem_ablate.evaluation.harness import EvalSpec, evaluate_trained, load_tasks
-from cem_ablate.export.trained_run import load_trained_run
+from cem_ablate.training.trained_run import load_trained_run
 from cem_ablate.study.spec import EvalConfig
 
 

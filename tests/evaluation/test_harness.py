@@ -13,7 +13,7 @@ from cem_ablate.cli.main import main
 from cem_ablate.config import ConfigError
 from cem_ablate.evaluation.harness import EvalSpec, flatten_results, load_tasks, run_harness
 from cem_ablate.evaluation.scoring import continuation_loglik, rolling_loglik
-from cem_ablate.export.trained_run import load_trained_run
+from cem_ablate.training.trained_run import load_trained_run
 from tests.evaluation.local_tasks import MC_DOCS, PPL_DOCS, write_tasks
 from tests.export.conftest import isolated_cache, trained_run  # noqa: F401  (session fixtures)
 

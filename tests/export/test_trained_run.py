@@ -12,7 +12,7 @@ import yaml
 from cem_ablate.cli.main import main
 from cem_ablate.config import ConfigError
 from cem_ablate.data.tokenizer import ByteTokenizer
-from cem_ablate.export.trained_run import load_trained_run
+from cem_ablate.training.trained_run import load_trained_run
 
 TEXT = "def héllo(x):\n    return x € 1\n"
 
@@ -64,7 +64,7 @@ def test_another_code_version(trained_run, tmp_path, capsys):
     (other / "trial_key").write_text("0123456789abcdef\n")
     assert main(["export", str(other), "--to", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len([line for line in err if line.startswith("warning:")]) == 1 and "another code version" in err[0]
+    assert len([line for line in err if line.startswith("warning:")]) == 1 and "trained under other code" in err[0]
 
     config = yaml.safe_load((other / "config.yaml").read_text())
     config["model"]["mlp"] = {"name": "llama"}  # this code would build a SwiGLU MLP: the weights do not fit
