@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PARITY_TARGET = 0.95  # `cem-ablate train` tokens/s over the bench step's (bench.train_parity)
+from cem_ablate.bench.train_parity import PARITY_TARGET
 
 
 def _load(path: Path) -> dict[str, Any] | None:

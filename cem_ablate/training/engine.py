@@ -167,10 +167,11 @@ class _Session:
     def _failure_reason(self, err: BaseException) -> str:
         """The reason a failed run records: for running out of device memory, what the step
         asked for and what the device holds (training.out_of_memory), its cache released."""
+        from cem_ablate.training.device_profile import device_type_of
         from cem_ablate.training.out_of_memory import is_out_of_memory, out_of_memory_reason, release_cached_memory
 
         if is_out_of_memory(err):
-            device_type = self.profile.device_type if self.profile else "cuda"
+            device_type = self.profile.device_type if self.profile else device_type_of(self.cfg.train)
             release_cached_memory(device_type)
             return out_of_memory_reason(err, device_type)
         return f"{type(err).__name__}: {err}".strip()

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -29,7 +26,7 @@ from cem_ablate import registry
 from cem_ablate.training.config import parse_run_config
 from tests.data.conftest import isolated_cache  # noqa: F401  (session-wide autouse fixture)
 from tests.study.tiny_study import write_study
-from tests.training.helpers import RecordLosses, tiny_run
+from tests.training.helpers import RecordLosses, cli_process, tiny_run
 
 pytestmark = pytest.mark.cuda
 
@@ -81,9 +78,7 @@ def test_bf16_mixed_training_of_every_sublayer_pair(attention, mlp, tmp_path):
 
 
 def cli(*args, cwd, env_cache):
-    env = dict(os.environ, CEM_ABLATE_CACHE=str(env_cache), MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return cli_process(*args, cwd=cwd, cache=env_cache, timeout=300)
 
 
 def test_cem_ablate_train_on_one_gpu(tmp_path, isolated_cache):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import lightning as L
 
@@ -41,3 +44,10 @@ class CrashAt(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.step:
             raise RuntimeError(f"simulated crash after step {self.step}")
+
+
+def cli_process(*args, cwd, cache, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`cem-ablate ARGS` as a user runs it: its own process, this test's cache, output captured."""
+    env = dict(os.environ, CEM_ABLATE_CACHE=str(cache), MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)

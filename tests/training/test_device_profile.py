@@ -29,6 +29,7 @@ from cem_ablate.config import ConfigError
 from cem_ablate.training.config import TrainConfig, parse_run_config
 from cem_ablate.training.device_profile import DeviceProfile, resolve_device_profile
 from tests.data.conftest import isolated_cache  # noqa: F401  (session-wide autouse fixture)
+from tests.training.helpers import cli_process
 
 SEQ = 32
 STEPS = 6
@@ -79,12 +80,8 @@ def family_config(name: str, family: str, **train) -> dict:
 
 def forced(mapping: dict, profile: DeviceProfile) -> dict:
     """`mapping` with every choice of `profile` written into its train section."""
-    train = profile.forcing(parse_run_config(mapping).train)
-    out = dict(mapping)
-    out["train"] = dict(mapping["train"], precision=train.precision, optimizer_kernel=train.optimizer_kernel,
-                        compile=train.compile, compile_backend=train.compile_backend, loss_impl=train.loss_impl,
-                        grad_clip=train.grad_clip)
-    return out
+    cfg = parse_run_config(mapping)
+    return dataclasses.replace(cfg, train=profile.forcing(cfg.train)).to_mapping()
 
 
 @pytest.fixture(scope="module")
@@ -199,16 +196,6 @@ def test_the_cuda_profile_trains_every_family_on_cpu(family, tmp_path, capsys, t
     assert gpu["test_loss"] == pytest.approx(cpu["test_loss"], rel=0.03)
 
 
-def subprocess_cli(*args, cwd: Path, cache: Path):
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, CEM_ABLATE_CACHE=str(cache), MLFLOW_DISABLE_TELEMETRY="true")
-    return subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
 def test_the_cuda_profile_trains_under_ddp_on_two_cpu_processes(tmp_path, isolated_cache):
     """DDP's path (two gloo ranks, Lightning re-running the command) with the CUDA profile's
     choices: the clip sees the all-reduced gradients, fused AdamW steps both ranks alike."""
@@ -216,7 +203,7 @@ def test_the_cuda_profile_trains_under_ddp_on_two_cpu_processes(tmp_path, isolat
     mapping = forced(base, cuda_profile(parse_run_config(base).train))
     path = tmp_path / "ddp.yaml"
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
-    done = subprocess_cli("train", path, "--run-dir", tmp_path / "run", "--tracking-uri",
+    done = cli_process("train", path, "--run-dir", tmp_path / "run", "--tracking-uri",
                           f"sqlite:///{tmp_path / 'mlflow.db'}", "--no-progress", cwd=tmp_path, cache=isolated_cache)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "AdamW fused, clip norm 1, compile on (aot_eager), head + loss chunked" in done.stdout
@@ -250,7 +237,7 @@ def test_a_study_trial_through_a_worker_trains_with_the_cuda_profile(tmp_path, i
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    done = subprocess_cli("study", path, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", uri,
+    done = cli_process("study", path, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", uri,
                           "--workdir", tmp_path / "studies", "--no-report", cwd=tmp_path, cache=isolated_cache)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     client = MlflowClient(uri)
