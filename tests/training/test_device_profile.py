@@ -190,8 +190,8 @@ def test_the_cuda_profile_trains_every_family_on_cpu(family, tmp_path, capsys, t
     for result in (cpu, gpu):
         assert result["status"] == "finished" and result["steps"] == STEPS, result.get("error")
         assert math.isfinite(result["train_loss"]) and math.isfinite(result["test_loss"])
-    # bf16 autocast rounds every matmul input to 8 bits of mantissa: a few steps later the
-    # losses differ by a few parts in a thousand, far below what a wrong step would move
+    # bf16 autocast rounds every matmul input to 8 bits of mantissa: the losses drift apart a
+    # little, far less than a wrong step (a missed clip, an unscaled update) would move them
     assert gpu["train_loss"] == pytest.approx(cpu["train_loss"], rel=0.03)
     assert gpu["test_loss"] == pytest.approx(cpu["test_loss"], rel=0.03)
 
