@@ -22,7 +22,8 @@ from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_FOLDERS = ("mlruns", "reports", "runs", "lightning_logs", "checkpoints")  # .gitignore'd outputs
-CACHES = {"__pycache__", ".pytest_cache", ".import_linter_cache", ".hypothesis", ".cache", ".venv", ".git"}
+CACHES = {"__pycache__", ".pytest_cache", ".import_linter_cache", ".hypothesis", ".cache", ".venv", ".git",
+          ".mypy_cache", ".ruff_cache"}
 
 
 def repo_outputs(root: Path = ROOT, depth: int = 2) -> dict[str, tuple[int, int]]:
