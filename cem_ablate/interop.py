@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from cem_ablate.config.errors import ConfigError
 from cem_ablate.model.assembly import build_model
 from cem_ablate.model.config import parse_model_config

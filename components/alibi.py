@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 
-
 def alibi_slopes(n_heads: int, dtype: torch.dtype = torch.float64,
                  device: torch.device | str | None = None) -> torch.Tensor:
     """m_k = 2^(-8k/K), k = 1..K (docs/design/layers.md#s2-cem-attention), built on `device` by arange arithmetic:

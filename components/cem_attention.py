@@ -36,12 +36,11 @@ from torch import nn
 
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.schema import require
+from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.registry import register
 from components.alibi import ALiBi, alibi_rows
 from components.cem_attention_kernels import causal_alibi, cem_attention_core, select_kernel
 from components.energy_recursion import EnergyRecursion, RecursionOptions
-from cem_ablate.model.blocks import linear
-from cem_ablate.model.blocks import RMSNorm
 from components.preconditioner import PreconditionerConfig, build_preconditioner
 
 ATTENTION_PRECONDITIONER_RANK = 4  # paper, Appendix C.4

@@ -20,7 +20,7 @@ step protocol (`step_context`, `direction`, `step_energy`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -29,17 +29,16 @@ import torch.nn.functional as F
 
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.schema import require
+from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.registry import register
 from components.energy_recursion import EnergyRecursion, RecursionOptions
-from cem_ablate.model.blocks import linear
-from cem_ablate.model.blocks import RMSNorm
 from components.preconditioner import PreconditionerConfig, build_preconditioner
 
 MLP_PRECONDITIONER_RANK = 16  # paper, Appendix C.4
 QUADRATURE_POINTS = 40  # Gauss-Legendre; error < 1e-13 for |z| <= 30 (checked against Li2)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gauss_legendre(n: int):
     nodes, weights = np.polynomial.legendre.leggauss(n)
     return torch.from_numpy(nodes), torch.from_numpy(weights)

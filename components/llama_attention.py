@@ -12,12 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cem_ablate.config.schema import require
 from cem_ablate.config.dims import ModelDims
-from cem_ablate.model.blocks import linear
-from cem_ablate.model.blocks import RMSNorm
-from components.rope import RotaryEmbedding
+from cem_ablate.config.schema import require
+from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.registry import register
+from components.rope import RotaryEmbedding
 
 
 class LlamaStepContext(NamedTuple):

@@ -9,8 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cem_ablate.config.dims import ModelDims
-from cem_ablate.model.blocks import linear
-from cem_ablate.model.blocks import RMSNorm
+from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.registry import register
 
 

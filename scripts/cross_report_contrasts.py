@@ -14,11 +14,11 @@ platform did not check a pairing (two preconditioners: their parameters differ).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
-from cem_ablate.analysis.decision import Design, decide
 from report_trials_csv import report_rows
+
+from cem_ablate.analysis.decision import Design, decide
 
 FIGURES = Path(__file__).resolve().parents[1] / "docs" / "figures"
 LR = 0.002  # every contrast below is at the CPU studies' one learning rate

@@ -50,7 +50,15 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from cem_ablate.analysis.decision import Design, adjust, decide  # noqa: E402
 from cem_ablate.analysis.forecast import (  # noqa: E402
-    FORMS, Rung, extrapolation, fit_ladders, forecast, forecast_delta, holdout_errors, n_params)
+    FORMS,
+    Rung,
+    extrapolation,
+    fit_ladders,
+    forecast,
+    forecast_delta,
+    holdout_errors,
+    n_params,
+)
 
 FIGURES = ROOT / "docs" / "figures"
 MUP_CSVS = (FIGURES / "cpu_217a9b8_trials.csv", FIGURES / "cpu_70eff9c_trials.csv")

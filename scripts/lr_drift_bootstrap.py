@@ -29,9 +29,9 @@ import argparse
 import itertools
 
 import numpy as np
+from mup_width_csv_report import FAMILIES, WIDTHS, read_trials
 
 from cem_ablate.analysis.akima import curve_minima
-from mup_width_csv_report import FAMILIES, WIDTHS, read_trials
 
 EXACT_LIMIT = 5000  # ordered resamples per width enumerated exactly (3 seeds: 27, 5 seeds: 3125)
 

@@ -53,8 +53,8 @@ from collections import defaultdict
 
 from cem_ablate.analysis.akima import curve_minima
 from cem_ablate.analysis.decision import ALPHA, Design, decide
-from cem_ablate.analysis.statistics import Observation, variant_stats
 from cem_ablate.analysis.smooth_gap import smooth_gap
+from cem_ablate.analysis.statistics import Observation, variant_stats
 from cem_ablate.study.verdicts import decide_family
 
 FAMILIES = ("llama", "cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full_cem_T2")

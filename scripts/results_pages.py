@@ -73,9 +73,8 @@ def link(root: Path, path: str) -> str:
 @evidence
 def pooled(root: Path) -> dict:
     import numpy as np
-    from scipy import stats
-
     import pooled_variance_evidence as ev
+    from scipy import stats
 
     d = ev.finished_trials(root)
     models = ev.models_at_best_lr(d)
@@ -466,9 +465,8 @@ FORECAST_FORM = "power_shared"
 
 @evidence
 def forecasts(root: Path) -> dict:
-    import numpy as np
-
     import forecast_evidence as fe
+    import numpy as np
 
     ladders = [fe.mup_ladder(), fe.width_ladder()]
     chosen, form_lines = fe.choose_form(ladders)
@@ -576,10 +574,9 @@ def forecast_corrected_verdict(root: Path) -> str:
 
 @block("forecast/trust")
 def forecast_trust(root: Path) -> str:
+    import forecast_evidence as fe
     import lr_drift_bootstrap
     import mup_width_csv_report
-
-    import forecast_evidence as fe
 
     csvs = [str(p) for p in fe.MUP_CSVS]
     lines = [_printed(mup_width_csv_report.main, csvs, transfer=fe.MUP_TRANSFERS, studies="mup_width_cpu",
@@ -752,9 +749,8 @@ def serving_cache(root: Path) -> str:
 
 @block("serving-cost/speed")
 def serving_speed(root: Path) -> str:
-    import statistics
-
     import json
+    import statistics
 
     llama, rows = _decode_rows(root)
     config = json.loads((root / DECODE_JSON).read_text(encoding="utf-8"))["meta"]["config"]
@@ -850,7 +846,7 @@ def coordinate_results(root: Path) -> str:
         std_logits = standard["logits"]["slopes"][-1]
         out.append(f"| {label} | {_worst(scaled, ('logits',))} | {settle} | {_worst(zero)} | {over[1]} of {over[2]}"
                    f"{f' (logits {std_logits:+.2f} at the last step)' if abs(std_logits) > 0.1 else ''} |")
-    files = ", ".join(f"`mup_scaled_fresh_*`, `mup_zero_fresh_strict_*`, `standard_*`".split(", "))
+    files = ", ".join("`mup_scaled_fresh_*`, `mup_zero_fresh_strict_*`, `standard_*`".split(", "))
     return "\n".join(out) + (f"\n\nFrom the check's printed tables in `docs/figures/coord_check/` ({files}.txt; "
                               "each names its figure and JSON).\n")
 
@@ -879,9 +875,8 @@ def _report_lr_stars(root: Path, path: str) -> dict[str, tuple[float, bool]]:
 
 @block("transfer/drift")
 def transfer_drift(root: Path) -> str:
-    import mup_width_csv_report as mw
-
     import forecast_evidence as fe
+    import mup_width_csv_report as mw
 
     cpu = [str(p) for p in fe.MUP_CSVS]
     gpu = [str(p) for p in fe.GPU_CSVS]
@@ -932,9 +927,8 @@ def _family_rows(section: str, family: str) -> list[str]:
 
 @block("transfer/cpu-check")
 def transfer_cpu_check(root: Path) -> str:
-    import mup_width_csv_report as mw
-
     import forecast_evidence as fe
+    import mup_width_csv_report as mw
 
     cpu = [str(p) for p in fe.MUP_CSVS]
     base = "transfer_cpu_first,transfer_cpu_attention_T2,transfer_cpu_full_cem"
@@ -1003,9 +997,8 @@ def coordinate_wrong_rule(root: Path) -> str:
 @block("readout/x10")
 def readout_x10(root: Path) -> str:
     """The ×10 pilots (one seed) beside the default readout's 3-seed width ladder, per width."""
-    import mup_width_csv_report as mw
-
     import forecast_evidence as fe
+    import mup_width_csv_report as mw
 
     pilot = [str(root / "docs/figures/cpu_2ea47ad_trials.csv")]
 
@@ -1024,7 +1017,8 @@ def readout_x10(root: Path) -> str:
         cells = " | ".join(f"{f[d].lr_star:.3g}{' (edge)' if f[d].edge else ''}; {f[d].ppl_star:.3f}" for d in (32, 64, 128))
         return f"| {label}: lr*; ppl at lr* | {cells} | {max(stars) / min(stars):.2f}×{' (a bound: an edge)' if edge else ''} |"
 
-    gap = lambda a, b: " | ".join(f"{100 * (a[d].ppl_star / b[d].ppl_star - 1):+.0f}%" for d in (32, 64, 128))
+    def gap(a, b):
+        return " | ".join(f"{100 * (a[d].ppl_star / b[d].ppl_star - 1):+.0f}%" for d in (32, 64, 128))
     return "\n".join([
         "| | d 32 | d 64 | d 128 | lr* drift |", "|---|---|---|---|---|",
         row("Llama ×10, seed 0", llama10), row("full CEM ×10, seed 0", cem10),

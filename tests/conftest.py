@@ -17,8 +17,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # every test the repository's output folders are compared with the session's start; a
 # change fails that test's teardown, naming what changed.
 
-import pytest  # noqa: E402
-from pathlib import Path  # noqa: E402
+from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_FOLDERS = ("mlruns", "reports", "runs", "lightning_logs", "checkpoints")  # .gitignore'd outputs

@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 import transformers
 
 from cem_ablate import build_model

@@ -76,7 +76,7 @@ class Design:
         return cls((int(n),), 1, float(alpha), bool(pooled))
 
     @classmethod
-    def sequential(cls, min: int, max: int, at: str = "baseline", alpha: float = ALPHA,  # noqa: A002
+    def sequential(cls, min: int, max: int, at: str = "baseline", alpha: float = ALPHA,
                    pooled: bool = False) -> Design:
         """`seeds: {min, max, until: resolved, at}`: a look after every added seed. A look
         with fewer than 2 seeds tests nothing (no spread to judge by) and spends no α."""

@@ -20,11 +20,11 @@ of the per-block dicts is a fresh start.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-import json
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ def run_decode_bench(cfg: DecodeBenchConfig, log: Callable[[str], None] = print)
             try:
                 cases.append(_Case(variant, size, cfg, device))
                 log(f"{size} {variant.label}: built ({cases[-1].row.params / 1e6:.1f}M parameters)")
-            except Exception as err:  # a variant that fails still gets its row
+            except Exception as err:  # noqa: BLE001  a variant that fails still gets its row, with its error
                 rows.append(DecodeRow(size, variant.label, 0, error=f"{type(err).__name__}: {err}"[:300]))
         # one phase per measure: prefill, then decode at each batch size from caches
         # prefilled for that phase only (at 86M and batch 8 each variant's caches are large)
@@ -192,7 +192,7 @@ class _Case:
 
         try:
             return step_peak_bytes(serve, self.prompt)
-        except Exception:  # the profiler may be unavailable; the row says "-"
+        except Exception:  # noqa: BLE001  the profiler may be unavailable; the row says "-"
             return None
 
 

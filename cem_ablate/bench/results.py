@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-import re
 
 from cem_ablate.bench.variants import BASELINE, EXTERNAL, is_energy_lens
 

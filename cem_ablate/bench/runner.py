@@ -17,6 +17,7 @@ import platform
 import subprocess
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def build_cases(variants: list[Variant], modes: list[str], cfg: BenchConfig, siz
             model, forwards, flop_source = _build_model(variant, cfg, size, device)
             report = model_report(flop_source, cfg.seq_len)
             optimizer = make_optimizer(model)
-        except Exception as err:  # a variant that cannot be built still gets its row
+        except Exception as err:  # noqa: BLE001  a variant that cannot be built still gets its row (its error)
             cases.append(Case(_row(variant, "eager", cfg, size, precision, 0, math.nan, memory_only,
                                    error=_short(err)), None))
             continue
@@ -102,7 +103,7 @@ def _short(err: BaseException) -> str:
 def _safely(case: Case, action: Callable[[], Any], log: Log) -> Any:
     try:
         return action()
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001  one case's failure is its row's error; the bench goes on
         case.row.error = _short(err)
         case.step = None
         log(f"  {case.row.variant} ({case.row.mode}): failed: {case.row.error}")
@@ -212,7 +213,7 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
         if case.step is None:
             continue
         graphs = _graphs_compiled()
-        seconds = _safely(case, lambda: warm_up(case.step, batch, cfg.warmup_steps), log)
+        seconds = _safely(case, partial(warm_up, case.step, batch, cfg.warmup_steps), log)
         if seconds is not None:
             case.row.warmup_s = seconds
             log(f"  warm-up {case.row.variant:<22} {case.row.mode:<8} {seconds:6.1f} s  "
@@ -239,12 +240,12 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
         case.row.step_s = timing.samples
     for case in live:
         case.row.state_bytes = case.step.state_bytes()
-        case.row.step_peak_bytes = _safely(case, lambda: step_peak_bytes(case.step, batch), log)
+        case.row.step_peak_bytes = _safely(case, partial(step_peak_bytes, case.step, batch), log)
     if cfg.profile_steps:
         for case in [c for c in live if c.step is not None]:
             label = f"{case.row.size} {case.row.variant} {case.row.mode} {case.row.precision}"
             trace = trace_file(cfg.profile_trace, label) if cfg.profile_trace else None
-            profile = _safely(case, lambda: profile_step(case.step, batch, cfg.profile_steps, trace=trace), log)
+            profile = _safely(case, partial(profile_step, case.step, batch, cfg.profile_steps, trace=trace), log)
             if profile is not None:
                 case.row.profile = profile.to_dict()
                 top = profile.top[0] if profile.top else None
@@ -261,10 +262,10 @@ def _run_memory_only(variant, cfg, size, precision, device, batch, log) -> list[
     for case in cases:
         if case.step is None:
             continue
-        if _safely(case, lambda: warm_up(case.step, batch, 1), log) is None:  # allocates AdamW state
+        if _safely(case, partial(warm_up, case.step, batch, 1), log) is None:  # allocates AdamW state
             continue
         case.row.state_bytes = case.step.state_bytes()
-        case.row.step_peak_bytes = _safely(case, lambda: step_peak_bytes(case.step, batch), log)
+        case.row.step_peak_bytes = _safely(case, partial(step_peak_bytes, case.step, batch), log)
         if case.row.peak_bytes is not None:
             log(f"  memory  {case.row.variant:<22} peak {case.row.peak_bytes / 2**20:8.0f} MB")
     rows = [c.row for c in cases]
@@ -288,10 +289,10 @@ def attention_kernel(variant: Variant, device: torch.device, size: str = "bench"
 
 
 def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
-    from cem_ablate.config.schema import to_dict
-    from cem_ablate.training.hardware import cpu_model
     from cem_ablate.bench.train_step import RECIPE
+    from cem_ablate.config.schema import to_dict
     from cem_ablate.training.device_profile import resolve_device_profile
+    from cem_ablate.training.hardware import cpu_model
 
     facts: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

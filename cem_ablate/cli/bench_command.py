@@ -145,7 +145,14 @@ def run(args: argparse.Namespace) -> int:
         size = cfg.sizes[0]
 
     from cem_ablate.bench.results import (
-        contention_note, evaluate_gpu_targets, evaluate_targets, profiles_text, table, targets_table, write_json)
+        contention_note,
+        evaluate_gpu_targets,
+        evaluate_targets,
+        profiles_text,
+        table,
+        targets_table,
+        write_json,
+    )
 
     on_gpu = str(meta.get("device", "cpu")).startswith("cuda")
     if on_gpu:

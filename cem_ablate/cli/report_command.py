@@ -68,9 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from cem_ablate.reporting.report import make_report
-    from cem_ablate.tracking.store import check_tracking_server, default_tracking_uri, sqlite_store_path
-
     from cem_ablate.tracking.credentials import without_password
+    from cem_ablate.tracking.store import check_tracking_server, default_tracking_uri, sqlite_store_path
 
     uri = without_password(args.tracking_uri) or default_tracking_uri()  # password: environment only
     check_tracking_server(uri)  # http(s) only: a dead server is one line, not a 4-minute retry

@@ -23,9 +23,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cem_ablate.cli.study_setup import (
+    check_plugin_components,
+    gpu_rate,
+    load_expanded,
+    stopped_for_the_machine,
+    study_settings,
+)
 from cem_ablate.config import ConfigError
-from cem_ablate.cli.study_setup import (  # noqa: F401  (load_expanded: other commands read studies through it)
-    check_plugin_components, gpu_rate, load_expanded, stopped_for_the_machine, study_settings)
 
 if TYPE_CHECKING:
     from cem_ablate.study.reuse import StaleTrials

@@ -58,8 +58,7 @@ def study_settings(expanded, args: argparse.Namespace, workers: int, console):
     has been checked (before anything is created)."""
     from cem_ablate.study.session import StudySettings
     from cem_ablate.study.storage import StorageSettings, default_storage_url, sqlite_path
-    from cem_ablate.tracking.store import check_tracking_server, set_mlflow_outage_window
-    from cem_ablate.tracking.store import default_tracking_uri
+    from cem_ablate.tracking.store import check_tracking_server, default_tracking_uri, set_mlflow_outage_window
 
     execution = expanded.spec.execution
     storage_url = args.storage or default_storage_url()

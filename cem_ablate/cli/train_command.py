@@ -39,12 +39,11 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from cem_ablate.config import apply_overrides, load_yaml
+    from cem_ablate.tracking.credentials import without_password
     from cem_ablate.training.config import parse_run_config
     from cem_ablate.training.device_profile import resolve_device_profile
     from cem_ablate.training.engine import resolve_run
     from cem_ablate.training.run_directory import default_run_dir, is_rank_zero_process
-
-    from cem_ablate.tracking.credentials import without_password
 
     args.tracking_uri = without_password(args.tracking_uri)  # the password waits in the environment
     mapping = load_yaml(args.config)
@@ -78,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
     if talk and not args.fresh and RunDirectory(run_dir).finished_result(cfg):
         print("this run already ended; its result follows (--fresh trains it again)")
     from cem_ablate.tracking.local_store import private_files
-
     from cem_ablate.training.preemption import Preempted, exit_code, exit_soon
 
     with private_files():  # the MLflow store and the run folder: the user's only (0600/0700)

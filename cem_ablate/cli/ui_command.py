@@ -32,12 +32,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cem_ablate.config import ConfigError
+    from cem_ablate.tracking.credentials import without_password
     from cem_ablate.tracking.readback import study_experiments
     from cem_ablate.tracking.runs_table_view import share_views
     from cem_ablate.tracking.server import UI_APP, TrackingServer, experiment_id
     from cem_ablate.tracking.store import default_artifact_root, default_tracking_uri, sqlite_store_path
-
-    from cem_ablate.tracking.credentials import without_password
 
     uri = without_password(args.tracking_uri) or default_tracking_uri()  # password: environment only
     db = sqlite_store_path(uri)

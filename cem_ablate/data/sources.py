@@ -211,7 +211,7 @@ def _open_hub(cfg: DataConfig) -> TextSource:
         dsd = datasets.load_dataset(
             cfg.source, cfg.subset, cache_dir=_hf_cache(cfg), streaming=cfg.streaming
         )
-    except Exception as err:  # network, unknown id, gated repo: one clear line
+    except Exception as err:  # noqa: BLE001  network, unknown id, gated repo: one clear line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError("data.source", f"cannot load hub dataset {cfg.source!r}: {first}") from None
     names = list(dsd.keys())

@@ -11,7 +11,12 @@ from cem_ablate.data.datamodule import ResumableDataModule
 from cem_ablate.data.packing import PackedBlocks, TokenCache, build_token_cache, existing_token_cache
 from cem_ablate.data.sources import TextSource, open_text_source, source_fingerprint
 from cem_ablate.data.streaming import (
-    build_stream_cache, single_exchange, stream_fingerprint, stream_tokens_needed, torch_exchange)
+    build_stream_cache,
+    single_exchange,
+    stream_fingerprint,
+    stream_tokens_needed,
+    torch_exchange,
+)
 from cem_ablate.data.tokenizer import TextTokenizer, load_tokenizer
 
 STREAM_EVAL_TOKENS = 1_000_000  # tokens kept (and cached) per evaluation split of a stream

@@ -27,9 +27,9 @@ from cem_ablate import __version__
 from cem_ablate.config import ConfigError
 from cem_ablate.config.fingerprint import distribution_modules
 from cem_ablate.export.source_bundle import Bundle, build_bundle
-from cem_ablate.training.trained_run import TrainedRun
 from cem_ablate.model.transformer import CEMTransformer
 from cem_ablate.training.config import component_sources
+from cem_ablate.training.trained_run import TrainedRun
 
 HF_CODE = Path(__file__).parent / "hf_code"
 MODEL_TYPE = "cem_ablate"

@@ -30,7 +30,6 @@ from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.model.parametrization import mup_parameter_groups
 from cem_ablate.model.protocol import decode, decode_context, tracks_energy
 
-
 StreamStep = tuple[int, Callable[[torch.Tensor], torch.Tensor]]
 
 

@@ -17,7 +17,15 @@ import math
 from collections.abc import Mapping, Sequence
 
 from cem_ablate.analysis.forecast import (
-    FORMS, MIN_RUNGS, Rung, extrapolation, fit_ladders, forecast, forecast_delta, holdout_errors)
+    FORMS,
+    MIN_RUNGS,
+    Rung,
+    extrapolation,
+    fit_ladders,
+    forecast,
+    forecast_delta,
+    holdout_errors,
+)
 from cem_ablate.config.trial_status import TrialStatus
 
 

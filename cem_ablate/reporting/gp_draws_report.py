@@ -120,8 +120,8 @@ def gp_draws_section(records, expanded, metric: str, console=None, published=Non
     design = gp_draws_design(expanded)
     if design is None:
         return []
-    from cem_ablate.study.publication import publications
     from cem_ablate.study.gp_floor import exact_gp_rmse
+    from cem_ablate.study.publication import publications
 
     published = publications(records) if published is None else published  # parsed once (study.publication)
     stats = {r.key: published[r.key].statistics.stats for r in records if published.get(r.key) is not None}

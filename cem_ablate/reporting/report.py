@@ -22,15 +22,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cem_ablate.analysis.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
 from cem_ablate.analysis.decision import Design
 from cem_ablate.analysis.optimum import MIN_LRS_FOR_LR_STAR
+from cem_ablate.analysis.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
 from cem_ablate.analysis.statistics import VariantStatistics
-from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, variant_colors
-from cem_ablate.reporting.seed_report import (
-    COMPARISON_COLUMNS, COMPARISONS_DEFINITION, DEFINITIONS, at_text, comparison_cells, correction_text,
-    decision_delta_text, equivalence_rows, fmt, lr_star_text, mean_std_text, objective_star_text, per_lr_lines, scaling_lines)
 from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.reporting.seed_report import (
+    COMPARISON_COLUMNS,
+    COMPARISONS_DEFINITION,
+    DEFINITIONS,
+    at_text,
+    comparison_cells,
+    correction_text,
+    decision_delta_text,
+    equivalence_rows,
+    fmt,
+    lr_star_text,
+    mean_std_text,
+    objective_star_text,
+    per_lr_lines,
+    scaling_lines,
+)
+from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, variant_colors
 from cem_ablate.study.publication import VariantPublication, publications
 from cem_ablate.study.verdicts import AT_BASELINE, AT_OPTIMA, Test, decide_family, design_from_record, design_of
 from cem_ablate.tracking.readback import VariantRecord
@@ -375,13 +388,12 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     # The sections of a transfer study, a forecast, a width study, a study over widths (lr* drift), a GP
     # study with several draws and a study with downstream tasks (each [] for other studies;
     # they need the study file's configs, `expanded`).
+    from cem_ablate.reporting.eval_report import eval_section
     from cem_ablate.reporting.forecast_report import forecast_section
     from cem_ablate.reporting.gp_draws_report import gp_draws_section
     from cem_ablate.reporting.lr_drift_report import lr_drift_section
     from cem_ablate.reporting.transfer_report import transfer_section
     from cem_ablate.reporting.width_report import width_section
-
-    from cem_ablate.reporting.eval_report import eval_section
 
     extra = (transfer_section(records, expanded, tracking_uri, metric, console)
              + forecast_section(records, expanded, metric, console)

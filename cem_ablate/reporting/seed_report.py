@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from cem_ablate.analysis.scaling import PARAMS, SATURATING, ScalingSummary
 from cem_ablate.analysis.decision import PAIRED_T, Decision
+from cem_ablate.analysis.scaling import PARAMS, SATURATING, ScalingSummary
 from cem_ablate.analysis.statistics import LEVEL, Interval, LrStats, Optimum, VariantStatistics
 from cem_ablate.study.verdicts import AT_OPTIMA, Test
 

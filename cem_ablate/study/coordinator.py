@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import IO
 
 from cem_ablate.config import ConfigError
+from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.interrupt_latch import InterruptLatch
 from cem_ablate.study.progress import changes, snapshot
 from cem_ablate.study.session import StudySession, StudySettings
@@ -55,7 +56,6 @@ from cem_ablate.study.stalls import fail_lapsed_claims, stalled
 from cem_ablate.study.storage import sqlite_path
 from cem_ablate.study.store_locks import LockWatchdog
 from cem_ablate.study.summary import StudyPublisher
-from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.variants import ExpandedStudy
 from cem_ablate.study.worker import PREEMPTED, preempted_line, quiet_lightning, set_torch_threads, write_worker_payload
 from cem_ablate.tracking.store import shown_url, sqlite_store_path
@@ -173,9 +173,9 @@ def _stopped(session: StudySession, stop: Preempted, echo) -> StudyOutcome:
 
 
 def _run_here(session: StudySession, publisher: StudyPublisher, echo) -> None:
-    from cem_ablate.study.worker import work
-
     import torch
+
+    from cem_ablate.study.worker import work
 
     previous_threads = torch.get_num_threads()  # restored: the caller may be a notebook or a test
     set_torch_threads(session.settings.threads)

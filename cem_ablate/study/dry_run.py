@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from cem_ablate.analysis.optimum import MIN_LRS_FOR_LR_STAR
 from cem_ablate.analysis.statistics import OBJECTIVE_NAMES
+from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S, VariantEstimate, estimate
 from cem_ablate.study.spec import SequentialSeeds, initial_seeds
-from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.trials import trial_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant
 

@@ -454,9 +454,9 @@ def plot_ppl_vs_params(series: list[SweepSeries], path: str | Path, title: str =
 def figure_scaling(summary, metric: str = "test perplexity", title: str = "", palette: dict[str, str] | None = None):
     """Objective* vs parameters and vs training FLOPs per family, with the power laws."""
     import numpy as np
+    from matplotlib.ticker import NullFormatter
 
     from cem_ablate.analysis.scaling import FLOPS, PARAMS, SATURATING
-    from matplotlib.ticker import NullFormatter
 
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=120)

@@ -22,9 +22,9 @@ from pathlib import Path
 import yaml
 
 from cem_ablate.config.identity import digest
-from cem_ablate.study.storage import StorageSettings, claim_lock, close_storage, open_storage
 from cem_ablate.study.ledger import record_study, study_facts, trial_facts
 from cem_ablate.study.staleness import stale_cause
+from cem_ablate.study.storage import StorageSettings, claim_lock, close_storage, open_storage
 from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name, slug
 
@@ -198,8 +198,8 @@ class StudySession:
         return run_id
 
     def _create_parent(self, variant: Variant) -> str:
-        from cem_ablate.study.estimates import estimate
         from cem_ablate.config.loading import flatten_dotted
+        from cem_ablate.study.estimates import estimate
         from cem_ablate.tracking.study_runs import VariantRunInfo
 
         probe = variant.config

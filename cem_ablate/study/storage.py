@@ -229,7 +229,7 @@ def _waits_out_outages(method, name: str):
         while True:
             try:
                 result = method(self, *args, **kwargs)
-            except Exception as raised:  # noqa: BLE001 - only connection failures are retried
+            except Exception as raised:
                 # Connection refused / dropped / timed out, bare or as Optuna wraps it
                 # (StorageInternalError from the OperationalError).
                 err = raised if isinstance(raised, sqlalchemy.exc.OperationalError) else raised.__cause__

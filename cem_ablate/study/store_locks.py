@@ -119,7 +119,7 @@ class LockWatchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="store-lock-watchdog", daemon=True)
 
-    def __enter__(self) -> "LockWatchdog":
+    def __enter__(self) -> LockWatchdog:
         if self.databases and PROC_LOCKS.exists():
             self._thread.start()
         return self

@@ -30,7 +30,15 @@ from cem_ablate.study.display_columns import display_columns
 from cem_ablate.study.publication import PairingRecord, VariantPublication
 from cem_ablate.study.variants import Variant
 from cem_ablate.study.verdicts import (
-    AT_BASELINE, AT_OPTIMA, AT_OWN, Test, design_of, design_record, headline, study_family)
+    AT_BASELINE,
+    AT_OPTIMA,
+    AT_OWN,
+    Test,
+    design_of,
+    design_record,
+    headline,
+    study_family,
+)
 from cem_ablate.tracking import tags as T
 
 # Metric prefixes of the tests, per baseline name (the UI's columns use the first).

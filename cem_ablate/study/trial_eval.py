@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from cem_ablate.evaluation.harness import EvalSpec, evaluate_trained, load_tasks
-from cem_ablate.training.trained_run import load_trained_run
 from cem_ablate.study.spec import EvalConfig
+from cem_ablate.training.trained_run import load_trained_run
 
 
 def eval_spec(config: EvalConfig) -> EvalSpec:

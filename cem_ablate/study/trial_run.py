@@ -205,7 +205,7 @@ def train(session, attempt: Attempt, callbacks: Sequence[Callback]):
             raise
         except (LeaseLost, TrackingServerLost):
             raise
-        except Exception as err:  # noqa: BLE001 - a broken trial must not stop the study
+        except Exception as err:
             if out_of_space(err, [attempt.run_dir]):  # the machine's failure, not the trial's (tracking.disk_space)
                 _free_slot(session, attempt.trials, attempt.trial, attempt.child, "disk full")
                 raise

@@ -39,6 +39,7 @@ is current again and it counts again.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -54,6 +55,8 @@ from cem_ablate.study.ledger import enqueue, record_study, record_trial, study_f
 from cem_ablate.study.optuna_storage import storage_of, trial_for_id, trial_id_of
 from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds
 from cem_ablate.study.storage import claim_lock
+
+_LOG = logging.getLogger(__name__)
 
 # A FAIL's `status` attribute as the study writes it; any other FAIL was killed.
 RECORDED_FAILS = (TrialStatus.DIVERGED, TrialStatus.FAILED, TrialStatus.DUPLICATE)
@@ -161,8 +164,9 @@ class HeartbeatThread:
                 if not self._is_live():
                     return
                 self._heartbeat_storage.record_heartbeat(self._heartbeat_trial)
-            except Exception:  # a busy database must not kill the training run
-                pass
+            except Exception as err:  # noqa: BLE001  a busy database must not kill the training run
+                _LOG.warning("heartbeat of trial %s not recorded (%s: %s); the next one is in %s s",
+                             self._heartbeat_trial, type(err).__name__, err, interval)
 
     def __enter__(self) -> HeartbeatThread:
         self._thread.start()

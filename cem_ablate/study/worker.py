@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from cem_ablate import registry
@@ -73,7 +74,7 @@ def _work(session, worker_index, on_start, on_end) -> list[TrialRecord]:
         # imports and config come first, and a claimed trial that stays silent past the
         # grace period is taken for dead and trained twice (seen on the multi-host test rig).
         trials = owner.trials[variant.key]
-        with HeartbeatThread(owner.storage, trial_id_of(trial), lambda: trials.is_live(trial)):
+        with HeartbeatThread(owner.storage, trial_id_of(trial), partial(trials.is_live, trial)):
             if on_start is not None:
                 on_start(variant.name, trial)
             outcome = run_trial(owner, variant, trial)

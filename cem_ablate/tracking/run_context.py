@@ -106,5 +106,6 @@ def _publish_last_window(monitor) -> None:
         if metrics:
             monitor.publish_metrics(metrics)
             monitor.mlflow_logger.flush()
-    except Exception:  # noqa: BLE001 - system metrics never fail a run
-        pass
+    except Exception as err:  # noqa: BLE001  system metrics never fail a run
+        logging.getLogger(__name__).warning("the last window of system metrics was not logged (%s: %s)",
+                                            type(err).__name__, err)

@@ -22,7 +22,13 @@ from pathlib import Path
 
 from cem_ablate.config import ConfigError
 from cem_ablate.tracking.credentials import basic_auth_header, is_http, with_password
-from cem_ablate.tracking.local_store import check_readable, create_store_file, creation_lock, damaged_message, make_private
+from cem_ablate.tracking.local_store import (
+    check_readable,
+    create_store_file,
+    creation_lock,
+    damaged_message,
+    make_private,
+)
 
 SERVER_TIMEOUT_S = 5  # per attempt
 SERVER_ATTEMPTS = 3  # a server still starting gets ~10 s

@@ -20,8 +20,8 @@ from typing import Any
 
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
-from cem_ablate.tracking.run_context import source_tags
 from cem_ablate.tracking.credentials import with_password
+from cem_ablate.tracking.run_context import source_tags
 from cem_ablate.tracking.store import make_client, quiet_mlflow
 
 

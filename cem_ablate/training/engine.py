@@ -144,7 +144,7 @@ class _Session:
             if self.rank_zero:
                 self._mark_preempted()
             raise
-        except Exception as err:  # noqa: BLE001 - a failed run is a result, with its reason
+        except Exception as err:
             from cem_ablate.config import ConfigError
             from cem_ablate.tracking.disk_space import out_of_space
             from cem_ablate.tracking.store import lost_tracking_server
@@ -181,11 +181,11 @@ class _Session:
         import torch
 
         from cem_ablate.training.callbacks import PeriodicCheckpoint, PrintProgress, ThroughputMonitor
-        from cem_ablate.training.preemption import StopAtStepBoundary
+        from cem_ablate.training.device_profile import resolve_device_profile
         from cem_ablate.training.hardware import total_peak_flops
+        from cem_ablate.training.preemption import StopAtStepBoundary
         from cem_ablate.training.seeding import seed_run
         from cem_ablate.training.tasks import build_task
-        from cem_ablate.training.device_profile import resolve_device_profile
         from cem_ablate.training.trainer_factory import build_trainer, is_terminal
 
         cfg, train, budget = self.cfg, self.cfg.train, self.budget

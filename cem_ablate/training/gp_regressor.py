@@ -12,10 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport
-from cem_ablate.model.blocks import linear
-from cem_ablate.model.blocks import RMSNorm
 
 
 class GPRegressor(nn.Module):

@@ -19,7 +19,6 @@ import random
 import numpy as np
 import torch
 
-
 SEED_ENV = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")  # what seed_run sets besides the generators
 
 

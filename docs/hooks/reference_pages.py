@@ -290,8 +290,14 @@ def cli_markdown() -> str:
 
 def run_config_markdown() -> str:
     from cem_ablate.data.config import DataConfig, GPConfig, MQARConfig
-    from cem_ablate.model.config import (GENERIC_SUBLAYER_KEYS, MODEL_OPTIONS, SIZE_PRESETS, ModelConfig,
-                                         ModelOptions, SublayerConfig)
+    from cem_ablate.model.config import (
+        GENERIC_SUBLAYER_KEYS,
+        MODEL_OPTIONS,
+        SIZE_PRESETS,
+        ModelConfig,
+        ModelOptions,
+        SublayerConfig,
+    )
     from cem_ablate.training.config import RunConfig, TrainConfig
 
     run = dataclass_keys(RunConfig, {"name": "the run's name (run folders, the MLflow experiment)"},
@@ -359,7 +365,7 @@ def components_markdown() -> str:
                 continue
             parts += [key_table(option_keys(spec.options, kinds)), ""]
     for failure in registry.failures():
-        parts += [f"!!! warning \"A plugin failed to load\"", "", f"    {cell(failure.describe())}", ""]
+        parts += ["!!! warning \"A plugin failed to load\"", "", f"    {cell(failure.describe())}", ""]
     return "\n".join(parts)
 
 

@@ -3,7 +3,6 @@ the committed reports (docs/figures/*/report.md), equal the platform's rule appl
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from scipy import stats

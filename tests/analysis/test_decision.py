@@ -8,7 +8,19 @@ import pytest
 from scipy import stats
 
 from cem_ablate.analysis.decision import (
-    BETTER, PAIRED_T, POOLED_T, UNRESOLVED, WELCH_T, WORSE, Decision, Design, adjust, decide, holm, pool)
+    BETTER,
+    PAIRED_T,
+    POOLED_T,
+    UNRESOLVED,
+    WELCH_T,
+    WORSE,
+    Decision,
+    Design,
+    adjust,
+    decide,
+    holm,
+    pool,
+)
 
 
 def values(seeds, mean, rng):

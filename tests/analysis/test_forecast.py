@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from cem_ablate.analysis.forecast import (
-    FORMS, Rung, extrapolation, fit_ladders, forecast, forecast_delta, holdout_errors, verdict)
+    FORMS,
+    Rung,
+    extrapolation,
+    fit_ladders,
+    forecast,
+    forecast_delta,
+    holdout_errors,
+    verdict,
+)
 
 WIDTHS = (32, 64, 128)
 TARGET = 256

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import math
-import sys
 from pathlib import Path
 
 import pytest

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from cem_ablate.analysis.statistics import Observation, variant_stats
-
 from tests.analysis.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]

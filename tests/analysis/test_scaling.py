@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from cem_ablate.analysis.scaling import (
-    FLOPS, LOG_LOG, PARAMS, SATURATING, ScalingInput, fit_power_law, has_size_axis, summarize_scaling)
+    FLOPS,
+    LOG_LOG,
+    PARAMS,
+    SATURATING,
+    ScalingInput,
+    fit_power_law,
+    has_size_axis,
+    summarize_scaling,
+)
 from cem_ablate.analysis.statistics import Observation, variant_stats
 
 SIZES = [2e6, 4e6, 8e6, 16e6]

@@ -7,7 +7,13 @@ import pytest
 from scipy import stats
 
 from cem_ablate.analysis.width_scaling import (
-    WidthInput, energy_descent, fieller, fit_trend, per_seed_log_ratios, width_delta)
+    WidthInput,
+    energy_descent,
+    fieller,
+    fit_trend,
+    per_seed_log_ratios,
+    width_delta,
+)
 
 WIDTHS = (32, 64, 128, 192)
 

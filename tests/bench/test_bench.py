@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import torch
 
+from cem_ablate import build_model
 from cem_ablate.bench.compile_cache import configure_inductor_cache
+from cem_ablate.bench.config import BenchConfig
 from cem_ablate.bench.measure import step_peak_bytes, time_interleaved
 from cem_ablate.bench.results import Row, evaluate_targets, paired_interval, speed_ratio, table, targets_table
 from cem_ablate.bench.runner import build_cases
-from cem_ablate.bench.config import BenchConfig
 from cem_ablate.bench.variants import model_mapping, parse_variant
 from cem_ablate.cli.main import main
 from cem_ablate.config.errors import ConfigError
-from cem_ablate import build_model
 
 
 def test_variant_names_map_to_model_configs():

@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 
+from cem_ablate import build_model
 from cem_ablate.bench.profile import StepProfile, category, profile_step, trace_file
 from cem_ablate.bench.train_step import TrainStep, make_optimizer
 from cem_ablate.cli.main import main
-from cem_ablate import build_model
 
 
 @pytest.mark.parametrize("name, expected", [

@@ -110,7 +110,7 @@ def test_attention_plugins_against_the_contract(tmp_path):
     assert acausal.startswith("not causal: changing the tokens from position 1 on changes the output at position 0")
     assert "no decode" in stdout  # optional: a note, not a failure
     forgetful, _ = failure("relu2_forgetful", "relu2_forgetful")
-    assert forgetful.startswith(f"decode differs from forward: at position 5 ")  # the first token after the prefill
+    assert forgetful.startswith("decode differs from forward: at position 5 ")  # the first token after the prefill
     every_key, _ = failure("relu2_every_key", "relu2_every_key")
     d, j = 32, 16
     assert every_key.startswith(f"flops_per_token({j}) = {8 * d * d + 4 * j * d}, but FlopCounterMode counts "

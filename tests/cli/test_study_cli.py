@@ -114,8 +114,8 @@ def _cpu_hours(out: str) -> float:
 
 
 def test_dry_run_cpu_time_is_the_training_flops_at_the_given_rate(tmp_path, capsys):
-    from cem_ablate.study.dry_run import plan
     from cem_ablate.cli.study_command import load_expanded
+    from cem_ablate.study.dry_run import plan
 
     # an empty storage: the repo's mlruns/ holds the quickstart's trials once the README's first command ran
     empty = ["--storage", f"sqlite:///{tmp_path / 'optuna.db'}"]

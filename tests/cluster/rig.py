@@ -100,7 +100,7 @@ class Host:
         """Start `cmd` on this host: its network namespace and its own hostname."""
         wrapped = ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "sh", "-c",
                    f'hostname {self.hostname} && exec "$@"', "sh", *cmd]
-        out = open(log, "ab")  # noqa: SIM115 - the child keeps it; closed with the process
+        out = open(log, "ab")
         proc = subprocess.Popen(wrapped, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         out.close()

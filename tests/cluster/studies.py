@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ def wait_all(procs, timeout: float, logs: list[Path]) -> list[int]:
     for proc in procs:
         try:
             codes.append(proc.wait(timeout))
-        except Exception:
+        except subprocess.TimeoutExpired:
             raise AssertionError("a host did not finish:\n" + "\n".join(tail(p) for p in logs)) from None
     return codes
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.cluster import rig
-from tests.cluster.studies import tail, wait_all
+from tests.cluster.studies import wait_all
 from tests.study.tiny_study import TINY_BASE
 
 pytestmark = pytest.mark.cluster

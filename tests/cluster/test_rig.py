@@ -1,5 +1,3 @@
-import socket
-import subprocess
 import sys
 
 import pytest

@@ -108,8 +108,7 @@ def test_a_storage_outage_mid_study_is_waited_out(postgres, mlflow_server, rig_c
 
     import psycopg
 
-    from tests.cluster.studies import (
-        make_study, mlflow_runs, optuna_trials, study_command, tail, trained, wait_all)
+    from tests.cluster.studies import make_study, mlflow_runs, optuna_trials, study_command, tail, trained, wait_all
 
     admin = postgres.url("postgres", user="postgres", host="127.0.0.1")
     with psycopg.connect(admin, autocommit=True) as conn:

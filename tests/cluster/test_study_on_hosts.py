@@ -9,7 +9,15 @@ import pytest
 
 from tests.cluster import rig
 from tests.cluster.studies import (
-    host_logs, make_study, mlflow_runs, optuna_trials, study_command, tail, trained, wait_all)
+    host_logs,
+    make_study,
+    mlflow_runs,
+    optuna_trials,
+    study_command,
+    tail,
+    trained,
+    wait_all,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -93,7 +101,7 @@ def test_losing_a_host_mid_trial_retries_it_once(network, postgres, mlflow_serve
     try:
         rig.wait_until(freeze_at_checkpoints, 240, "a checkpoint on every victim", interval=0.05)
     except TimeoutError as err:
-        raise AssertionError("\n".join([str(err), *(tail(c.folder / f"{c.victim.hostname}.log") for c in cases)]))
+        raise AssertionError("\n".join([str(err), *(tail(c.folder / f"{c.victim.hostname}.log") for c in cases)])) from err
     survivors = []
     for i, (case, victim_proc) in enumerate(zip(cases, victims)):
         assert not (frozen[i].parent.parent / "result.json").exists(), "the victim finished before it stopped"

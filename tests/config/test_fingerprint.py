@@ -17,7 +17,7 @@ import pytest
 
 from cem_ablate.config import fingerprint
 from cem_ablate.config.fingerprint import ComponentSource, code_fingerprint
-from tests.config.plugin_package import DISTRIBUTION, install_plugin, edit_to_tanh_gelu
+from tests.config.plugin_package import DISTRIBUTION, edit_to_tanh_gelu, install_plugin
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.cuda.test_kernels import CUDA, layers, rel, run, stream
+from tests.cuda.test_kernels import layers, rel, run, stream
 
 pytestmark = pytest.mark.cuda
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cem_ablate.bench.train_step import make_optimizer
 from cem_ablate import build_model
+from cem_ablate.bench.train_step import make_optimizer
 from cem_ablate.training.head_loss import head_loss_unit, resolve_loss_impl
 
 pytestmark = pytest.mark.cuda

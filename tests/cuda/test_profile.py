@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cem_ablate import build_model
 from cem_ablate.bench.profile import profile_step
 from cem_ablate.bench.train_step import TrainStep, make_optimizer
-from cem_ablate import build_model
 
 pytestmark = pytest.mark.cuda
 

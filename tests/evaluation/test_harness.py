@@ -32,7 +32,7 @@ def _harness_split(context: str, continuation: str) -> tuple[str, str]:
     return (context[:-n], context[-n:] + continuation) if n else (context, continuation)
 
 
-def test_loglikelihoods_are_the_platforms(trained_run, tasks_dir):  # noqa: F811
+def test_loglikelihoods_are_the_platforms(trained_run, tasks_dir):
     run_dir, _, _ = trained_run
     trained = load_trained_run(run_dir)
     spec = EvalSpec(("cem_mc", "cem_ppl"), include_path=str(tasks_dir))
@@ -63,7 +63,7 @@ def test_loglikelihoods_are_the_platforms(trained_run, tasks_dir):  # noqa: F811
     assert metrics["eval/cem_ppl/word_perplexity"] == pytest.approx(math.exp(-total / words), rel=1e-6)
 
 
-def test_cli_prints_and_logs_to_the_runs_mlflow_run(trained_run, tasks_dir, capsys):  # noqa: F811
+def test_cli_prints_and_logs_to_the_runs_mlflow_run(trained_run, tasks_dir, capsys):
     run_dir, uri, result = trained_run
     assert main(["eval", str(run_dir), "--tasks", "cem_mc", "--include-path", str(tasks_dir), "--limit", "2"]) == 0
     out = capsys.readouterr().out
@@ -73,7 +73,7 @@ def test_cli_prints_and_logs_to_the_runs_mlflow_run(trained_run, tasks_dir, caps
     assert logged["eval/cem_mc/acc"] == pytest.approx(printed, abs=1e-6) and printed in (0.0, 0.5, 1.0)
 
 
-def test_unknown_and_offline_tasks_are_one_error(trained_run, capsys, monkeypatch):  # noqa: F811
+def test_unknown_and_offline_tasks_are_one_error(trained_run, capsys, monkeypatch):
     with pytest.raises(ConfigError, match="unknown lm-evaluation-harness task 'hellaswagg'.*hellaswag"):
         load_tasks(EvalSpec(("hellaswagg",)))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -20,7 +20,7 @@ _TRAINED_RUN: list = []  # test modules import the fixture: each import is its o
 
 
 @pytest.fixture(scope="session")
-def trained_run(tmp_path_factory, isolated_cache):  # noqa: F811
+def trained_run(tmp_path_factory, isolated_cache):
     """(run folder, tracking URI, TrainResult) of a finished tiny CEM run."""
     if not _TRAINED_RUN:
         from cem_ablate.training.config import parse_run_config

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from cem_ablate import build_model
 from cem_ablate.config import ConfigError
 from cem_ablate.export.hf_directory import check_target, write_model
-from cem_ablate import build_model
 
 SMALL = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_mlp": 48, "vocab_size": 61, "max_seq_len": 64}
 CEM_ATT = {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank", "rank": 2}}

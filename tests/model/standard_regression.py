@@ -115,9 +115,10 @@ def kernel_canary() -> str:
 
 def study_variant_keys(studies_dir: Path) -> dict[str, str]:
     """{'<file>[:<scale>]/<variant name>': variant key} for every study file and scale."""
+    import yaml
+
     from cem_ablate.study.spec import load_study_mapping, parse_study
     from cem_ablate.study.variants import expand
-    import yaml
 
     out = {}
     for path in sorted(studies_dir.glob("*.yaml")):

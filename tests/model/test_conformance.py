@@ -4,8 +4,13 @@ FLOP convention it checks is the one Llama's count (and so the bench's) follows.
 import pytest
 
 from cem_ablate import registry
-from cem_ablate.model.conformance import (FLOP_LENGTHS, build_component, causal_flops_per_token,
-                                          check_component, measured_flops_per_token)
+from cem_ablate.model.conformance import (
+    FLOP_LENGTHS,
+    build_component,
+    causal_flops_per_token,
+    check_component,
+    measured_flops_per_token,
+)
 
 
 @pytest.mark.parametrize("kind", ["attention", "mlp"])

@@ -9,11 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from cem_ablate import registry
+from cem_ablate import build_model, registry
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.config.errors import ConfigError
 from cem_ablate.config.schema import Validated, parse
-from cem_ablate import build_model
 from cem_ablate.model import protocol
 from cem_ablate.model.blocks import RMSNorm
 

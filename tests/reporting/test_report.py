@@ -5,9 +5,9 @@ import pytest
 
 from cem_ablate.analysis.scaling import has_size_axis, summarize_scaling
 from cem_ablate.analysis.statistics import Observation, VariantStatistics, variant_stats
+from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.reporting.report import build_comparisons, build_rows, row_cells, scaling_inputs, write_report
 from cem_ablate.reporting.seed_report import comparison_cells
-from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.tracking.readback import VariantRecord
 
 SIZES = {"1": 2e6, "2": 4e6, "3": 8e6, "4": 16e6}
@@ -29,7 +29,7 @@ def record(family, size, objective, baseline_key=None, metric="test RMSE"):
 
 
 def study(metric="test RMSE"):
-    records, stats = [], {}
+    records = []
     for size, n in SIZES.items():
         base, bs = record("llama", size, 10 * (n / 1e6) ** -0.3 + 2, metric=metric)
         var, vs = record("cem", size, 10 * (n / 0.85 / 1e6) ** -0.3 + 2, base.key, metric=metric)
@@ -100,7 +100,7 @@ def test_holm_over_the_report_and_the_verdict_follow_the_adjusted_p():
 
     llama, ls = record("llama", "1", 10.0, metric="test perplexity")
     llama.stats = VariantStatistics("test perplexity", ls, {}).to_dict()
-    records, raw = [llama], {}
+    records = [llama]
     for i, shift in enumerate((0.02, 0.05, 0.5, -0.004)):
         rec, _ = record(f"v{i}", "1", 10.0, llama.key, metric="test perplexity")
         noise = [0.0, 0.04, -0.03][:3]

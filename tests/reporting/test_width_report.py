@@ -9,10 +9,10 @@ import pytest
 from scipy import stats
 
 from cem_ablate.analysis.statistics import Observation, variant_stats
-from cem_ablate.reporting.gp_draws_report import GPDrawsDesign, section_lines as gp_lines
+from cem_ablate.reporting.gp_draws_report import GPDrawsDesign
 from cem_ablate.reporting.gp_draws_report import analyze as gp_analyze
-from cem_ablate.reporting.width_report import (
-    T1_VS_LLAMA, T2_VS_T1, WidthDesign, analyze, plot_section, section_lines)
+from cem_ablate.reporting.gp_draws_report import section_lines as gp_lines
+from cem_ablate.reporting.width_report import T1_VS_LLAMA, T2_VS_T1, WidthDesign, analyze, plot_section, section_lines
 
 LRS = (1e-3, 2e-3, 4e-3)
 WIDTHS = (32, 64, 128, 192)

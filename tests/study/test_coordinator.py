@@ -12,10 +12,10 @@ import pytest
 from optuna.trial import TrialState
 
 from cem_ablate.cli.main import main
+from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from tests.study.tiny_study import write_study
-from cem_ablate.study.optuna_storage import trial_id_of
 
 
 def optuna_trials(root):
@@ -108,7 +108,7 @@ def _wait_for_running_trial_after_a_complete_one(root, proc, timeout=600):  # a 
         if (root / "mlruns" / "optuna.db").exists():
             try:
                 states = [t.state for ts in optuna_trials(root).values() for t in ts]
-            except Exception:  # the schema is being created
+            except Exception:  # noqa: BLE001  the schema is being created
                 states = []
             if TrialState.COMPLETE in states and TrialState.RUNNING in states:
                 return

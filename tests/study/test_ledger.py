@@ -7,10 +7,9 @@ import optuna
 import pytest
 
 import cem_ablate
-from cem_ablate.study.ledger import (
-    TrialFacts, enqueue, record_study, record_trial, study_facts, trial_facts)
-from cem_ablate.study.storage import StorageSettings, open_storage
+from cem_ablate.study.ledger import TrialFacts, enqueue, record_study, record_trial, study_facts, trial_facts
 from cem_ablate.study.optuna_storage import storage_of, trial_id_of
+from cem_ablate.study.storage import StorageSettings, open_storage
 
 PACKAGE = Path(cem_ablate.__file__).parent
 

@@ -3,20 +3,32 @@ refused by name when the storage opens, and no other module of cem_ablate uses t
 
 import ast
 import re
-import tomllib
 from pathlib import Path
 
 import optuna
 import pytest
+import tomllib
 from optuna.trial import TrialState
 from packaging.specifiers import SpecifierSet
 
 import cem_ablate
 from cem_ablate.study import optuna_storage
 from cem_ablate.study.optuna_storage import (
-    FROZEN_TRIAL, PRIVATE_NAMES, RDB_STORAGE, STORAGE_METHODS_CALLED_BY_OPTUNA, STUDY, SUPPORTED_OPTUNA, TRIAL,
-    UnsupportedOptuna, check_private_api, missing_private_names, storage_of, trial_for_id, trial_id_of,
-    wrapped_rdb_storage)
+    FROZEN_TRIAL,
+    PRIVATE_NAMES,
+    RDB_STORAGE,
+    STORAGE_METHODS_CALLED_BY_OPTUNA,
+    STUDY,
+    SUPPORTED_OPTUNA,
+    TRIAL,
+    UnsupportedOptuna,
+    check_private_api,
+    missing_private_names,
+    storage_of,
+    trial_for_id,
+    trial_id_of,
+    wrapped_rdb_storage,
+)
 from cem_ablate.study.storage import StorageSettings, open_storage, outage_tolerant_storage
 
 PACKAGE = Path(cem_ablate.__file__).resolve().parent
@@ -89,7 +101,7 @@ def test_optuna_calls_the_wrapped_private_methods_through_the_wrapper(url):
     trial = study.ask()
     trial.suggest_float("lr", 1e-4, 1e-2, log=True)
     study.tell(trial, 1.0)
-    study.best_trial
+    assert study.best_trial.value == 1.0
     optuna.storages.fail_stale_trials(study)
     assert STORAGE_METHODS_CALLED_BY_OPTUNA <= set(called)
     storage.engine.dispose()

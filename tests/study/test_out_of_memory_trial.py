@@ -4,7 +4,6 @@ from inside the trial's own training step; real engine, Optuna and MLflow stores
 
 from __future__ import annotations
 
-
 from cem_ablate.cli.main import main
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.trial_run import run_trial

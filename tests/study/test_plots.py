@@ -13,8 +13,18 @@ from PIL import Image
 from cem_ablate.analysis.scaling import summarize_scaling
 from cem_ablate.analysis.statistics import Observation, variant_stats
 from cem_ablate.study.plots import (
-    BASELINE_COLOR, SweepSeries, declutter_ticks, figure_ppl_vs_lr, figure_ppl_vs_params, figure_scaling,
-    plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, plot_variant_fit, variant_colors)
+    BASELINE_COLOR,
+    SweepSeries,
+    declutter_ticks,
+    figure_ppl_vs_lr,
+    figure_ppl_vs_params,
+    figure_scaling,
+    plot_ppl_vs_lr,
+    plot_ppl_vs_params,
+    plot_scaling,
+    plot_variant_fit,
+    variant_colors,
+)
 from tests.analysis.test_scaling import inputs
 
 GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]

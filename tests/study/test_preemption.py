@@ -125,7 +125,7 @@ def test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial_and_the_rerun_is_
     print(f"SIGTERM: the process group exited {seconds:.1f} s after the signal; checkpoint at step {step}")
 
     _run(path, tmp_path / "job")  # the requeued job: the same command
-    straight = _run(path, tmp_path / "straight")
+    _run(path, tmp_path / "straight")
     resumed, uninterrupted = _objectives(tmp_path / "job"), _objectives(tmp_path / "straight")
     assert resumed == uninterrupted and len(resumed) == 1, (resumed, uninterrupted)  # bit for bit
     histories = _child_histories(tmp_path / "job", "preempted")

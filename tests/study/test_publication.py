@@ -2,8 +2,8 @@
 
 from cem_ablate.analysis.statistics import Observation, VariantStatistics, variant_stats
 from cem_ablate.study.publication import PairingRecord, VariantPublication, publications
-from cem_ablate.study.verdicts import design_of, design_record
 from cem_ablate.study.spec import StatisticsConfig
+from cem_ablate.study.verdicts import design_of, design_record
 
 OBS = [Observation(lr, s, 5 + (lr - 1e-3) ** 2 * 1e5 + 0.01 * s) for lr in (5e-4, 1e-3, 2e-3) for s in range(3)]
 
@@ -32,9 +32,8 @@ def test_a_store_from_before_pairing_and_design_were_recorded_reads():
 
 
 def test_a_report_parses_each_variant_once(monkeypatch, tmp_path):
-    from tests.reporting.test_report import study
-
     from cem_ablate.reporting import report
+    from tests.reporting.test_report import study
 
     records = study()
     calls = []

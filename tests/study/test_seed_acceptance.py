@@ -96,7 +96,7 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
         assert (d.low, d.high) == pytest.approx((ci.low, ci.high), rel=1e-6)
         assert d.n_variant == d.n_baseline == 3
         raw.append(result.pvalue)
-        line = next(l for l in report.splitlines() if l.startswith(f"| {c.variant} | {c.baseline} | {c.test.at}"))
+        line = next(row for row in report.splitlines() if row.startswith(f"| {c.variant} | {c.baseline} | {c.test.at}"))
         places = decimals(d.delta, ci.low, ci.high)  # one rounding for Δ and its interval
         assert f"| {d.delta:+.{places}f} [{ci.low:+.{places}f}, {ci.high:+.{places}f}] | Welch t | 3 vs 3 |" in line, line
     m, order = len(raw), np.argsort(raw)
@@ -106,7 +106,7 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
         assert d.p_holm == pytest.approx(holm[i], rel=1e-6)
         expected = "unresolved" if holm[i] > 0.05 else ("better" if d.delta < 0 else "worse")
         assert d.verdict == expected
-        line = next(l for l in report.splitlines() if l.startswith(f"| {comparisons.rows[j].variant} | "
+        line = next(row for row in report.splitlines() if row.startswith(f"| {comparisons.rows[j].variant} | "
                                                                   f"{comparisons.rows[j].baseline} | "
                                                                   f"{comparisons.rows[j].test.at}"))
         assert line.endswith(f"| {d.p:.3g} | {d.p_holm:.3g} | {expected} |"), line
@@ -201,5 +201,5 @@ def test_a_pooled_study_reports_the_pooled_t_from_the_trials_in_mlflow(tmp_path,
         t = delta / math.sqrt(within * (1 / 2 + 1 / 2))
         assert d.test == "pooled t" and d.delta == pytest.approx(delta, rel=1e-6, abs=1e-9)
         assert d.p == pytest.approx(2 * stats.t.sf(abs(t), 3), rel=1e-6)
-        line = next(l for l in report.splitlines() if l.startswith(f"| {c.variant} | llama |"))
+        line = next(row for row in report.splitlines() if row.startswith(f"| {c.variant} | llama |"))
         assert "| pooled t | 2 vs 2 |" in line, line

@@ -11,8 +11,8 @@ from cem_ablate.analysis.decision import Design, design_p, paired_t, rejects
 from cem_ablate.cli.main import main
 from cem_ablate.config import ConfigError
 from cem_ablate.config.trial_record import TrialRecord
-from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.pairing import Pairing
+from cem_ablate.study.sequential import add_seeds
 from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds, StatisticsConfig, parse_study
 from cem_ablate.study.trials import VariantTrials
 from tests.study.tiny_study import write_study
@@ -188,9 +188,10 @@ def test_the_rule_stops_at_the_designs_threshold_not_at_alpha():
     assert add_seeds(s, paired(s)) == []
 
 
-def family_session(diffs_by_variant, seeds=SequentialSeeds(3, 4, "resolved"), correction="holm"):
+def family_session(diffs_by_variant, seeds=None, correction="holm"):
     """Variants each paired with one shared Llama baseline at one learning rate, with
     per-seed differences `diffs_by_variant[name]`."""
+    seeds = seeds or SequentialSeeds(3, 4, "resolved")
     n = len(next(iter(diffs_by_variant.values())))
     base = {(2e-3, s): 10.0 + s for s in range(n)}
     variants = [SimpleNamespace(key="llama", name="llama", baselines={})]

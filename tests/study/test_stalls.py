@@ -22,10 +22,10 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.tracking.store import make_client
 from tests.study.test_coordinator import optuna_trials
 from tests.study.tiny_study import write_study
-from cem_ablate.study.optuna_storage import trial_id_of
 
 GRACE = 8
 STEPS = 40  # per trial: long enough to be stopped after a checkpoint and before the end

@@ -12,18 +12,17 @@ after the run had ended.
 """
 
 import yaml
-
 from lightning.pytorch import Callback
 from optuna.trial import TrialState
 
 from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import worker_identity
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from cem_ablate.training.checkpoints import CheckpointFiles
 from tests.study.tiny_study import prepared_session, write_study
-from cem_ablate.study.optuna_storage import trial_id_of
 
 
 def _frozen(trials, trial_id):

@@ -8,11 +8,11 @@ import time
 import pytest
 from optuna.trial import TrialState
 
+from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.study.spec import LrSearchConfig
 from cem_ablate.study.storage import StorageSettings, open_storage
-from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.trials import VariantTrials, trial_slots, worker_identity
-from cem_ablate.study.optuna_storage import trial_id_of
 
 GRID = LrSearchConfig(grid=[1e-3, 2e-3, 4e-3])
 

@@ -6,8 +6,7 @@ import math
 import pytest
 from mlflow.utils.validation import _validate_metric_name, _validate_tag_name
 
-from cem_ablate.tracking.comparison_columns import (
-    BaselineAnswer, display_record, interval_text, rounded, view_columns)
+from cem_ablate.tracking.comparison_columns import BaselineAnswer, display_record, interval_text, rounded, view_columns
 
 ANSWERS = [BaselineAnswer("llama", -0.14893621, -0.31245, 0.01245678, 0.0123456, 0.0370368, "unresolved"),
            BaselineAnswer("T1", 2.176543, 1.0049, 3.3482, 1.234567e-5, 2.469134e-5, "worse")]

@@ -15,8 +15,13 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from cem_ablate.config import ConfigError
-from cem_ablate.tracking.credentials import (MLFLOW_PASSWORD_ENV, MLFLOW_USERNAME_ENV, PASSWORD_ENV_PREFIX,
-                                             with_password, without_password)
+from cem_ablate.tracking.credentials import (
+    MLFLOW_PASSWORD_ENV,
+    MLFLOW_USERNAME_ENV,
+    PASSWORD_ENV_PREFIX,
+    with_password,
+    without_password,
+)
 from cem_ablate.tracking.store import check_tracking_server
 from tests.cluster import rig
 from tests.cluster.studies import mlflow_runs

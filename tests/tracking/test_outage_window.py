@@ -9,8 +9,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from cem_ablate.tracking.store import (
-    MLFLOW_BACKOFF_VAR, MLFLOW_RETRIES_VAR, TrackingServerLost, lost_tracking_server, mlflow_retry_window,
-    set_mlflow_outage_window)
+    MLFLOW_BACKOFF_VAR,
+    MLFLOW_RETRIES_VAR,
+    TrackingServerLost,
+    lost_tracking_server,
+    mlflow_retry_window,
+    set_mlflow_outage_window,
+)
 from tests.tracking.test_mlflow_ui import free_port
 
 

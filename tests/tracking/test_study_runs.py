@@ -2,9 +2,9 @@
 
 import pytest
 
+from cem_ablate.config.loading import flatten_dotted
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.readback import read_study
-from cem_ablate.config.loading import flatten_dotted
 from cem_ablate.tracking.study_runs import StudyTracker, VariantRunInfo
 
 

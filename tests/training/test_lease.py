@@ -4,8 +4,8 @@ import pytest
 
 from cem_ablate.training.config import parse_run_config
 from cem_ablate.training.lease import Lease, LeaseLost
-from cem_ablate.training.run_directory import RunDirectory
 from cem_ablate.training.result import TrainResult
+from cem_ablate.training.run_directory import RunDirectory
 from tests.training.helpers import tiny_run
 
 

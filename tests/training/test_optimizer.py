@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from cem_ablate.bench.train_step import make_optimizer
 from cem_ablate import build_model
+from cem_ablate.bench.train_step import make_optimizer
 from cem_ablate.training.optimizer import build_adamw, clip_gradients, parameters_device
 
 

@@ -5,12 +5,12 @@ safely (torch) with its version named, at first use."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
 import lightning
 import pytest
+import tomllib
 import torch
 from packaging.specifiers import SpecifierSet
 

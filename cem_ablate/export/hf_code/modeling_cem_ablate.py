@@ -44,7 +44,7 @@ if _PACKAGE:
         del sys.modules[_name]
 
 from .cem_ablate_bundle import build_model, decode, missing_hooks, new_cache, parse_model_config  # noqa: E402
-from .configuration_cem_ablate import CEMAblateConfig
+from .configuration_cem_ablate import CEMAblateConfig  # noqa: E402
 
 logger = logging.get_logger(__name__)
 
