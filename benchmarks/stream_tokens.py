@@ -84,8 +84,18 @@ def tokenizers(corpus: Path, cache: Path) -> dict[str, object]:
 
 # -- before: cem_ablate/data/streaming.py as of commit 8fa9c8b (less its empty-stream check) --
 class LegacyStreamedBlocks(torch.utils.data.IterableDataset):
-    def __init__(self, ds, tokenizer, block_size, batch_size, seed, end_batch, start: Callable[[], int] = lambda: 0,
-                 rank=0, world_size=1):
+    def __init__(
+        self,
+        ds,
+        tokenizer,
+        block_size,
+        batch_size,
+        seed,
+        end_batch,
+        start: Callable[[], int] = lambda: 0,
+        rank=0,
+        world_size=1,
+    ):
         self.ds, self.tokenizer, self.block_size, self.batch_size = ds, tokenizer, block_size, batch_size
         self.seed, self.start, self.end_batch, self.rank, self.world_size = seed, start, end_batch, rank, world_size
 
@@ -145,8 +155,16 @@ def _rank(rank: int, world: int, port: int, corpus: str, spec: str, cache: str, 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     dist.barrier()
     start = time.perf_counter()
-    built = build_stream_cache(open_stream(Path(corpus)), tok, Path(cache) / f"r{rank}", "bench-2ranks", 10**12,
-                               rank=rank, world_size=world, exchange=torch_exchange())
+    built = build_stream_cache(
+        open_stream(Path(corpus)),
+        tok,
+        Path(cache) / f"r{rank}",
+        "bench-2ranks",
+        10**12,
+        rank=rank,
+        world_size=world,
+        exchange=torch_exchange(),
+    )
     seconds = time.perf_counter() - start
     if rank == 0:
         Path(out).write_text(json.dumps({"tokens": built.meta["tokens"]["train"], "seconds": seconds}))
@@ -178,8 +196,9 @@ def resume_seconds(corpus: Path, tok, cache: Path, fraction: float, n_tokens: in
     t0 = time.perf_counter()
     built = build_stream_cache(open_stream(corpus), tok, cache, "bench-resume", n_tokens)
     blocks = PackedBlocks(built.tokens("train"), BLOCK)
-    loader = torch.utils.data.DataLoader(blocks, batch_sampler=StreamBatchSampler(len(blocks), BATCH, 0, end,
-                                                                                  start=lambda: at))
+    loader = torch.utils.data.DataLoader(
+        blocks, batch_sampler=StreamBatchSampler(len(blocks), BATCH, 0, end, start=lambda: at)
+    )
     next(iter(loader))
     after = time.perf_counter() - t0
     return {"step": at, "of": end, "before_s": before, "after_s": after}
@@ -192,8 +211,16 @@ def main() -> int:
     parser.add_argument("--markdown", default="benchmarks/results/stream_tokens.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results = {"host": {"loadavg_start": loadavg(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                        "torch": torch.__version__}, "throughput": {}, "resume": {}}
+    results = {
+        "host": {
+            "loadavg_start": loadavg(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+        },
+        "throughput": {},
+        "resume": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpus = write_corpus(tmp, args.corpus_mb)
@@ -202,13 +229,18 @@ def main() -> int:
             before, n = legacy_tokens_per_s(corpus, tok)
             after, _ = cache_tokens_per_s(corpus, tok, tmp / "cache")
             two = two_rank_tokens_per_s(corpus, tok.spec, tmp / "cache") if name != "llama" else None
-            results["throughput"][name] = {"tokens": n, "before_per_core": before, "after_per_core": after,
-                                           "after_2_ranks_total": two}
+            results["throughput"][name] = {
+                "tokens": n,
+                "before_per_core": before,
+                "after_per_core": after,
+                "after_2_ranks_total": two,
+            }
             print(name, results["throughput"][name], flush=True)
         n_tokens = results["throughput"]["bpe:4096"]["tokens"]
         for fraction in (0.1, 0.9):
-            results["resume"][f"{fraction:.0%}"] = resume_seconds(corpus, toks["bpe:4096"], tmp / "cache",
-                                                                  fraction, n_tokens)
+            results["resume"][f"{fraction:.0%}"] = resume_seconds(
+                corpus, toks["bpe:4096"], tmp / "cache", fraction, n_tokens
+            )
             print(fraction, results["resume"][f"{fraction:.0%}"], flush=True)
     results["host"]["loadavg_end"] = loadavg()
     Path(args.json).write_text(json.dumps(results, indent=2))
@@ -218,16 +250,21 @@ def main() -> int:
 
 
 def render(r: dict) -> str:
-    lines = ["| tokenizer | tokens | before, tokens/s (1 core) | after, tokens/s (1 core) | after, 2 ranks (total) |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| tokenizer | tokens | before, tokens/s (1 core) | after, tokens/s (1 core) | after, 2 ranks (total) |",
+        "|---|---|---|---|---|",
+    ]
     for name, t in r["throughput"].items():
         two = f"{t['after_2_ranks_total']:,.0f}" if t["after_2_ranks_total"] else "-"
         lines.append(f"| {name} | {t['tokens']:,} | {t['before_per_core']:,.0f} | {t['after_per_core']:,.0f} | {two} |")
     lines += ["", "| resume at | step | before: s to first batch | after: s to first batch |", "|---|---|---|---|"]
     for at, x in r["resume"].items():
         lines.append(f"| {at} | {x['step']} / {x['of']} | {x['before_s']:.2f} | {x['after_s']:.3f} |")
-    lines += ["", f"load average (1, 5, 15 min): {r['host']['loadavg_start']} at the start, "
-                  f"{r['host']['loadavg_end']} at the end; {r['host']['cpus']} CPUs."]
+    lines += [
+        "",
+        f"load average (1, 5, 15 min): {r['host']['loadavg_start']} at the start, "
+        f"{r['host']['loadavg_end']} at the end; {r['host']['cpus']} CPUs.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -28,21 +28,30 @@ def _rope_theta(hf_config) -> float:
     params = getattr(hf_config, "rope_parameters", None) or {}
     if isinstance(params, dict) and "rope_theta" in params:
         if params.get("rope_type", "default") != "default":
-            raise ConfigError("rope_parameters.rope_type", f"only 'default' RoPE is supported, got {params['rope_type']!r}.")
+            raise ConfigError(
+                "rope_parameters.rope_type", f"only 'default' RoPE is supported, got {params['rope_type']!r}."
+            )
         return float(params["rope_theta"])
     return float(getattr(hf_config, "rope_theta", 10000.0))
 
 
 def _check_compatible(c) -> None:
     checks = {
-        "num_key_value_heads": (getattr(c, "num_key_value_heads", c.num_attention_heads) == c.num_attention_heads,
-                                "grouped-query attention is not supported: num_key_value_heads must equal num_attention_heads"),
+        "num_key_value_heads": (
+            getattr(c, "num_key_value_heads", c.num_attention_heads) == c.num_attention_heads,
+            "grouped-query attention is not supported: num_key_value_heads must equal num_attention_heads",
+        ),
         "attention_bias": (not getattr(c, "attention_bias", False), "must be false"),
         "mlp_bias": (not getattr(c, "mlp_bias", False), "must be false"),
-        "tie_word_embeddings": (not getattr(c, "tie_word_embeddings", False), "must be false (the baseline has an untied head)"),
+        "tie_word_embeddings": (
+            not getattr(c, "tie_word_embeddings", False),
+            "must be false (the baseline has an untied head)",
+        ),
         "hidden_act": (getattr(c, "hidden_act", "silu") == "silu", "must be 'silu' (SwiGLU)"),
-        "head_dim": (getattr(c, "head_dim", None) in (None, c.hidden_size // c.num_attention_heads),
-                     "must equal hidden_size / num_attention_heads"),
+        "head_dim": (
+            getattr(c, "head_dim", None) in (None, c.hidden_size // c.num_attention_heads),
+            "must equal hidden_size / num_attention_heads",
+        ),
     }
     for key, (ok, message) in checks.items():
         if not ok:
@@ -101,10 +110,15 @@ def to_hf_llama(model: CEMTransformer):
         raise ConfigError("model", "only a Llama baseline (attention: llama, mlp: llama) converts to LlamaForCausalLM.")
     if cfg.attention.repeats != 1 or cfg.mlp.repeats != 1:
         raise ConfigError("model", "a model with plain layer reuse has no LlamaForCausalLM equivalent.")
-    if cfg.stream != "residual" or cfg.block != "sequential":  # docs/design/energy-lens.md#s11-2-velocity-stream to docs/design/energy-lens.md#s11-3-energy-transformer-block: not a Llama function
+    if (
+        cfg.stream != "residual" or cfg.block != "sequential"
+    ):  # docs/design/energy-lens.md#s11-2-velocity-stream to docs/design/energy-lens.md#s11-3-energy-transformer-block: not a Llama function
         key = "stream" if cfg.stream != "residual" else "block"
-        raise ConfigError(f"model.{key}", f"{key}: {getattr(cfg, key)} has no LlamaForCausalLM equivalent "
-                          "(only stream: residual, block: sequential converts).")
+        raise ConfigError(
+            f"model.{key}",
+            f"{key}: {getattr(cfg, key)} has no LlamaForCausalLM equivalent "
+            "(only stream: residual, block: sequential converts).",
+        )
     d = model.dims
     hf_config = LlamaConfig(
         hidden_size=d.d_model,

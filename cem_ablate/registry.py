@@ -92,8 +92,7 @@ def register(kind: str, name: str, *, options: type | None = None, description: 
         by_name = _REGISTRY.setdefault(kind, {})
         if name in by_name and by_name[name].factory is not factory:
             raise ValueError(f"component {kind}/{name} is registered twice")
-        by_name[name] = ComponentSpec(kind, name, factory, options, description, _current_source,
-                                      _current_distribution)
+        by_name[name] = ComponentSpec(kind, name, factory, options, description, _current_source, _current_distribution)
         return factory
 
     return decorator
@@ -166,11 +165,14 @@ def load_components() -> None:
     _loaded = True
     # The zoo first, then plugins by name: the load order (which one wins a clash, the
     # order of warnings) must not depend on the order of sys.path.
-    points = sorted(entry_points(group=ENTRY_POINT_GROUP),
-                    key=lambda ep: (ep.name != BUILTIN_ENTRY_POINT, ep.name, ep.value))
+    points = sorted(
+        entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: (ep.name != BUILTIN_ENTRY_POINT, ep.name, ep.value)
+    )
     if not any(ep.name == BUILTIN_ENTRY_POINT for ep in points):
-        raise RuntimeError(f"the built-in components are not registered: entry point {BUILTIN_ENTRY_POINT!r} of "
-                           f"group {ENTRY_POINT_GROUP!r} is missing; reinstall cem-ablate (pip install -e .).")
+        raise RuntimeError(
+            f"the built-in components are not registered: entry point {BUILTIN_ENTRY_POINT!r} of "
+            f"group {ENTRY_POINT_GROUP!r} is missing; reinstall cem-ablate (pip install -e .)."
+        )
     for ep in points:
         builtin = ep.name == BUILTIN_ENTRY_POINT
         source = "built-in" if builtin else _plugin_source(ep.name, ep.value)
@@ -179,8 +181,7 @@ def load_components() -> None:
         # A plugin's version is part of its components' code fingerprint (config/fingerprint.py).
         # The zoo's is not: its files are hashed and the platform version is in every trial key;
         # naming it would make the key depend on how the process found the zoo.
-        _current_distribution = (f"{ep.dist.name}=={ep.dist.version}"
-                                 if ep.dist is not None and not builtin else None)
+        _current_distribution = f"{ep.dist.name}=={ep.dist.version}" if ep.dist is not None and not builtin else None
         try:
             obj = ep.load()
             if callable(obj) and not isinstance(obj, type):
@@ -209,8 +210,11 @@ def get(kind: str, name: str, path: str = "") -> ComponentSpec:
             raise ConfigError(path, f"{kind} component {name!r} is unavailable: {failure.describe()}.")
     if _FAILURES:
         plugins = "; ".join(f.describe() for f in _FAILURES)
-        raise ConfigError(path, f"unknown {kind} component {name!r}; it may come from a plugin that failed: "
-                          f"{plugins}.{closest(name, by_name)} Loaded: {', '.join(sorted(by_name)) or 'none'}.")
+        raise ConfigError(
+            path,
+            f"unknown {kind} component {name!r}; it may come from a plugin that failed: "
+            f"{plugins}.{closest(name, by_name)} Loaded: {', '.join(sorted(by_name)) or 'none'}.",
+        )
     if kind not in _REGISTRY:
         raise unknown(path, kind, _REGISTRY, what="component kind")
     raise unknown(path, name, by_name, what=f"{kind} component")

@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 
-def alibi_slopes(n_heads: int, dtype: torch.dtype = torch.float64,
-                 device: torch.device | str | None = None) -> torch.Tensor:
+def alibi_slopes(
+    n_heads: int, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> torch.Tensor:
     """m_k = 2^(-8k/K), k = 1..K (docs/design/layers.md#s2-cem-attention), built on `device` by arange arithmetic:
     no host tensor copied to the GPU on every forward (a copy that synchronizes
     host and device), and no cache to hold. Computed in float64, then cast: a float32 computation would
@@ -44,8 +45,9 @@ class ALiBi(nn.Module):
         return bias.masked_fill(dist < 0, float("-inf"))
 
 
-def alibi_rows(n_heads: int, self_bias: torch.Tensor, first: int, rows: int, dtype: torch.dtype,
-               device: torch.device) -> torch.Tensor:
+def alibi_rows(
+    n_heads: int, self_bias: torch.Tensor, first: int, rows: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """Rows first..first+rows-1 of the causal (K, J, J) bias of `ALiBi` with J = first + rows:
     the bias of `rows` new query positions against every key so far, (K, rows, J), for
     incremental decoding (the same values as slicing ALiBi's full bias)."""

@@ -73,32 +73,48 @@ class AttentionDecodeContext(NamedTuple):
 @dataclass(frozen=True)
 class CEMAttentionOptions(RecursionOptions):
     preconditioner: PreconditionerConfig = field(default_factory=PreconditionerConfig)
-    kq_diag: Literal["none", "shared", "per_head"] = "none"  # the KQ diagonal delta: none, one for all heads, one per head
-    diag_update: Literal["paper", "exact"] = "paper"  # exact adds the diagonal's gradient term (Algorithm 1 leaves it out)
+    kq_diag: Literal["none", "shared", "per_head"] = (
+        "none"  # the KQ diagonal delta: none, one for all heads, one per head
+    )
+    diag_update: Literal["paper", "exact"] = (
+        "paper"  # exact adds the diagonal's gradient term (Algorithm 1 leaves it out)
+    )
     impl: Literal["fast", "reference"] = "fast"  # reference: explicit scores, for tests and debugging
     kernel: Literal["auto", "blocked", "sdpa", "flex"] = "auto"  # fast path only; auto: flex on CUDA, else blocked
 
     def validate(self, path: str) -> None:
         self.validate_recursion(path)
-        require(self.kernel != "sdpa" or self.kq_diag == "none", f"{path}.kernel",
-                "'sdpa' needs kq_diag: none (a learnable KQ diagonal would need a mask that requires "
-                "grad, which SDPA does not take); use 'blocked' or 'auto'.")
+        require(
+            self.kernel != "sdpa" or self.kq_diag == "none",
+            f"{path}.kernel",
+            "'sdpa' needs kq_diag: none (a learnable KQ diagonal would need a mask that requires "
+            "grad, which SDPA does not take); use 'blocked' or 'auto'.",
+        )
 
     def check_dims(self, dims: ModelDims, path: str) -> None:
         rank = self.preconditioner.rank
         if self.preconditioner.name == "diag_lowrank" and rank is not None:
-            require(rank < dims.d_model, f"{path}.preconditioner.rank",
-                    f"rank {rank} must be smaller than d_model={dims.d_model}.")
+            require(
+                rank < dims.d_model,
+                f"{path}.preconditioner.rank",
+                f"rank {rank} must be smaller than d_model={dims.d_model}.",
+            )
 
 
-@register("attention", "cem", options=CEMAttentionOptions,
-          description="CEM attention: tied W_Q/W_K, ALiBi + self bias, KQ diagonal, T energy-descent steps.")
+@register(
+    "attention",
+    "cem",
+    options=CEMAttentionOptions,
+    description="CEM attention: tied W_Q/W_K, ALiBi + self bias, KQ diagonal, T energy-descent steps.",
+)
 class CEMAttention(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMAttentionOptions, steps: int = 1):
         super().__init__(steps, options)
         self.impl, self.kernel = options.impl, options.kernel
         d_model, self.n_heads, self.head_dim = dims.d_model, dims.n_heads, dims.head_dim
-        self.tau = dims.attention_temperature  # sqrt(d) (docs/design/layers.md#s2-cem-attention); d_head / sqrt(d_head_base) under mup
+        self.tau = (
+            dims.attention_temperature
+        )  # sqrt(d) (docs/design/layers.md#s2-cem-attention); d_head / sqrt(d_head_base) under mup
         self.diag_update = options.diag_update
         self.norm = RMSNorm(d_model, dims.norm_eps)
         self.w_q = linear(d_model, d_model, dims.init_std)
@@ -194,8 +210,9 @@ class CEMAttention(EnergyRecursion):
         return x if diagonal is None else x + diagonal  # term by term: gd's arithmetic order
 
     # -- incremental decoding (components.energy_recursion runs the steps) ---------------
-    def decode_context(self, c: torch.Tensor, past: torch.Tensor | None,
-                       position: int) -> tuple[AttentionDecodeContext, torch.Tensor]:
+    def decode_context(
+        self, c: torch.Tensor, past: torch.Tensor | None, position: int
+    ) -> tuple[AttentionDecodeContext, torch.Tensor]:
         """The new tokens' keys W_K c (or c, with a KQ diagonal) appended to `past`. A
         prompt (nothing cached yet) runs the training forward's own step context and
         kernels, which skip the causal half; later tokens read the cache."""
@@ -252,8 +269,9 @@ class CEMAttention(EnergyRecursion):
     def resolved_kernel(self, device: torch.device) -> str:
         if self.kernel != "auto":
             return self.kernel
-        return select_kernel(device.type, wide_values=self.delta is not None and self.diag_update == "exact",
-                             head_dim=self.head_dim)
+        return select_kernel(
+            device.type, wide_values=self.delta is not None and self.diag_update == "exact", head_dim=self.head_dim
+        )
 
     def _fast_direction(self, u: torch.Tensor, ctx: AttentionStepContext):
         """The same direction through an exact attention kernel (module docstring), as
@@ -264,10 +282,22 @@ class CEMAttention(EnergyRecursion):
         q = self._split_heads(self.w_q(u)).contiguous()
         qe = None
         if delta is not None:  # extra queries of the KQ-diagonal score, e = qe · c
-            qe = (u * (delta / self.tau)).unsqueeze(1) if delta.dim() == 1 \
+            qe = (
+                (u * (delta / self.tau)).unsqueeze(1)
+                if delta.dim() == 1
                 else u.unsqueeze(1) * (delta / self.tau)[None, :, None, :]
-        o = cem_attention_core(ctx.kernel, q, ctx.keys, ctx.values, self.self_bias, ctx.bias, 1.0 / self.tau,
-                               qe, ctx.c if delta is not None else None)
+            )
+        o = cem_attention_core(
+            ctx.kernel,
+            q,
+            ctx.keys,
+            ctx.values,
+            self.self_bias,
+            ctx.bias,
+            1.0 / self.tau,
+            qe,
+            ctx.c if delta is not None else None,
+        )
         main = o[..., :d].transpose(1, 2).reshape(b, j, d_model) @ ctx.readout
         if not (delta is not None and self.diag_update == "exact"):
             return main, None

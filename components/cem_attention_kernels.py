@@ -58,8 +58,9 @@ FLEX_AVAILABLE = flex_attention_available()  # resolved once: kernel selection r
 FLEX_MIN_HEAD_DIM = 16
 
 
-def select_kernel(device_type: str, wide_values: bool = False, flex_available: bool | None = None,
-                  head_dim: int | None = None) -> str:
+def select_kernel(
+    device_type: str, wide_values: bool = False, flex_available: bool | None = None, head_dim: int | None = None
+) -> str:
     """The kernel `kernel: auto` runs: flex on CUDA (it has a backward there), blocked
     elsewhere, for `diag_update: exact`, whose values are D + d wide (untested with
     flex), and for heads narrower than FlexAttention takes. `sdpa` is never chosen
@@ -118,8 +119,11 @@ def cem_attention_core(
 def reference_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
     """The explicit (B, K, J, J) math, differentiated by autograd."""
     j = q.shape[-2]
-    s = (q @ k.transpose(-1, -2)) * scale + alibi + self_bias[:, None, None] * torch.eye(j, dtype=q.dtype,
-                                                                                         device=q.device)
+    s = (
+        (q @ k.transpose(-1, -2)) * scale
+        + alibi
+        + self_bias[:, None, None] * torch.eye(j, dtype=q.dtype, device=q.device)
+    )
     if qe is not None:
         s = s + qe @ ce.unsqueeze(1).transpose(-1, -2)
     return torch.softmax(s, dim=-1) @ v
@@ -220,8 +224,17 @@ class BlockedCausalAttention(torch.autograd.Function):
         grad_v = None if ctx.tied else grad_v.view(b, heads, j, dv).to(v_dtype)
         if qe is not None:
             grad_qe, grad_ce = grad_qe.to(qe_dtype), grad_ce.to(ce_dtype)
-        return (grad_q.view(b, heads, j, d), grad_k, grad_v, grad_beta.to(beta_dtype), None, None,
-                grad_qe, grad_ce, None)
+        return (
+            grad_q.view(b, heads, j, d),
+            grad_k,
+            grad_v,
+            grad_beta.to(beta_dtype),
+            None,
+            None,
+            grad_qe,
+            grad_ce,
+            None,
+        )
 
 
 def _accumulate(total: torch.Tensor | None, part: torch.Tensor, end: int) -> torch.Tensor:
@@ -244,11 +257,15 @@ def _extra_scores_backward(ds4, qe, ce, r0, r1):
     dtype = qe.dtype
     if qe.shape[1] == 1:
         ds_e = ds4.sum(1).to(dtype)  # (B, R, r1): e is added to every head
-        return (torch.bmm(ds_e, ce[:, :r1]).unsqueeze(1),
-                torch.bmm(ds_e.transpose(1, 2), qe[:, 0, r0:r1]).to(ds4.dtype))
+        return (
+            torch.bmm(ds_e, ce[:, :r1]).unsqueeze(1),
+            torch.bmm(ds_e.transpose(1, 2), qe[:, 0, r0:r1]).to(ds4.dtype),
+        )
     ds_e = ds4.to(dtype)
-    return (torch.matmul(ds_e, ce[:, None, :r1]),
-            torch.matmul(ds_e.transpose(-1, -2), qe[:, :, r0:r1]).sum(1).to(ds4.dtype))
+    return (
+        torch.matmul(ds_e, ce[:, None, :r1]),
+        torch.matmul(ds_e.transpose(-1, -2), qe[:, :, r0:r1]).sum(1).to(ds4.dtype),
+    )
 
 
 def _add_diagonal(bias: torch.Tensor, beta: torch.Tensor, r0: int) -> torch.Tensor:
@@ -280,7 +297,8 @@ class SDPAAlibiAttention(torch.autograd.Function):
             out, lse, extra = _efficient_forward(q, k, v, mask, scale)
         else:
             out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+                q, k, v, 0.0, False, attn_mask=mask, scale=scale
+            )
             extra = ()
         ctx.save_for_backward(q, k, v, out, lse, mask, self_bias, *extra)
         ctx.scale = scale
@@ -294,7 +312,8 @@ class SDPAAlibiAttention(torch.autograd.Function):
             grad_q, grad_k, grad_v = _efficient_backward(grad_out, q, k, v, out, lse, mask, extra, ctx.scale)
         else:
             grad_q, grad_k, grad_v = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                grad_out, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=ctx.scale)
+                grad_out, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=ctx.scale
+            )
         sdtype = torch.float32 if _low_precision(q.dtype) else q.dtype
         s_diag = ctx.scale * (q * k).sum(-1, dtype=sdtype) + self_bias.to(sdtype)[:, None]  # ALiBi is 0 on i = j
         p_diag = torch.exp(s_diag - lse.to(sdtype))
@@ -321,8 +340,9 @@ def _efficient_forward(q, k, v, mask, scale):
     qp, kp, vp = (_pad_last(t, align) for t in (q, k, v))
     bias = _pad_last(mask, _MEM_EFF_BIAS_ALIGNMENT)[..., :j].expand(b, heads, j, j)
     out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
-        qp, kp, vp, bias, True, 0.0, False, scale=scale)
-    return out[..., :v.shape[-1]], lse[..., :j], (out, lse, seed, offset)
+        qp, kp, vp, bias, True, 0.0, False, scale=scale
+    )
+    return out[..., : v.shape[-1]], lse[..., :j], (out, lse, seed, offset)
 
 
 def _efficient_backward(grad_out, q, k, v, out, lse, mask, extra, scale):
@@ -332,9 +352,21 @@ def _efficient_backward(grad_out, q, k, v, out, lse, mask, extra, scale):
     qp, kp, vp = (_pad_last(t, align) for t in (q, k, v))
     bias = _pad_last(mask, _MEM_EFF_BIAS_ALIGNMENT)[..., :j].expand(b, heads, j, j)
     grad_q, grad_k, grad_v, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
-        _pad_last(grad_out, align).contiguous(), qp, kp, vp, bias, out_padded, lse_padded, seed, offset, 0.0,
-        [True, True, True, False], False, scale=scale)
-    return grad_q[..., :d], grad_k[..., :d], grad_v[..., :v.shape[-1]]
+        _pad_last(grad_out, align).contiguous(),
+        qp,
+        kp,
+        vp,
+        bias,
+        out_padded,
+        lse_padded,
+        seed,
+        offset,
+        0.0,
+        [True, True, True, False],
+        False,
+        scale=scale,
+    )
+    return grad_q[..., :d], grad_k[..., :d], grad_v[..., : v.shape[-1]]
 
 
 def flex_cem_attention(q, k, v, self_bias, alibi, scale, qe=None, ce=None):
@@ -403,8 +435,9 @@ def _flex_with_bias(q, k, v, slopes, beta, e, block_mask, scale):
         return score
 
     if _AUX_REQUEST is not None:
-        out, aux = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                                  return_aux=_AUX_REQUEST(lse=True))
+        out, aux = flex_attention(
+            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=_AUX_REQUEST(lse=True)
+        )
         return out, aux.lse
     return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_lse=True)
 

@@ -66,14 +66,16 @@ class CEMMLPOptions(RecursionOptions):
 
     def validate(self, path: str) -> None:
         self.validate_recursion(path)
-        require(self.width_multiplier > 0, f"{path}.width_multiplier",
-                f"must be > 0, got {self.width_multiplier}.")
+        require(self.width_multiplier > 0, f"{path}.width_multiplier", f"must be > 0, got {self.width_multiplier}.")
 
     def check_dims(self, dims: ModelDims, path: str) -> None:
         rank = self.preconditioner.rank
         if self.preconditioner.name == "diag_lowrank" and rank is not None:
-            require(rank < dims.d_model, f"{path}.preconditioner.rank",
-                    f"rank {rank} must be smaller than d_model={dims.d_model}.")
+            require(
+                rank < dims.d_model,
+                f"{path}.preconditioner.rank",
+                f"rank {rank} must be smaller than d_model={dims.d_model}.",
+            )
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,12 @@ class CEMMLPParamMatchedOptions(CEMMLPOptions):
     width_multiplier: float = 1.5
 
 
-@register("mlp", "cem", options=CEMMLPOptions,
-          description="CEM MLP: tied W/V (two D x D_m matrices), gamma once, T energy-descent steps.")
+@register(
+    "mlp",
+    "cem",
+    options=CEMMLPOptions,
+    description="CEM MLP: tied W/V (two D x D_m matrices), gamma once, T energy-descent steps.",
+)
 class CEMMLP(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMMLPOptions, steps: int = 1):
         super().__init__(steps, options)
@@ -135,5 +141,9 @@ class CEMMLP(EnergyRecursion):
         return 2 * d * m + 2 * m * d + 2 * m
 
 
-register("mlp", "cem_param_matched", options=CEMMLPParamMatchedOptions,
-         description="CEM MLP widened 1.5x: parameter-matched to SwiGLU (3·D·D_m).")(CEMMLP)
+register(
+    "mlp",
+    "cem_param_matched",
+    options=CEMMLPParamMatchedOptions,
+    description="CEM MLP widened 1.5x: parameter-matched to SwiGLU (3·D·D_m).",
+)(CEMMLP)

@@ -59,7 +59,9 @@ class RecursionOptions:
 
     recursion_state: Literal["raw", "normalized"] = "raw"  # x^0 = h (the design's decision) or c (Algorithm 1)
     backprop_steps: int | None = None  # differentiate the last k of T steps; null: all T
-    update: Literal["gd", "heavy_ball", "nesterov"] = "gd"  # the optimizer the steps run (docs/design/energy-lens.md#s11-1-momentum)
+    update: Literal["gd", "heavy_ball", "nesterov"] = (
+        "gd"  # the optimizer the steps run (docs/design/energy-lens.md#s11-1-momentum)
+    )
     momentum: float = 0.5  # mu in [0, 1); heavy_ball and nesterov only
     learnable_momentum: bool = False  # mu = sigmoid(momentum_logit), init logit(momentum)
     step_size: float = 1.0  # eta (docs/design/layers.md#s2-cem-attention)
@@ -68,23 +70,37 @@ class RecursionOptions:
 
     def validate_recursion(self, path: str) -> None:
         require(self.step_size > 0, f"{path}.step_size", f"must be > 0, got {self.step_size}.")
-        require(self.backprop_steps is None or self.backprop_steps >= 1, f"{path}.backprop_steps",
-                f"must be at least 1 (null: all steps), got {self.backprop_steps}.")
+        require(
+            self.backprop_steps is None or self.backprop_steps >= 1,
+            f"{path}.backprop_steps",
+            f"must be at least 1 (null: all steps), got {self.backprop_steps}.",
+        )
         require(0.0 <= self.momentum < 1.0, f"{path}.momentum", f"must be in [0, 1), got {self.momentum}.")
         if self.learnable_momentum:
-            require(self.update != "gd", f"{path}.learnable_momentum",
-                    "needs update: heavy_ball or nesterov (gd has no momentum to learn).")
-            require(self.momentum > 0.0, f"{path}.learnable_momentum",
-                    "needs momentum > 0: the parameter starts at logit(momentum), and logit(0) = -inf.")
+            require(
+                self.update != "gd",
+                f"{path}.learnable_momentum",
+                "needs update: heavy_ball or nesterov (gd has no momentum to learn).",
+            )
+            require(
+                self.momentum > 0.0,
+                f"{path}.learnable_momentum",
+                "needs momentum > 0: the parameter starts at logit(momentum), and logit(0) = -inf.",
+            )
 
     def check_steps(self, steps: int, path: str) -> None:
         """Called by the model config with the component's recursion steps T."""
-        require(self.backprop_steps is None or self.backprop_steps <= steps, f"{path}.backprop_steps",
-                f"must be at most the recursion steps T = {steps} (1 under depth_mode: reuse), "
-                f"got {self.backprop_steps}.")
-        require(not (self.learnable_momentum and steps == 1), f"{path}.learnable_momentum",
-                "has no effect at T = 1 (v^0 = 0 and u^0 = c, so mu never enters; 1 under depth_mode: reuse): "
-                "the parameter would get no gradient. Use steps >= 2 or learnable_momentum: false.")
+        require(
+            self.backprop_steps is None or self.backprop_steps <= steps,
+            f"{path}.backprop_steps",
+            f"must be at most the recursion steps T = {steps} (1 under depth_mode: reuse), got {self.backprop_steps}.",
+        )
+        require(
+            not (self.learnable_momentum and steps == 1),
+            f"{path}.learnable_momentum",
+            "has no effect at T = 1 (v^0 = 0 and u^0 = c, so mu never enters; 1 under depth_mode: reuse): "
+            "the parameter would get no gradient. Use steps >= 2 or learnable_momentum: false.",
+        )
 
 
 class EnergyRecursion(nn.Module):
@@ -103,7 +119,9 @@ class EnergyRecursion(nn.Module):
         self.backprop_steps = steps if options.backprop_steps is None else options.backprop_steps
         self.update = options.update
         self.learnable_momentum = options.learnable_momentum
-        if options.learnable_momentum:  # one scalar per sublayer (docs/design/energy-lens.md#s11-1-momentum), not weight-decayed (not a matrix)
+        if (
+            options.learnable_momentum
+        ):  # one scalar per sublayer (docs/design/energy-lens.md#s11-1-momentum), not weight-decayed (not a matrix)
             mu = options.momentum
             self.momentum_logit = nn.Parameter(torch.tensor(math.log(mu / (1.0 - mu))))
         self.fixed_momentum = float(options.momentum)

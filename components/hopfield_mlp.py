@@ -25,9 +25,13 @@ from components.energy_recursion import EnergyRecursion
 from components.preconditioner import build_preconditioner
 
 
-@register("mlp", "hopfield", options=CEMMLPOptions,
-          description="Hopfield MLP (Energy Transformer): one tied D x D_m matrix, energy -1/2 ||ReLU(Xi u)||^2, "
-                      "T descent steps.")
+@register(
+    "mlp",
+    "hopfield",
+    options=CEMMLPOptions,
+    description="Hopfield MLP (Energy Transformer): one tied D x D_m matrix, energy -1/2 ||ReLU(Xi u)||^2, "
+    "T descent steps.",
+)
 class HopfieldMLP(EnergyRecursion):
     def __init__(self, dims: ModelDims, options: CEMMLPOptions, steps: int = 1):
         super().__init__(steps, options)

@@ -43,14 +43,20 @@ class LlamaAttentionOptions:
 
     def check_dims(self, dims: ModelDims, path: str) -> None:
         # RoPE rotates coordinate pairs: an odd head dimension has a coordinate with no partner.
-        require(dims.head_dim % 2 == 0, f"{path.rpartition('.')[0] or path}.n_heads",
-                f"attention llama (RoPE) needs an even head dimension; d_model={dims.d_model} / "
-                f"n_heads={dims.n_heads} = {dims.head_dim}.")
+        require(
+            dims.head_dim % 2 == 0,
+            f"{path.rpartition('.')[0] or path}.n_heads",
+            f"attention llama (RoPE) needs an even head dimension; d_model={dims.d_model} / "
+            f"n_heads={dims.n_heads} = {dims.head_dim}.",
+        )
 
 
-
-@register("attention", "llama", options=LlamaAttentionOptions,
-          description="Llama multi-head attention: W_Q, W_K, W_V, W_O, RoPE, causal SDPA.")
+@register(
+    "attention",
+    "llama",
+    options=LlamaAttentionOptions,
+    description="Llama multi-head attention: W_Q, W_K, W_V, W_O, RoPE, causal SDPA.",
+)
 class LlamaAttention(nn.Module):
     supports_recursion = False
 
@@ -122,13 +128,19 @@ class LlamaAttention(nn.Module):
         q = RotaryEmbedding.apply(self._heads(self.q_proj(u)), ctx.cos, ctx.sin)
         mask = None
         if 1 < j < total:
-            mask = torch.arange(total, device=u.device)[None, :] <= torch.arange(total - j, total, device=u.device)[:, None]
-        o = F.scaled_dot_product_attention(q, ctx.keys, ctx.values, attn_mask=mask, is_causal=j == total > 1,
-                                           scale=self.scale)
+            mask = (
+                torch.arange(total, device=u.device)[None, :]
+                <= torch.arange(total - j, total, device=u.device)[:, None]
+            )
+        o = F.scaled_dot_product_attention(
+            q, ctx.keys, ctx.values, attn_mask=mask, is_causal=j == total > 1, scale=self.scale
+        )
         return self.o_proj(o.transpose(1, 2).reshape(b, j, d))
 
     def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
-        raise NotImplementedError("Llama attention descends no energy (docs/design/layers.md#s1-llama-baseline): it has no energy trace.")
+        raise NotImplementedError(
+            "Llama attention descends no energy (docs/design/layers.md#s1-llama-baseline): it has no energy trace."
+        )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         x = self.norm(h)

@@ -18,8 +18,12 @@ class SwiGLUOptions:
     pass
 
 
-@register("mlp", "llama", options=SwiGLUOptions,
-          description="Llama SwiGLU MLP: gate_proj, up_proj, down_proj (three D x D_m matrices).")
+@register(
+    "mlp",
+    "llama",
+    options=SwiGLUOptions,
+    description="Llama SwiGLU MLP: gate_proj, up_proj, down_proj (three D x D_m matrices).",
+)
 class SwiGLU(nn.Module):
     supports_recursion = False
 
@@ -41,7 +45,9 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(u)) * self.up_proj(u))
 
     def step_energy(self, u: torch.Tensor, ctx) -> torch.Tensor:
-        raise NotImplementedError("SwiGLU descends no energy (docs/design/layers.md#s1-llama-baseline): it has no energy trace.")
+        raise NotImplementedError(
+            "SwiGLU descends no energy (docs/design/layers.md#s1-llama-baseline): it has no energy trace."
+        )
 
     # -- incremental decoding (model/protocol.py IncrementalDecoding): position-wise, no state --
     def decode(self, h: torch.Tensor, past: None, position: int) -> tuple[torch.Tensor, None]:

@@ -25,8 +25,13 @@ from pathlib import Path
 
 def bench(checkout: Path, args: list[str], out: Path) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "bench", *args, "--json", str(out)],
-                   cwd=checkout, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", "bench", *args, "--json", str(out)],
+        cwd=checkout,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     rows = json.loads(out.read_text())["rows"]
     return {r["variant"]: r["tokens_per_s_median"] for r in rows if not r["memory_only"] and not r["error"]}
 
@@ -55,9 +60,11 @@ def main() -> None:
         old = [r[variant] for r in runs["old"]]
         new = [r[variant] for r in runs["new"]]
         ratios = [n / o for n, o in zip(new, old)]
-        print(f"| {variant} | {', '.join(f'{x:.1f}' for x in old)} | {', '.join(f'{x:.1f}' for x in new)} | "
-              f"{', '.join(f'{x:.3f}' for x in ratios)} | {statistics.median(ratios):.3f} "
-              f"[{min(ratios):.3f}, {max(ratios):.3f}] |")
+        print(
+            f"| {variant} | {', '.join(f'{x:.1f}' for x in old)} | {', '.join(f'{x:.1f}' for x in new)} | "
+            f"{', '.join(f'{x:.3f}' for x in ratios)} | {statistics.median(ratios):.3f} "
+            f"[{min(ratios):.3f}, {max(ratios):.3f}] |"
+        )
 
 
 if __name__ == "__main__":

@@ -44,11 +44,19 @@ def contrasts() -> list[tuple[str, object]]:
     llama600 = per_seed("fig4_attention_recursion_vs_reuse_cpu600", "llama,size=tiny")
     rows = []
     fig2a_cfg = per_seed("readings_cpu", "B_T1")  # CEM attention T = 1, P = I, shared KQ diagonal
-    rows.append(("Fig. 2a's CEM attention (readings arm B_T1) - Llama, 600 steps",
-                 decide(fig2a_cfg, llama600, paired=False, design=Design.fixed(min(len(fig2a_cfg), len(llama600))))))
+    rows.append(
+        (
+            "Fig. 2a's CEM attention (readings arm B_T1) - Llama, 600 steps",
+            decide(fig2a_cfg, llama600, paired=False, design=Design.fixed(min(len(fig2a_cfg), len(llama600)))),
+        )
+    )
     a_t2, b_t2 = per_seed("readings_cpu", "A_T2"), per_seed("readings_cpu", "B_T2")
-    rows.append(("CEM attention T = 2 with P = diag (arm A_T2) - with P = I (arm B_T2), 600 steps",
-                 decide(a_t2, b_t2, paired=False, design=Design.fixed(min(len(a_t2), len(b_t2))))))
+    rows.append(
+        (
+            "CEM attention T = 2 with P = diag (arm A_T2) - with P = I (arm B_T2), 600 steps",
+            decide(a_t2, b_t2, paired=False, design=Design.fixed(min(len(a_t2), len(b_t2)))),
+        )
+    )
     arm = {a: paired_delta("readings_cpu", f"{a}_T2", f"{a}_T1") for a in "ABCD"}
     for a in "BCD":
         d = decide(arm[a], arm["A"], paired=True, design=Design.fixed(len(arm["A"])))

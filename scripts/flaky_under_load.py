@@ -62,8 +62,12 @@ def outcomes(junit: Path) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="how many times to run pytest (default 3)")
-    parser.add_argument("--load", type=int, default=len(os.sched_getaffinity(0)),
-                        help="busy processes beside pytest, pinned one per core (default: one per core; 0: idle)")
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="busy processes beside pytest, pinned one per core (default: one per core; 0: idle)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="folder for each run's log and JUnit XML")
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments (default: the default suite)")
     args = parser.parse_args(argv)
@@ -83,13 +87,24 @@ def main(argv: list[str] | None = None) -> int:
             junit, log = out / f"run{i}.xml", out / f"run{i}.log"
             start = time.monotonic()
             with log.open("w") as stream:
-                command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-                           *args.pytest_args]
+                command = [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    f"--junitxml={junit}",
+                    *args.pytest_args,
+                ]
                 rc = subprocess.call(command, stdout=stream, stderr=subprocess.STDOUT, env=env)
             seen = outcomes(junit) if junit.exists() else {}
             failed = sum(v == "failed" for v in seen.values())
-            print(f"run {i}/{args.runs}: exit {rc}, {len(seen)} tests, {failed} failed, "
-                  f"{time.monotonic() - start:.0f} s (log {log})", flush=True)
+            print(
+                f"run {i}/{args.runs}: exit {rc}, {len(seen)} tests, {failed} failed, "
+                f"{time.monotonic() - start:.0f} s (log {log})",
+                flush=True,
+            )
             if not seen:
                 print(f"error: run {i} collected no tests; see {log}", file=sys.stderr)
                 return 2
@@ -102,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     flaky = sorted(t for t in failures if failures[t] < ran[t])
     broken = sorted(t for t in failures if failures[t] == ran[t])
     print(f"\n{args.runs} runs with {args.load} busy processes beside pytest; pytest {' '.join(args.pytest_args)}")
-    for title, tests in (("failed in some runs, passed in others (flaky)", flaky),
-                         ("failed in every run it ran", broken)):
+    for title, tests in (
+        ("failed in some runs, passed in others (flaky)", flaky),
+        ("failed in every run it ran", broken),
+    ):
         print(f"{title}: {len(tests) or 'none'}")
         for test in tests:
             print(f"  {failures[test]}/{ran[test]}  {test}")

@@ -102,8 +102,13 @@ def _params(study: str, scale: str) -> dict[str, float]:
     return {v.name: float(estimate(v.run_config(lr, seed)).params_total) for v in expanded.variants}
 
 
-def mup_ladder(name: str = "mup", csvs=MUP_CSVS, transfers: str = MUP_TRANSFERS, studies: str = "mup_width_cpu",
-               proxies: str = "none") -> Ladder:
+def mup_ladder(
+    name: str = "mup",
+    csvs=MUP_CSVS,
+    transfers: str = MUP_TRANSFERS,
+    studies: str = "mup_width_cpu",
+    proxies: str = "none",
+) -> Ladder:
     from mup_width_csv_report import read_trials
 
     values, targets = read_trials([str(p) for p in csvs], None, transfer=transfers, studies=studies, proxies=proxies)
@@ -120,8 +125,9 @@ def mup_ladder(name: str = "mup", csvs=MUP_CSVS, transfers: str = MUP_TRANSFERS,
         rates[family][256] = lr
         for d in (32, 64, 128, 256):
             counts[family][d] = params[f"d{d}_{family}"]
-    return Ladder(name, (32, 64, 128, 256), dict(rungs), dict(counts),
-                  tuple((f, "llama") for f in MUP_FAMILIES[1:]), dict(rates))
+    return Ladder(
+        name, (32, 64, 128, 256), dict(rungs), dict(counts), tuple((f, "llama") for f in MUP_FAMILIES[1:]), dict(rates)
+    )
 
 
 def width_ladder() -> Ladder:
@@ -143,16 +149,24 @@ def width_ladder() -> Ladder:
             rungs[family][d] = dict(sorted(complete[rate].items()))
             rates[family][d] = rate
             counts[family][d] = params[f"d{d}_{family}"]
-    return Ladder("width", (32, 64, 128, 192), dict(rungs), dict(counts),
-                  (("T1", "llama"), ("T2", "llama"), ("T2", "T1")), dict(rates))
+    return Ladder(
+        "width",
+        (32, 64, 128, 192),
+        dict(rungs),
+        dict(counts),
+        (("T1", "llama"), ("T2", "llama"), ("T2", "T1")),
+        dict(rates),
+    )
 
 
 def measured_decisions(ladder: Ladder, width: int) -> dict[tuple[str, str], object]:
     """The platform's verdicts at the held-out width: Welch at α 0.05, Holm over the comparisons."""
     seeds = len(next(iter(ladder.rungs.values()))[width])
     design = Design.fixed(seeds, 0.05)
-    raw = [decide(ladder.rungs[v][width], ladder.rungs[b][width], paired=False, design=design)
-           for v, b in ladder.comparisons]
+    raw = [
+        decide(ladder.rungs[v][width], ladder.rungs[b][width], paired=False, design=design)
+        for v, b in ladder.comparisons
+    ]
     return dict(zip(ladder.comparisons, adjust(raw, alpha=0.05, correction="holm")))
 
 
@@ -163,17 +177,19 @@ def choose_form(ladders: list[Ladder]) -> tuple[str, list[str]]:
     for ladder in ladders:
         for h in holdout_errors(ladder.ladder(ladder.widths[:3]), FORMS):
             errors[h.form].extend(h.errors.values() if h.identifiable else [float("nan")])
-    lines = ["| form | parameters | RMS error forecasting d 128 from d 32, 64 (log units, pooled over "
-             "the ladders' families) | largest |", "|---|---|---|---|"]
+    lines = [
+        "| form | parameters | RMS error forecasting d 128 from d 32, 64 (log units, pooled over "
+        "the ladders' families) | largest |",
+        "|---|---|---|---|",
+    ]
     rms = {}
     for form in FORMS:
         e = np.asarray(errors[form])
         if np.isnan(e).any():
             lines.append(f"| {form} | {_param_text(form)} | not identifiable from two rungs | |")
             continue
-        rms[form] = float(np.sqrt(np.mean(e ** 2)))
-        lines.append(f"| {form} | {_param_text(form)} | {rms[form]:.4f} ({len(e)} cases) | "
-                     f"{np.max(np.abs(e)):.4f} |")
+        rms[form] = float(np.sqrt(np.mean(e**2)))
+        lines.append(f"| {form} | {_param_text(form)} | {rms[form]:.4f} ({len(e)} cases) | {np.max(np.abs(e)):.4f} |")
     # a form with more parameters is chosen only if it beats a simpler one by more than 1%
     best = min(rms.values())
     simplest = min((f for f in rms if rms[f] <= 1.01 * best), key=lambda f: (n_params(f, 2), FORMS.index(f)))
@@ -181,8 +197,12 @@ def choose_form(ladders: list[Ladder]) -> tuple[str, list[str]]:
 
 
 def _param_text(form: str) -> str:
-    return {"power": "c, α per variant", "power_shared": "c per variant, α shared",
-            "saturating_shared": "E, A per variant, α shared", "floor_shared": "A per variant, E and α shared"}[form]
+    return {
+        "power": "c, α per variant",
+        "power_shared": "c per variant, α shared",
+        "saturating_shared": "E, A per variant, α shared",
+        "floor_shared": "A per variant, E and α shared",
+    }[form]
 
 
 def cases(ladder: Ladder, rungs: tuple[int, ...], form: str):
@@ -198,8 +218,9 @@ def cases(ladder: Ladder, rungs: tuple[int, ...], form: str):
     deltas = []
     for variant, baseline in ladder.comparisons:
         fd = forecast_delta(fit, variant, baseline, ladder.params[variant][held], ladder.params[baseline][held], LEVEL)
-        measured = (float(np.mean(np.log(list(ladder.rungs[variant][held].values()))))
-                    - float(np.mean(np.log(list(ladder.rungs[baseline][held].values())))))
+        measured = float(np.mean(np.log(list(ladder.rungs[variant][held].values())))) - float(
+            np.mean(np.log(list(ladder.rungs[baseline][held].values())))
+        )
         deltas.append((variant, baseline, fd, measured, decisions[(variant, baseline)]))
     return points, deltas, fit
 
@@ -234,8 +255,9 @@ def forecast_bias(fit, params: dict[str, float], measured: dict[str, float], lev
     g = np.mean(gs, axis=0)
     if fit.df < 1:
         return Bias(mean, -math.inf, math.inf, level, len(names))
-    half = float(stats.t.ppf(0.5 + level / 2, fit.df) * math.sqrt(max(float(g @ fit.cov @ g), 0.0)
-                                                                     + fit.unit_var / len(names)))
+    half = float(
+        stats.t.ppf(0.5 + level / 2, fit.df) * math.sqrt(max(float(g @ fit.cov @ g), 0.0) + fit.unit_var / len(names))
+    )
     return Bias(mean, mean - half, mean + half, level, len(names))
 
 
@@ -261,7 +283,7 @@ def corrected_cases(ladder: Ladder, rungs: tuple[int, ...], form: str, level: fl
     rows = []
     for family in ladder.rungs:
         fc = point_forecast(fit, family, ladder.params[family][held], level)
-        half = math.sqrt(((fc.high - fc.low) / 2) ** 2 + inner.half ** 2)
+        half = math.sqrt(((fc.high - fc.low) / 2) ** 2 + inner.half**2)
         centre = fc.log_value - inner.mean
         measured = float(np.mean(np.log(list(ladder.rungs[family][held].values()))))
         rows.append((family, centre, centre - half, centre + half, measured))
@@ -277,19 +299,25 @@ def print_cases(ladder: Ladder, rungs: tuple[int, ...], form: str, totals: dict)
     points, deltas, fit = cases(ladder, rungs, form)
     reach = extrapolation(ladder.ladder(rungs), ladder.params[ladder.comparisons[0][1]][held])
     print(f"\n### `{ladder.name}`: d {', '.join(map(str, rungs))} -> d {held} ({form}, {LEVEL:.0%} intervals)\n")
-    print(f"Fit: {fit.df} residual df; residual sd of a rung mean {math.sqrt(fit.unit_var):.4f} against the seed "
-          f"sd / sqrt(seeds) {math.sqrt(fit.seed_var / fit.seeds):.4f} (lack of fit p {fit.lack_of_fit_p:.2g}); "
-          f"the target has {reach:.2f}x the largest rung's parameters (Llama's).\n")
+    print(
+        f"Fit: {fit.df} residual df; residual sd of a rung mean {math.sqrt(fit.unit_var):.4f} against the seed "
+        f"sd / sqrt(seeds) {math.sqrt(fit.seed_var / fit.seeds):.4f} (lack of fit p {fit.lack_of_fit_p:.2g}); "
+        f"the target has {reach:.2f}x the largest rung's parameters (Llama's).\n"
+    )
     print("| variant | rates (rungs; held out) | forecast ppl [90%] | measured ppl (mean of seeds) | error | covered |")
     print("|---|---|---|---|---|---|")
     for family, fc, measured in points:
         covered = fc.covers(measured)
         totals["points"].append(covered)
         rates = ", ".join(f"{ladder.rates[family][d]:.3g}" for d in rungs) + f"; {ladder.rates[family][held]:.3g}"
-        print(f"| {family} | {rates} | {fc.value:.3f} [{math.exp(fc.low):.3f}, {math.exp(fc.high):.3f}] | "
-              f"{math.exp(measured):.3f} | {_pct(fc.log_value - measured)} | {'yes' if covered else '**no**'} |")
-    print("\n| comparison | forecast Δ log-ratio [90%] | forecast verdict | measured Δ log-ratio | measured verdict "
-          "(Welch, Holm p) | covered | verdicts agree |")
+        print(
+            f"| {family} | {rates} | {fc.value:.3f} [{math.exp(fc.low):.3f}, {math.exp(fc.high):.3f}] | "
+            f"{math.exp(measured):.3f} | {_pct(fc.log_value - measured)} | {'yes' if covered else '**no**'} |"
+        )
+    print(
+        "\n| comparison | forecast Δ log-ratio [90%] | forecast verdict | measured Δ log-ratio | measured verdict "
+        "(Welch, Holm p) | covered | verdicts agree |"
+    )
     print("|---|---|---|---|---|---|---|")
     for variant, baseline, fd, measured, decision in deltas:
         covered = fd.covers(measured)
@@ -301,18 +329,25 @@ def print_cases(ladder: Ladder, rungs: tuple[int, ...], form: str, totals: dict)
         else:
             agree_text = "(measured unresolved)"
             totals["unresolved_forecast"].append(fd.verdict)
-        print(f"| {variant} vs {baseline} | {fd.delta:+.3f} [{fd.low:+.3f}, {fd.high:+.3f}] ({_pct(fd.delta)}) | "
-              f"{fd.verdict} | {measured:+.3f} ({_pct(measured)}) | {decision.verdict} (p {decision.p_holm:.2g}) | "
-              f"{'yes' if covered else '**no**'} | {agree_text} |")
+        print(
+            f"| {variant} vs {baseline} | {fd.delta:+.3f} [{fd.low:+.3f}, {fd.high:+.3f}] ({_pct(fd.delta)}) | "
+            f"{fd.verdict} | {measured:+.3f} ({_pct(measured)}) | {decision.verdict} (p {decision.p_holm:.2g}) | "
+            f"{'yes' if covered else '**no**'} | {agree_text} |"
+        )
 
 
 def summary(name: str, totals: dict) -> None:
     p, d, r = totals["points"], totals["deltas"], totals["resolved"]
-    print(f"\n**{name}**: perplexities covered {sum(p)}/{len(p)} ({np.mean(p):.0%}); comparisons' Δ covered "
-          f"{sum(d)}/{len(d)} ({np.mean(d):.0%}); all {len(p) + len(d)} intervals {sum(p) + sum(d)}/{len(p) + len(d)} "
-          f"({np.mean(p + d):.0%}); verdicts agree where the measured one is resolved {sum(r)}/{len(r)}"
-          + (f"; where it is unresolved the forecast says {', '.join(totals['unresolved_forecast'])}"
-             if totals["unresolved_forecast"] else ""))
+    print(
+        f"\n**{name}**: perplexities covered {sum(p)}/{len(p)} ({np.mean(p):.0%}); comparisons' Δ covered "
+        f"{sum(d)}/{len(d)} ({np.mean(d):.0%}); all {len(p) + len(d)} intervals {sum(p) + sum(d)}/{len(p) + len(d)} "
+        f"({np.mean(p + d):.0%}); verdicts agree where the measured one is resolved {sum(r)}/{len(r)}"
+        + (
+            f"; where it is unresolved the forecast says {', '.join(totals['unresolved_forecast'])}"
+            if totals["unresolved_forecast"]
+            else ""
+        )
+    )
 
 
 def trust_table() -> None:
@@ -321,16 +356,22 @@ def trust_table() -> None:
     trusted widths (d_head >= 16: d 64 up)."""
     from mup_width_csv_report import _stats, read_trials
 
-    values, _ = read_trials([str(p) for p in MUP_CSVS], None, transfer=MUP_TRANSFERS, studies="mup_width_cpu",
-                            proxies="none")
-    print("| family | lr* d 32 (d_head 8) | d 64 | d 128 | d 256 | drift d 32-256 | drift d 64-256 | "
-          "d 32's lr* / d 64's |")
+    values, _ = read_trials(
+        [str(p) for p in MUP_CSVS], None, transfer=MUP_TRANSFERS, studies="mup_width_cpu", proxies="none"
+    )
+    print(
+        "| family | lr* d 32 (d_head 8) | d 64 | d 128 | d 256 | drift d 32-256 | drift d 64-256 | "
+        "d 32's lr* / d 64's |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for family in MUP_FAMILIES:
         stars = {d: _stats(values[f"d{d}_{family}"]).optimum.lr_star for d in (32, 64, 128, 256)}
         every, trusted = stars.values(), [stars[d] for d in (64, 128, 256)]
-        print(f"| {family} | " + " | ".join(f"{stars[d]:.3g}" for d in (32, 64, 128, 256))
-              + f" | {max(every) / min(every):.2f}x | {max(trusted) / min(trusted):.2f}x | {stars[32] / stars[64]:.2f} |")
+        print(
+            f"| {family} | "
+            + " | ".join(f"{stars[d]:.3g}" for d in (32, 64, 128, 256))
+            + f" | {max(every) / min(every):.2f}x | {max(trusted) / min(trusted):.2f}x | {stars[32] / stars[64]:.2f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -351,17 +392,24 @@ def main(argv: list[str] | None = None) -> None:
         for ladder in ladders:
             print_cases(ladder, ladder.widths[start:-1], form, totals)
         summary(label, totals)
-    print("\n## Not CPU: the GPU leases' muP ladders (the same recipe on the GPU machine's corpus; the form as "
-          "chosen above)")
+    print(
+        "\n## Not CPU: the GPU leases' muP ladders (the same recipe on the GPU machine's corpus; the form as "
+        "chosen above)"
+    )
     gpu = mup_ladder("mup_gpu", GPU_CSVS, "transfer_gpu_scaled", "mup_width_gpu", "transfer_gpu")
     for label, start in (("three rungs, from d 32", 0), ("two rungs, from d 64", 1)):
         totals = defaultdict(list)
         print_cases(gpu, gpu.widths[start:-1], form, totals)
         summary(f"GPU, {label}", totals)
-    print("\n## Every form on the held-out widths (RMS error of the perplexity forecasts, log units; coverage of "
-          "all 90% intervals)\n")
-    print("| form | " + " | ".join(f"{ladder.name} from d {ladder.widths[s]}" for s in (0, 1) for ladder in ladders)
-          + " |")
+    print(
+        "\n## Every form on the held-out widths (RMS error of the perplexity forecasts, log units; coverage of "
+        "all 90% intervals)\n"
+    )
+    print(
+        "| form | "
+        + " | ".join(f"{ladder.name} from d {ladder.widths[s]}" for s in (0, 1) for ladder in ladders)
+        + " |"
+    )
     print("|---|" + "---|" * (2 * len(ladders)))
     for f in FORMS:
         cells = []

@@ -27,7 +27,7 @@ TEST = Path(__file__).resolve().parents[1] / "tests" / "model" / "test_decoding.
 def main() -> None:
     src = TEST.read_text()
     namespace: dict = {}
-    exec(src[src.index("DIMS ="):src.index("def random_model")], namespace)  # DIMS, VARIANTS only
+    exec(src[src.index("DIMS =") : src.index("def random_model")], namespace)  # DIMS, VARIANTS only
     dims, variants = namespace["DIMS"], namespace["VARIANTS"]
     out = hashlib.sha256()
     ids = torch.randint(0, dims["vocab_size"], (2, 11), generator=torch.Generator().manual_seed(0))

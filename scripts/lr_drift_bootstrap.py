@@ -36,15 +36,14 @@ from cem_ablate.analysis.akima import curve_minima
 EXACT_LIMIT = 5000  # ordered resamples per width enumerated exactly (3 seeds: 27, 5 seeds: 3125)
 
 
-def width_draws(per_seed: dict[int, dict[float, float]], rng: np.random.Generator,
-                n_random: int = 4000) -> np.ndarray:
+def width_draws(per_seed: dict[int, dict[float, float]], rng: np.random.Generator, n_random: int = 4000) -> np.ndarray:
     """log2 lr* of the seed-mean Akima curve for each resample of one width's seeds (an array;
     each entry equally likely)."""
     seeds = sorted(per_seed)
     lrs = sorted(per_seed[seeds[0]])
     table = np.array([[per_seed[s][lr] for lr in lrs] for s in seeds])  # seeds x rates
     n = len(seeds)
-    if n ** n <= EXACT_LIMIT:
+    if n**n <= EXACT_LIMIT:
         picks = np.array(list(itertools.product(range(n), repeat=n)))
     else:
         picks = rng.integers(0, n, size=(n_random, n))
@@ -53,8 +52,9 @@ def width_draws(per_seed: dict[int, dict[float, float]], rng: np.random.Generato
     return np.asarray(x, dtype=np.float64)
 
 
-def drift_distribution(per_width: list[np.ndarray], rng: np.random.Generator,
-                       max_exact: int = 2_000_000, n_random: int = 400_000) -> np.ndarray:
+def drift_distribution(
+    per_width: list[np.ndarray], rng: np.random.Generator, max_exact: int = 2_000_000, n_random: int = 400_000
+) -> np.ndarray:
     """max/min lr* over the widths for every combination of the widths' draws (exhaustive up to
     `max_exact` combinations, else `n_random` random ones)."""
     total = int(np.prod([len(d) for d in per_width]))
@@ -66,16 +66,17 @@ def drift_distribution(per_width: list[np.ndarray], rng: np.random.Generator,
     return 2.0 ** (stacked.max(axis=0) - stacked.min(axis=0))
 
 
-def main(paths: list[str], studies: str, proxies: str, bound: float, widths: tuple[int, ...],
-         seed: int = 0) -> list[dict]:
+def main(
+    paths: list[str], studies: str, proxies: str, bound: float, widths: tuple[int, ...], seed: int = 0
+) -> list[dict]:
     values, _ = read_trials(paths, None, "", studies, proxies)
     rng = np.random.default_rng(seed)
     rows = []
-    print(f"lr* drift (max/min over d {', '.join(map(str, widths))}) with a seed bootstrap; "
-          f"share of draws above {bound}x")
+    print(
+        f"lr* drift (max/min over d {', '.join(map(str, widths))}) with a seed bootstrap; share of draws above {bound}x"
+    )
     print()
-    print("| family | seeds per width | drift as measured | bootstrap median [2.5%, 97.5%] | "
-          f"draws > {bound}x |")
+    print(f"| family | seeds per width | drift as measured | bootstrap median [2.5%, 97.5%] | draws > {bound}x |")
     print("|---|---|---|---|---|")
     for family in FAMILIES:
         present = [d for d in widths if f"d{d}_{family}" in values]
@@ -98,8 +99,9 @@ def main(paths: list[str], studies: str, proxies: str, bound: float, widths: tup
         dist = drift_distribution(draws, rng)
         lo, med, hi = np.percentile(dist, [2.5, 50, 97.5])
         share = float(np.mean(dist > bound))
-        rows.append({"family": family, "measured": measured, "median": med, "low": lo, "high": hi,
-                     "share_above": share})
+        rows.append(
+            {"family": family, "measured": measured, "median": med, "low": lo, "high": hi, "share_above": share}
+        )
         print(f"| {family} | {n_seeds} | {measured:.2f}x | {med:.2f}x [{lo:.2f}x, {hi:.2f}x] | {share:.0%} |")
     return rows
 
@@ -108,8 +110,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help="trial CSVs (scripts/store_trials_csv.py's columns)")
     parser.add_argument("--studies", default="mup_width_gpu", help="width studies' name prefix")
-    parser.add_argument("--proxies", default="transfer_gpu",
-                        help="transfer studies whose proxy trials count as d 64 ('none': no pooling)")
+    parser.add_argument(
+        "--proxies",
+        default="transfer_gpu",
+        help="transfer studies whose proxy trials count as d 64 ('none': no pooling)",
+    )
     parser.add_argument("--bound", type=float, default=1.5, help="the acceptance's drift bound")
     parser.add_argument("--widths", default=",".join(map(str, WIDTHS)), help="comma-separated d_model")
     args = parser.parse_args()

@@ -6,6 +6,7 @@ estimators are the report's (analysis.akima.fit_akima on the seed mean, analysis
 
     python scripts/mup_steps_report.py mlruns/optuna.db   # in the checkout that ran the study
 """
+
 import argparse
 from collections import defaultdict
 
@@ -28,7 +29,9 @@ def main(opts: argparse.Namespace) -> None:
         for t in st.trials:
             if t.state.name == "COMPLETE" and t.user_attrs.get("status") == "finished":
                 vals[v][int(t.params["seed"])][float(t.params["lr"])] = float(t.value)
-    print(f"| variant | rates with {opts.seeds} seeds | lr* (Akima, seed mean) [95%] | test ppl at lr* | per-seed ppl at the best common rate |")
+    print(
+        f"| variant | rates with {opts.seeds} seeds | lr* (Akima, seed mean) [95%] | test ppl at lr* | per-seed ppl at the best common rate |"
+    )
     print("|---|---|---|---|---|")
     for v in sorted(vals):
         per_seed = vals[v]
@@ -42,8 +45,10 @@ def main(opts: argparse.Namespace) -> None:
         iv = f"[{b.lr[0]:.3g}, {b.lr[1]:.3g}]" if b.lr else f"({b.reason})"
         best = min(common, key=lambda lr: np.mean([sub[s][lr] for s in sub]))
         edge = f" ({fit.edge} edge)" if fit.edge else ""
-        print(f"| {v} | {len(common)} ({common[0]:.3g}-{common[-1]:.3g}) | {fit.lr_star:.3g}{edge} {iv} | {fit.ppl_star:.3f} | "
-              f"lr {best:.3g}: {', '.join(f'{sub[s][best]:.3f}' for s in sorted(sub))} |")
+        print(
+            f"| {v} | {len(common)} ({common[0]:.3g}-{common[-1]:.3g}) | {fit.lr_star:.3g}{edge} {iv} | {fit.ppl_star:.3f} | "
+            f"lr {best:.3g}: {', '.join(f'{sub[s][best]:.3f}' for s in sorted(sub))} |"
+        )
 
 
 if __name__ == "__main__":

@@ -61,9 +61,15 @@ FAMILIES = ("llama", "cem_attention_T1", "cem_attention_T2", "cem_mlp_T1", "full
 WIDTHS = (32, 64, 128, 256)
 
 
-def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None, plot: str | None = None,
-         transfer: str = "transfer_gpu_scaled", studies: str = "mup_width_gpu",
-         proxies: str = "transfer_gpu") -> None:
+def main(
+    paths: list[str],
+    seeds: set[int] | None = None,
+    at: int | None = None,
+    plot: str | None = None,
+    transfer: str = "transfer_gpu_scaled",
+    studies: str = "mup_width_gpu",
+    proxies: str = "transfer_gpu",
+) -> None:
     values, targets = read_trials(paths, seeds, transfer, studies, proxies)
     # each variant's fit and intervals, once (the report's own: analysis.statistics.variant_stats)
     stats = {variant: _stats(per_seed) for variant, per_seed in values.items() if per_seed}
@@ -77,8 +83,13 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
                 continue
             per_seed, optimum = values[variant], stats[variant].optimum
             fit, iv = optimum.fit, optimum.lr_interval
-            interval = (f"[{iv.low:.3g}, {iv.high:.3g}]" if iv
-                        else f"({optimum.interval_note})" if optimum.interval_note else "")
+            interval = (
+                f"[{iv.low:.3g}, {iv.high:.3g}]"
+                if iv
+                else f"({optimum.interval_note})"
+                if optimum.interval_note
+                else ""
+            )
             argmins = []
             for seed in sorted(per_seed):
                 pts = sorted(per_seed[seed].items())
@@ -86,8 +97,10 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
                 argmins.append(f"{2.0 ** float(x):.3g}")
             edge = f" ({fit.edge} edge)" if fit.edge else ""
             stars.append((fit.lr_star, fit.edge))
-            print(f"| {family} | {d} | {len(per_seed)} | {fit.lr_star:.3g}{edge} {interval} | "
-                  f"{', '.join(argmins)} | {fit.ppl_star:.3f} |")
+            print(
+                f"| {family} | {d} | {len(per_seed)} | {fit.lr_star:.3g}{edge} {interval} | "
+                f"{', '.join(argmins)} | {fit.ppl_star:.3f} |"
+            )
         if len(stars) >= 2:
             lo, hi = min(s for s, _ in stars), max(s for s, _ in stars)
             bound = " (a lower bound: an lr* at a grid edge)" if any(e for _, e in stars) else ""
@@ -98,8 +111,13 @@ def main(paths: list[str], seeds: set[int] | None = None, at: int | None = None,
         plot_families(values, stats, plot)
 
 
-def read_trials(paths: list[str], seeds: set[int] | None = None, transfer: str = "transfer_gpu_scaled",
-                studies: str = "mup_width_gpu", proxies: str = "transfer_gpu"):
+def read_trials(
+    paths: list[str],
+    seeds: set[int] | None = None,
+    transfer: str = "transfer_gpu_scaled",
+    studies: str = "mup_width_gpu",
+    proxies: str = "transfer_gpu",
+):
     """The width grids and the transfer targets of the CSVs at `paths`.
 
     Returns (values, targets): values[variant][seed][lr] for every `d<width>_<family>` variant
@@ -157,7 +175,7 @@ def plot_families(values, stats, out: str) -> None:
     """The per-family sweeps (study.plots' own figure) and lr* against width."""
     from pathlib import Path
 
-    from cem_ablate.study.plots import SweepSeries, _pyplot, plot_ppl_vs_lr, save
+    from cem_ablate.figures.plots import SweepSeries, _pyplot, plot_ppl_vs_lr, save
 
     Path(out).mkdir(parents=True, exist_ok=True)
     plt = _pyplot()
@@ -169,13 +187,21 @@ def plot_families(values, stats, out: str) -> None:
             if variant not in stats:
                 continue
             opt = stats[variant].optimum
-            series.append(SweepSeries(f"d_model {d}", False,
-                                      [(lr, v) for p in values[variant].values() for lr, v in p.items()],
-                                      fit=opt.fit, stats=stats[variant]))
+            series.append(
+                SweepSeries(
+                    f"d_model {d}",
+                    False,
+                    [(lr, v) for p in values[variant].values() for lr, v in p.items()],
+                    fit=opt.fit,
+                    stats=stats[variant],
+                )
+            )
             points.append((d, opt.lr_star, opt.lr_interval))
         if not series:
             continue
-        plot_ppl_vs_lr(series, Path(out) / f"ppl_vs_lr_{family}.png", title=f"{family}: test perplexity vs lr, by width")
+        plot_ppl_vs_lr(
+            series, Path(out) / f"ppl_vs_lr_{family}.png", title=f"{family}: test perplexity vs lr, by width"
+        )
         shift = 1.0 + 0.03 * (i - 2)  # side by side at each width
         xs = [d * shift for d, _, _ in points]
         ys = [lr for _, lr, _ in points]
@@ -212,14 +238,20 @@ def _verdicts(stats: dict) -> dict[str, str]:
 
 
 def _smooth(values, family: str, width: int, target: dict, lr: float, centre: float) -> str:
-    observations = [(a, seed, v) for per_seed in (values[f"d{width}_{family}"], target)
-                    for seed, points in per_seed.items() for a, v in points.items()]
+    observations = [
+        (a, seed, v)
+        for per_seed in (values[f"d{width}_{family}"], target)
+        for seed, points in per_seed.items()
+        for a, v in points.items()
+    ]
     try:
         g = smooth_gap(observations, lr, centre)
     except ValueError as err:
         return f"({err})"
-    return (f"{100 * g.relative:+.2f}% [{100 * g.low:+.2f}, {100 * g.high:+.2f}] "
-            f"({g.lr_star:.3g}; {len(g.rates)} rates; p {g.lack_of_fit_p:.2g})")
+    return (
+        f"{100 * g.relative:+.2f}% [{100 * g.low:+.2f}, {100 * g.high:+.2f}] "
+        f"({g.lr_star:.3g}; {len(g.rates)} rates; p {g.lack_of_fit_p:.2g})"
+    )
 
 
 def transfer_check(stats, targets, width: int, values) -> None:
@@ -233,25 +265,31 @@ def transfer_check(stats, targets, width: int, values) -> None:
     if "llama" not in grid or "llama" not in moved:
         print(f"\n(no full grid or no transfer targets for Llama at d {width})")
         return
-    print(f"\nTransfer to d {width}: the target at the proxy's lr* against the d {width} full grid "
-          "(Akima on the seed mean, 95% interval; std: seed-to-seed at the grid point nearest lr*)")
-    print("\n| family | full grid: lr* | full grid: ppl* [95%] | std at lr* | transferred lr | "
-          "target ppl (mean ± std) | gap to ppl* | target − best grid point (lr) [95%], Welch p | "
-          "on the smooth curve: gap [95%] (quadratic lr*; rates; lack-of-fit p) |")
+    print(
+        f"\nTransfer to d {width}: the target at the proxy's lr* against the d {width} full grid "
+        "(Akima on the seed mean, 95% interval; std: seed-to-seed at the grid point nearest lr*)"
+    )
+    print(
+        "\n| family | full grid: lr* | full grid: ppl* [95%] | std at lr* | transferred lr | "
+        "target ppl (mean ± std) | gap to ppl* | target − best grid point (lr) [95%], Welch p | "
+        "on the smooth curve: gap [95%] (quadratic lr*; rates; lack-of-fit p) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for f in FAMILIES:
         if f not in grid or f not in moved:
             continue
         opt, row = grid[f].optimum, grid[f].at(grid[f].best_grid_lr)
-        (lr, target), = [(r.lr, r) for r in moved[f].by_lr]
+        ((lr, target),) = [(r.lr, r) for r in moved[f].by_lr]
         iv = opt.objective_interval
         ci = f"[{iv.low:.3f}, {iv.high:.3f}]" if iv else f"({opt.interval_note})"
         gap = target.mean - opt.objective_star
         d = decide(target.by_seed(), row.by_seed(), paired=False, design=Design.fixed(target.n, ALPHA))
-        print(f"| {f} | {opt.lr_star:.3g} | {opt.objective_star:.3f} {ci} | {row.std:.3f} | {lr:.3g} | "
-              f"{target.mean:.3f} ± {target.std:.3f} | {gap:+.3f} ({100 * gap / opt.objective_star:+.2f}%) | "
-              f"{d.delta:+.3f} ({row.lr:.3g}) [{d.low:+.3f}, {d.high:+.3f}], p {d.p:.2g} | "
-              f"{_smooth(values, f, width, targets[f], lr, opt.lr_star)} |")
+        print(
+            f"| {f} | {opt.lr_star:.3g} | {opt.objective_star:.3f} {ci} | {row.std:.3f} | {lr:.3g} | "
+            f"{target.mean:.3f} ± {target.std:.3f} | {gap:+.3f} ({100 * gap / opt.objective_star:+.2f}%) | "
+            f"{d.delta:+.3f} ({row.lr:.3g}) [{d.low:+.3f}, {d.high:+.3f}], p {d.p:.2g} | "
+            f"{_smooth(values, f, width, targets[f], lr, opt.lr_star)} |"
+        )
     full, transferred = _verdicts(grid), _verdicts(moved)
     print(f"\n| variant vs Llama at d {width} | full grid | transfer | same |")
     print("|---|---|---|---|")
@@ -268,18 +306,34 @@ if __name__ == "__main__":
     parser.add_argument("csvs", nargs="+", help="trials.csv files of scripts/gpu_mup_evidence.sh")
     parser.add_argument("--seeds", help="comma-separated seeds to use (default: every complete seed)")
     parser.add_argument("--at", type=int, help="width of the transfer targets: full grid vs transfer there")
-    parser.add_argument("--transfer", default="transfer_gpu_scaled",
-                        help="the transfer studies (comma-separated names; for a family in several, the "
-                             "first) whose targets --at compares "
-                             "(default transfer_gpu_scaled)")
+    parser.add_argument(
+        "--transfer",
+        default="transfer_gpu_scaled",
+        help="the transfer studies (comma-separated names; for a family in several, the "
+        "first) whose targets --at compares "
+        "(default transfer_gpu_scaled)",
+    )
     parser.add_argument("--plot", metavar="DIR", help="write the per-family sweeps and lr* vs width here")
-    parser.add_argument("--studies", default="mup_width_gpu",
-                        help="the width studies whose trials are pooled: names starting with this "
-                             "(default mup_width_gpu; std_width_cpu for standard parametrization on CPU)")
-    parser.add_argument("--proxies", default="transfer_gpu",
-                        help="the transfer studies whose proxy trials count as d 64 trials: names starting "
-                             "with this (default transfer_gpu; the width studies' recipe must be theirs; "
-                             "a prefix no study has, e.g. none, pools no proxies)")
+    parser.add_argument(
+        "--studies",
+        default="mup_width_gpu",
+        help="the width studies whose trials are pooled: names starting with this "
+        "(default mup_width_gpu; std_width_cpu for standard parametrization on CPU)",
+    )
+    parser.add_argument(
+        "--proxies",
+        default="transfer_gpu",
+        help="the transfer studies whose proxy trials count as d 64 trials: names starting "
+        "with this (default transfer_gpu; the width studies' recipe must be theirs; "
+        "a prefix no study has, e.g. none, pools no proxies)",
+    )
     opts = parser.parse_args()
-    main(opts.csvs, {int(x) for x in opts.seeds.split(",")} if opts.seeds else None, opts.at, opts.plot,
-         opts.transfer, opts.studies, opts.proxies)
+    main(
+        opts.csvs,
+        {int(x) for x in opts.seeds.split(",")} if opts.seeds else None,
+        opts.at,
+        opts.plot,
+        opts.transfer,
+        opts.studies,
+        opts.proxies,
+    )

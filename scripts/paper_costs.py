@@ -6,6 +6,7 @@ docs/results/pooled-variance.md). The eight as one campaign (each shared trial o
 
     python scripts/paper_costs.py      # from the repository root
 """
+
 import glob
 
 from cem_ablate.cli.study_command import load_expanded
@@ -14,7 +15,9 @@ from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S
 
 T, MFU = 312.0, 0.4
 THREE_SEEDS = ["seeds=[0,1,2]", "lr_search.proxy_seeds=[0,1,2]", "statistics.variance=own", "statistics.alpha=0.05"]
-print("| figure | variants | paper protocol: 1 seed, full grid | calibrated: 3 seeds, full grid | transfer: proxy + target, 3 seeds | transfer / calibrated |")
+print(
+    "| figure | variants | paper protocol: 1 seed, full grid | calibrated: 3 seeds, full grid | transfer: proxy + target, 3 seeds | transfer / calibrated |"
+)
 print("|---|---|---|---|---|---|")
 tot = [0, 0, 0]
 for f in sorted(glob.glob("studies/fig*.yaml")):
@@ -30,5 +33,7 @@ for f in sorted(glob.glob("studies/fig*.yaml")):
     tot[0] += one
     tot[1] += three
     tot[2] += proxy + target
-    print(f"| {paper.spec.name} | {len(rows)} | {one:,.0f} | {three:,.0f} | {proxy + target:,.0f} ({proxy:,.0f} + {target:,.0f}) | {(proxy + target) / three:.2f} |")
+    print(
+        f"| {paper.spec.name} | {len(rows)} | {one:,.0f} | {three:,.0f} | {proxy + target:,.0f} ({proxy:,.0f} + {target:,.0f}) | {(proxy + target) / three:.2f} |"
+    )
 print(f"| all eight | | {tot[0]:,.0f} | {tot[1]:,.0f} | {tot[2]:,.0f} | {tot[2] / tot[1]:.2f} |")

@@ -67,7 +67,7 @@ def model_identity(study: str, variant: str) -> tuple[str, str, str, int]:
     name = variant.removesuffix("@proxy")
     width = re.match(r"d(\d+)_", name)
     if width:
-        d_model, family = int(width.group(1)), name[width.end():]
+        d_model, family = int(width.group(1)), name[width.end() :]
     else:  # a transfer study's proxy (base width) or target
         d_model, family = (BASE_D_MODEL if variant.endswith("@proxy") else TRANSFER_TARGET_D_MODEL), name
     parametrization = "standard" if study.startswith("std_") else "mup"
@@ -164,8 +164,13 @@ def proxy_seed_rows(d: pd.DataFrame) -> pd.DataFrame:
         for pair in itertools.combinations(seeds, 2):
             two = fit_akima(list(zip(lrs, table[list(pair)].mean(axis=1))))
             cost = np.interp(np.log2(two.lr_star), np.log2(full.curve_lrs), full.curve_ppls) - full.ppl_star
-            rows.append({"model": f"{study}/{variant}", "ratio": 2 ** abs(np.log2(two.lr_star / full.lr_star)),
-                         "cost": cost / sd})
+            rows.append(
+                {
+                    "model": f"{study}/{variant}",
+                    "ratio": 2 ** abs(np.log2(two.lr_star / full.lr_star)),
+                    "cost": cost / sd,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -179,10 +184,14 @@ def main() -> None:
         raw, logged = test(*groups), test(*[np.log(g) for g in groups])
         print(f"{name}: p = {raw.pvalue:.3f} on perplexity, {logged.pvalue:.3f} on its log")
     tau2, upper = tau_squared(groups)
-    print(f"tau^2 (variance of log sigma^2 across models beyond sampling): {tau2:.3f} by moments, "
-          f"90% upper bound {upper:.2f} (a model's std spread x{np.exp(np.sqrt(upper) / 2):.2f} at 1 sd)\n")
-    print(f"## 2. 2 seeds pooled at alpha {POOLED_ALPHA} vs 3 fixed Welch seeds at {REFERENCE_ALPHA}, "
-          f"{REPS:,} simulated comparisons each\n")
+    print(
+        f"tau^2 (variance of log sigma^2 across models beyond sampling): {tau2:.3f} by moments, "
+        f"90% upper bound {upper:.2f} (a model's std spread x{np.exp(np.sqrt(upper) / 2):.2f} at 1 sd)\n"
+    )
+    print(
+        f"## 2. 2 seeds pooled at alpha {POOLED_ALPHA} vs 3 fixed Welch seeds at {REFERENCE_ALPHA}, "
+        f"{REPS:,} simulated comparisons each\n"
+    )
     print("| points pooled | tau^2 | false-positive rate: pooled, Welch 3 | power at Δ = 3.52 std: pooled, Welch 3 |")
     print("|---|---|---|---|")
     rng = np.random.default_rng(1)

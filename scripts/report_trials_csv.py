@@ -36,13 +36,25 @@ def report_rows(text: str) -> list[list]:
     if header[:4] != ["variant", "lr", "seed", "status"]:
         raise ValueError(f"report of {study}: unexpected trials header {header}")
     rows = []
-    for line in lines[start + 4:]:
+    for line in lines[start + 4 :]:
         if not line.startswith("|"):
             break
         variant, lr, seed, status, value, reason = [c.strip() for c in line.strip().strip("|").split("|")][:6]
         finished = status == "finished"  # only these carry a finite objective (the report prints "-" else)
-        rows.append([f"{study}/{variant}", variant, float(lr), int(seed), "COMPLETE" if finished else status.upper(),
-                     status, float(value) if finished else "", "", "", reason])
+        rows.append(
+            [
+                f"{study}/{variant}",
+                variant,
+                float(lr),
+                int(seed),
+                "COMPLETE" if finished else status.upper(),
+                status,
+                float(value) if finished else "",
+                "",
+                "",
+                reason,
+            ]
+        )
     return rows
 
 

@@ -36,9 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = "docs/results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BLOCK = re.compile(r"(?P<open><!-- generated: (?P<name>[\w/.-]+) \(python scripts/results_pages\.py\) -->\n?)"
-                   r"(?P<body>.*?)"
-                   r"(?P<close><!-- end generated: (?P=name) -->)", re.S)
+BLOCK = re.compile(
+    r"(?P<open><!-- generated: (?P<name>[\w/.-]+) \(python scripts/results_pages\.py\) -->\n?)"
+    r"(?P<body>.*?)"
+    r"(?P<close><!-- end generated: (?P=name) -->)",
+    re.S,
+)
 
 BLOCKS: dict[str, Callable[[Path], str]] = {}
 EVIDENCE: list = []  # the per-page computations, cached for one pass over the pages
@@ -54,6 +57,7 @@ def block(name: str):
     def register(fn):
         BLOCKS[name] = fn
         return fn
+
     return register
 
 
@@ -69,6 +73,7 @@ def link(root: Path, path: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # pooled-variance.md: scripts/pooled_variance_evidence.py on docs/figures/cpu_*_trials.csv
+
 
 @evidence
 def pooled(root: Path) -> dict:
@@ -89,17 +94,28 @@ def pooled(root: Path) -> dict:
             pw, pw_ref = ev.simulate(k, t2, ev.DELTA, rng)
             sims.append((k, t2, fp, fp_ref, pw, pw_ref))
     rows = ev.proxy_seed_rows(d)
-    log_var = np.log(stds ** 2)
+    log_var = np.log(stds**2)
     return {
         "csvs": sorted(p.relative_to(root).as_posix() for p in root.glob(ev.CSVS)),
-        "models": models, "stds": stds, "tau2": tau2, "upper": upper,
-        "bartlett": stats.bartlett(*groups).pvalue, "bartlett_log": stats.bartlett(*[np.log(g) for g in groups]).pvalue,
-        "levene": stats.levene(*groups).pvalue, "levene_log": stats.levene(*[np.log(g) for g in groups]).pvalue,
-        "log_var_var": float(np.var(log_var, ddof=1)), "ratio": float(stds.max() ** 2 / stds.min() ** 2),
+        "models": models,
+        "stds": stds,
+        "tau2": tau2,
+        "upper": upper,
+        "bartlett": stats.bartlett(*groups).pvalue,
+        "bartlett_log": stats.bartlett(*[np.log(g) for g in groups]).pvalue,
+        "levene": stats.levene(*groups).pvalue,
+        "levene_log": stats.levene(*[np.log(g) for g in groups]).pvalue,
+        "log_var_var": float(np.var(log_var, ddof=1)),
+        "ratio": float(stds.max() ** 2 / stds.min() ** 2),
         "copies": sum(len(m.studies) - 1 for m in models),
-        "recipes": sorted({m.identity[0] for m in models}), "widths": sorted({m.identity[3] for m in models}),
+        "recipes": sorted({m.identity[0] for m in models}),
+        "widths": sorted({m.identity[3] for m in models}),
         "families": sorted({m.identity[2] for m in models}),
-        "sims": sims, "proxy": rows, "reps": ev.REPS, "alpha": ev.POOLED_ALPHA, "delta": ev.DELTA,
+        "sims": sims,
+        "proxy": rows,
+        "reps": ev.REPS,
+        "alpha": ev.POOLED_ALPHA,
+        "delta": ev.DELTA,
     }
 
 
@@ -107,20 +123,24 @@ def pooled(root: Path) -> dict:
 def index_pooled_answer(root: Path) -> str:
     e = pooled(root)
     at0 = [s for s in e["sims"] if s[1] == 0.0 and s[0] >= 8]
-    return (f"with one seed variance pooled over a report's 8+ models at α {e['alpha']}: in simulation a "
-            f"false-positive rate of {min(s[2] for s in at0):.3f}–{max(s[2] for s in at0):.3f} against 3 Welch "
-            f"seeds' {min(s[3] for s in at0):.3f}–{max(s[3] for s in at0):.3f}, power "
-            f"{min(s[4] for s in at0):.2f}–{max(s[4] for s in at0):.2f} against {min(s[5] for s in at0):.2f}–"
-            f"{max(s[5] for s in at0):.2f}; {len(e['models'])} distinct CPU models show no variance spread beyond "
-            f"sampling (Levene p {e['levene']:.2f}, Bartlett p {e['bartlett']:.3f})")
+    return (
+        f"with one seed variance pooled over a report's 8+ models at α {e['alpha']}: in simulation a "
+        f"false-positive rate of {min(s[2] for s in at0):.3f}–{max(s[2] for s in at0):.3f} against 3 Welch "
+        f"seeds' {min(s[3] for s in at0):.3f}–{max(s[3] for s in at0):.3f}, power "
+        f"{min(s[4] for s in at0):.2f}–{max(s[4] for s in at0):.2f} against {min(s[5] for s in at0):.2f}–"
+        f"{max(s[5] for s in at0):.2f}; {len(e['models'])} distinct CPU models show no variance spread beyond "
+        f"sampling (Levene p {e['levene']:.2f}, Bartlett p {e['bartlett']:.3f})"
+    )
 
 
 @block("pooled-variance/data")
 def pooled_data(root: Path) -> str:
     e = pooled(root)
     links = ", ".join(link(root, p) for p in e["csvs"])
-    return (f"Data: the committed trial tables {links} (every number on this page is computed from "
-            "them by the command above).\n")
+    return (
+        f"Data: the committed trial tables {links} (every number on this page is computed from "
+        "them by the command above).\n"
+    )
 
 
 @block("pooled-variance/short")
@@ -129,21 +149,23 @@ def pooled_short(root: Path) -> str:
     sims = e["sims"]
     at0 = [s for s in sims if s[1] == 0.0 and s[0] >= 8]
     up = [s for s in sims if s[1] > 0.0]
-    return (f"**In short:** on {len(e['models'])} distinct CPU models ({len(e['families'])} families, widths "
-            f"d {e['widths'][0]}–{e['widths'][-1]}, {len(e['recipes'])} recipes) the spread of the sample "
-            f"variances is no larger than sampling alone gives (Levene p = {e['levene']:.2f}, Bartlett "
-            f"p = {e['bartlett']:.3f}; the moments estimate of the spread of the true log-variances is "
-            f"{max(e['tau2'], 0.0):.0f}, its one-sided 90% upper bound {e['upper']:.2f}). With every variance "
-            f"equal, in {e['reps']:,} simulated comparisons per design, 2 seeds pooled over 8 or more models at "
-            f"α {e['alpha']} have a false-positive rate of {min(s[2] for s in at0):.3f}–{max(s[2] for s in at0):.3f} "
-            f"against 3 fixed Welch seeds' {min(s[3] for s in at0):.3f}–{max(s[3] for s in at0):.3f}, and power "
-            f"{min(s[4] for s in at0):.2f}–{max(s[4] for s in at0):.2f} against "
-            f"{min(s[5] for s in at0):.2f}–{max(s[5] for s in at0):.2f} at Δ = {e['delta']} seed stds. At the "
-            f"upper bound of the spread, the pooled design's false-positive rate is "
-            f"{min(s[2] for s in up):.3f}–{max(s[2] for s in up):.3f} (Welch's {min(s[3] for s in up):.3f}–"
-            f"{max(s[3] for s in up):.3f}). A proxy tuned with 2 seeds instead of 3 lands within "
-            f"{e['proxy'].ratio.quantile(0.9):.2f}× of the 3-seed lr* in 90% of cases, at a median cost of "
-            f"{e['proxy'].cost.median():.3f} seed stds.\n")
+    return (
+        f"**In short:** on {len(e['models'])} distinct CPU models ({len(e['families'])} families, widths "
+        f"d {e['widths'][0]}–{e['widths'][-1]}, {len(e['recipes'])} recipes) the spread of the sample "
+        f"variances is no larger than sampling alone gives (Levene p = {e['levene']:.2f}, Bartlett "
+        f"p = {e['bartlett']:.3f}; the moments estimate of the spread of the true log-variances is "
+        f"{max(e['tau2'], 0.0):.0f}, its one-sided 90% upper bound {e['upper']:.2f}). With every variance "
+        f"equal, in {e['reps']:,} simulated comparisons per design, 2 seeds pooled over 8 or more models at "
+        f"α {e['alpha']} have a false-positive rate of {min(s[2] for s in at0):.3f}–{max(s[2] for s in at0):.3f} "
+        f"against 3 fixed Welch seeds' {min(s[3] for s in at0):.3f}–{max(s[3] for s in at0):.3f}, and power "
+        f"{min(s[4] for s in at0):.2f}–{max(s[4] for s in at0):.2f} against "
+        f"{min(s[5] for s in at0):.2f}–{max(s[5] for s in at0):.2f} at Δ = {e['delta']} seed stds. At the "
+        f"upper bound of the spread, the pooled design's false-positive rate is "
+        f"{min(s[2] for s in up):.3f}–{max(s[2] for s in up):.3f} (Welch's {min(s[3] for s in up):.3f}–"
+        f"{max(s[3] for s in up):.3f}). A proxy tuned with 2 seeds instead of 3 lands within "
+        f"{e['proxy'].ratio.quantile(0.9):.2f}× of the 3-seed lr* in 90% of cases, at a median cost of "
+        f"{e['proxy'].cost.median():.3f} seed stds.\n"
+    )
 
 
 @block("pooled-variance/models")
@@ -174,26 +196,38 @@ def pooled_models(root: Path) -> str:
         f"variance of {float(special.polygamma(1, 1.0)):.2f}: the {len(e['models'])} log-variances scatter "
         f"{'less' if e['log_var_var'] < special.polygamma(1, 1.0) else 'more'} "
         f"than that ({e['log_var_var']:.2f}), so the moments estimate of τ² is "
-        f"{'negative' if e['tau2'] < 0 else 'positive'}.\n")
+        f"{'negative' if e['tau2'] < 0 else 'positive'}.\n"
+    )
 
 
 @block("pooled-variance/simulation")
 def pooled_simulation(root: Path) -> str:
     e = pooled(root)
-    lines = ["| points pooled | τ² | false-positive rate: pooled 2, Welch 3 | power at Δ = "
-             f"{e['delta']} std: pooled 2, Welch 3 |", "|---|---|---|---|"]
-    lines += [f"| {k} | {t2:.2f} | {fp:.3f}, {fpr:.3f} | {pw:.3f}, {pwr:.3f} |" for k, t2, fp, fpr, pw, pwr in e["sims"]]
+    lines = [
+        "| points pooled | τ² | false-positive rate: pooled 2, Welch 3 | power at Δ = "
+        f"{e['delta']} std: pooled 2, Welch 3 |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {k} | {t2:.2f} | {fp:.3f}, {fpr:.3f} | {pw:.3f}, {pwr:.3f} |" for k, t2, fp, fpr, pw, pwr in e["sims"]
+    ]
     return "\n".join(lines) + "\n"
 
 
 @block("pooled-variance/proxy")
 def pooled_proxy(root: Path) -> str:
     rows = pooled(root)["proxy"]
-    out = [f"With 2 proxy seeds instead of 3, on every distinct CPU model with at least 4 rates and 3 seeds "
-           f"({len(rows)} seed pairs of {rows.model.nunique()} models):", "",
-           "| | median | 90th percentile | max |", "|---|---|---|---|"]
-    for col, what in (("ratio", "2-seed lr* / 3-seed lr* (either way)"),
-                      ("cost", "the 2-seed lr*'s cost on the 3-seed curve, in seed stds")):
+    out = [
+        f"With 2 proxy seeds instead of 3, on every distinct CPU model with at least 4 rates and 3 seeds "
+        f"({len(rows)} seed pairs of {rows.model.nunique()} models):",
+        "",
+        "| | median | 90th percentile | max |",
+        "|---|---|---|---|",
+    ]
+    for col, what in (
+        ("ratio", "2-seed lr* / 3-seed lr* (either way)"),
+        ("cost", "the 2-seed lr*'s cost on the 3-seed curve, in seed stds"),
+    ):
         out.append(f"| {what} | {rows[col].median():.3g} | {rows[col].quantile(0.9):.3g} | {rows[col].max():.3g} |")
     return "\n".join(out) + "\n"
 
@@ -203,7 +237,9 @@ def pooled_proxy(root: Path) -> str:
 
 ALPHA = 0.05
 EXPECTS = ("lower", "higher", "not_lower", "equal", "not_run")
-DELTA_ROW = re.compile(r"(?P<delta>[+-]?[\d.e+-]+) \[(?P<low>[+-]?[\d.e+-]+), (?P<high>[+-]?[\d.e+-]+)\]( (?P<level>[\d.]+)%)?")
+DELTA_ROW = re.compile(
+    r"(?P<delta>[+-]?[\d.e+-]+) \[(?P<low>[+-]?[\d.e+-]+), (?P<high>[+-]?[\d.e+-]+)\]( (?P<level>[\d.]+)%)?"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +256,7 @@ class Evidence:
 
 
 def direction(e: Evidence, alpha: float = ALPHA) -> str | None:
-    """"lower" / "higher" where the interval lies on that side of 0 and the stated test rejects
+    """ "lower" / "higher" where the interval lies on that side of 0 and the stated test rejects
     at alpha, else None (the data do not resolve the sign)."""
     if e.p > alpha:
         return None
@@ -286,12 +322,20 @@ def report_evidence(root: Path, path: str, select: str) -> Evidence:
         c = _cells(line)
         if len(keys) == 3 and len(c) == 9 and c[0] == keys[0] and c[1] == keys[1] and c[2].startswith(keys[2]):
             m = DELTA_ROW.fullmatch(c[3])
-            return Evidence(float(m["delta"]), float(m["low"]), float(m["high"]), float(m["level"] or 95.0),
-                            f"{c[4]}, {c[5]}", float(c[7]), False)
+            return Evidence(
+                float(m["delta"]),
+                float(m["low"]),
+                float(m["high"]),
+                float(m["level"] or 95.0),
+                f"{c[4]}, {c[5]}",
+                float(c[7]),
+                False,
+            )
         if len(keys) == 2 and len(c) == 10 and c[0] == keys[0] and c[1] == keys[1]:
             m = DELTA_ROW.fullmatch(c[4])
-            return Evidence(float(m["delta"]), float(m["low"]), float(m["high"]), 95.0,
-                            "paired t over 3 draws", float(c[6]), False)
+            return Evidence(
+                float(m["delta"]), float(m["low"]), float(m["high"]), 95.0, "paired t over 3 draws", float(c[6]), False
+            )
     raise KeyError(f"error: {path} has no Δ row {select!r} (docs/results/claims.csv)")
 
 
@@ -315,7 +359,7 @@ def cross_contrasts_table(root: Path) -> str:
 
     cross_report_contrasts.FIGURES = root / "docs" / "figures"
     links = ", ".join(f"[{Path(r).parent.name}](../{Path(r).relative_to('docs').as_posix()})" for r in CROSS_DATA)
-    return (f"From the trials of the reports {links}:\n\n" + _printed(cross_report_contrasts.main))
+    return f"From the trials of the reports {links}:\n\n" + _printed(cross_report_contrasts.main)
 
 
 @evidence
@@ -346,25 +390,33 @@ def _p(p: float) -> str:
 @block("index/claims")
 def index_claims(root: Path) -> str:
     rows = claims(root)
-    out = ["| paper's claim | contrast (variant − baseline) | Δ [interval] | test | p (Holm) | verdict | data |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "| paper's claim | contrast (variant − baseline) | Δ [interval] | test | p (Holm) | verdict | data |",
+        "|---|---|---|---|---|---|---|",
+    ]
     previous = None
     for r in rows:
         e = r["evidence"]
         claim = f"{r['claim']} ({r['paper']})" if r["claim"] != previous else "″"
         previous = r["claim"]
         src = r["source"]
-        data = (f"[report](../{Path(src).relative_to('docs').as_posix()})" if src.startswith("docs/figures/")
-                else f"[{Path(src).stem}](../{Path(src).relative_to('docs').as_posix()})" if src.startswith("docs/")
-                else f"`{src}` on " + ", ".join(f"[{Path(r).parent.name}](../{Path(r).relative_to('docs').as_posix()})"
-                                                for r in CROSS_DATA))
+        data = (
+            f"[report](../{Path(src).relative_to('docs').as_posix()})"
+            if src.startswith("docs/figures/")
+            else f"[{Path(src).stem}](../{Path(src).relative_to('docs').as_posix()})"
+            if src.startswith("docs/")
+            else f"`{src}` on "
+            + ", ".join(f"[{Path(r).parent.name}](../{Path(r).relative_to('docs').as_posix()})" for r in CROSS_DATA)
+        )
         if e is None:
             out.append(f"| {claim} | {r['label']} | | | | **{r['verdict']}** | {data} |")
             continue
         level = f" ({e.level:g}%)" if e.level != 95.0 else ""
         word = r["verdict"] + (" (secondary, not counted)" if e.secondary else "")
-        out.append(f"| {claim} | {r['label']} | {_num(e.delta)} [{_num(e.low)}, {_num(e.high)}]{level} | {e.test} | "
-                   f"{_p(e.p)} | {word} | {data} |")
+        out.append(
+            f"| {claim} | {r['label']} | {_num(e.delta)} [{_num(e.low)}, {_num(e.high)}]{level} | {e.test} | "
+            f"{_p(e.p)} | {word} | {data} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -378,8 +430,10 @@ def claims_for(root: Path, paper: str) -> str:
     rows = [r for r in claims(root) if _slug(r["paper"]).startswith(paper) and r["evidence"] is not None]
     if not rows:
         raise KeyError(f"error: no claim in docs/results/claims.csv for block claims/{paper}")
-    out = ["| paper's claim | contrast (variant − baseline) | Δ [interval] | p (Holm) | verdict (the index's rule) |",
-           "|---|---|---|---|---|"]
+    out = [
+        "| paper's claim | contrast (variant − baseline) | Δ [interval] | p (Holm) | verdict (the index's rule) |",
+        "|---|---|---|---|---|",
+    ]
     previous = None
     for r in rows:
         e = r["evidence"]
@@ -387,8 +441,9 @@ def claims_for(root: Path, paper: str) -> str:
         previous = r["claim"]
         level = f" ({e.level:g}%)" if e.level != 95.0 else ""
         word = r["verdict"] + (" (secondary, not counted)" if e.secondary else "")
-        out.append(f"| {claim} | {r['label']} | {_num(e.delta)} [{_num(e.low)}, {_num(e.high)}]{level} | {_p(e.p)} | "
-                   f"{word} |")
+        out.append(
+            f"| {claim} | {r['label']} | {_num(e.delta)} [{_num(e.low)}, {_num(e.high)}]{level} | {_p(e.p)} | {word} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -398,7 +453,9 @@ def gp_lr_depth(root: Path) -> str:
     text = (root / "docs/figures/table3_gp_draws/report.md").read_text(encoding="utf-8")
     star: dict[tuple[str, int, int], float] = {}
     for line in text.split("## Δ vs baseline")[0].splitlines():
-        m = re.match(r"\| gp\.kernel=(\w+),mlp\.steps=(\d+),gp\.data_seed=(\d+)[^|]*\| [^|]+\| [^|]+\| ([\d.e-]+) \[", line)
+        m = re.match(
+            r"\| gp\.kernel=(\w+),mlp\.steps=(\d+),gp\.data_seed=(\d+)[^|]*\| [^|]+\| [^|]+\| ([\d.e-]+) \[", line
+        )
         if m:
             star[(m[1], int(m[2]), int(m[3]))] = float(m[4])
     kernels = sorted({k for k, _, _ in star})
@@ -409,15 +466,21 @@ def gp_lr_depth(root: Path) -> str:
     for a, b in pairs:
         falls = [(k, d) for k in kernels for d in draws if star[(k, b, d)] < star[(k, a, d)]]
         n = len(kernels) * len(draws)
-        rises = [f"{'RBF' if k == 'rbf' else 'non-stationary'} draw {d}" for k in kernels for d in draws
-                 if (k, d) not in falls]
+        rises = [
+            f"{'RBF' if k == 'rbf' else 'non-stationary'} draw {d}"
+            for k in kernels
+            for d in draws
+            if (k, d) not in falls
+        ]
         parts.append(f"T = {a} → {b} on {len(falls)} of {n} draws" + (f" (not {', '.join(rises)})" if rises else ""))
     lo = {t: min(v for (k, s, d), v in star.items() if s == t) for t in steps}
     hi = {t: max(v for (k, s, d), v in star.items() if s == t) for t in steps}
     ranges = ", ".join(f"{lo[t]:.2g}–{hi[t]:.2g} at T = {t}" for t in steps)
-    return (f"Every lr* is interior, and it falls with depth nominally (the per-draw lr* intervals overlap, "
-            f"[report](../figures/table3_gp_draws/report.md)): from {'; from '.join(parts)} of both kernels; "
-            f"{ranges}.")
+    return (
+        f"Every lr* is interior, and it falls with depth nominally (the per-draw lr* intervals overlap, "
+        f"[report](../figures/table3_gp_draws/report.md)): from {'; from '.join(parts)} of both kernels; "
+        f"{ranges}."
+    )
 
 
 @block("index/claim-verdicts")
@@ -439,18 +502,24 @@ def index_claim_verdicts(root: Path) -> str:
         return ", ".join(f"{w} {words.count(w)}" for w in order if w in words)
 
     lines = ["| paper's claim | verdict (over its counted contrasts) |", "|---|---|"]
-    lines += [f"| {claim} ({paper}) | **{v}**{'' if by_claim[(claim, paper)] else ' (only a secondary contrast)'} |"
-              for (claim, paper), v in verdicts.items()]
-    lines += ["", f"Counted once: the table holds {len(distinct) + len(secondary)} distinct contrasts. "
-              f"{len(secondary)} are secondary (no report tests them: uncorrected, exploratory) and decide no "
-              f"claim. The other {len(distinct)} are counted, in {len(counted)} claim–contrast rows (a contrast "
-              f"that bears on two claims is a row under each): {tally([r['verdict'] for r in counted])}. "
-              f"Of the {len(verdicts)} claims: {tally(list(verdicts.values()))}."]
+    lines += [
+        f"| {claim} ({paper}) | **{v}**{'' if by_claim[(claim, paper)] else ' (only a secondary contrast)'} |"
+        for (claim, paper), v in verdicts.items()
+    ]
+    lines += [
+        "",
+        f"Counted once: the table holds {len(distinct) + len(secondary)} distinct contrasts. "
+        f"{len(secondary)} are secondary (no report tests them: uncorrected, exploratory) and decide no "
+        f"claim. The other {len(distinct)} are counted, in {len(counted)} claim–contrast rows (a contrast "
+        f"that bears on two claims is a row under each): {tally([r['verdict'] for r in counted])}. "
+        f"Of the {len(verdicts)} claims: {tally(list(verdicts.values()))}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
 # forecast.md: scripts/forecast_evidence.py (and the width scripts it builds on) on the trial CSVs
+
 
 def _printed(fn, *args, **kwargs) -> str:
     """What an evidence script's printing function writes: the scripts print their tables."""
@@ -477,18 +546,25 @@ def forecasts(root: Path) -> dict:
             rungs = ladder.widths[start:-1]
             points, deltas, fit = fe.cases(ladder, rungs, chosen)
             bias = fe.ladder_bias(ladder, rungs, ladder.widths[-1], chosen)
-            per.append({"ladder": ladder, "rungs": rungs, "points": points, "deltas": deltas, "fit": fit,
-                        "bias": bias})
+            per.append({"ladder": ladder, "rungs": rungs, "points": points, "deltas": deltas, "fit": fit, "bias": bias})
         out["designs"][design] = per
     gpu = fe.mup_ladder("mup_gpu", fe.GPU_CSVS, "transfer_gpu_scaled", "mup_width_gpu", "transfer_gpu")
     out["gpu"] = []
     for start in (0, 1):
         points, deltas, fit = fe.cases(gpu, gpu.widths[start:-1], chosen)
-        out["gpu"].append({"ladder": gpu, "rungs": gpu.widths[start:-1], "points": points, "deltas": deltas,
-                           "bias": fe.ladder_bias(gpu, gpu.widths[start:-1], gpu.widths[-1], chosen)})
+        out["gpu"].append(
+            {
+                "ladder": gpu,
+                "rungs": gpu.widths[start:-1],
+                "points": points,
+                "deltas": deltas,
+                "bias": fe.ladder_bias(gpu, gpu.widths[start:-1], gpu.widths[-1], chosen),
+            }
+        )
     out["corrected"] = {ladder.name: fe.corrected_cases(ladder, ladder.widths[:3], chosen) for ladder in ladders}
-    out["errors"] = {d: [float(fc.log_value - m) for c in per for _, fc, m in c["points"]]
-                     for d, per in out["designs"].items()}
+    out["errors"] = {
+        d: [float(fc.log_value - m) for c in per for _, fc, m in c["points"]] for d, per in out["designs"].items()
+    }
     out["np"] = np
     return out
 
@@ -496,8 +572,9 @@ def forecasts(root: Path) -> dict:
 def _score(cases: list[dict]) -> dict:
     points = [fc.covers(m) for c in cases for _, fc, m in c["points"]]
     deltas = [fd.covers(m) for c in cases for _, _, fd, m, _ in c["deltas"]]
-    resolved = [fd.verdict == dec.verdict for c in cases for _, _, fd, _, dec in c["deltas"]
-                if dec.verdict != "unresolved"]
+    resolved = [
+        fd.verdict == dec.verdict for c in cases for _, _, fd, _, dec in c["deltas"] if dec.verdict != "unresolved"
+    ]
     return {"points": points, "deltas": deltas, "resolved": resolved}
 
 
@@ -526,7 +603,8 @@ def forecast_short(root: Path) -> str:
         f"{len(corr)} are high. The d 64 ladders (two widths) are a post hoc analysis, reported apart and "
         f"not added to the count. Every forecast here reaches only "
         f"{min(_reach(c) for c in e['designs']['pre-specified']):.1f}–"
-        f"{max(_reach(c) for c in e['designs']['pre-specified']):.1f}× beyond its ladder in parameters.\n")
+        f"{max(_reach(c) for c in e['designs']['pre-specified']):.1f}× beyond its ladder in parameters.\n"
+    )
 
 
 def _reach(case: dict) -> float:
@@ -546,16 +624,26 @@ def forecast_bias_verdict(root: Path) -> str:
     e = forecasts(root)
     b = e["designs"]["pre-specified"][0]["bias"]
     w = e["designs"]["pre-specified"][1]["bias"]
-    side = ("lies below 0" if b.high < 0 else "lies above 0" if b.low > 0 else "holds 0")
+    side = "lies below 0" if b.high < 0 else "lies above 0" if b.low > 0 else "holds 0"
     stays = b.high < 0 or b.low > 0
-    return (f"**The bias {'stays' if stays else 'is not resolved'} on the pre-specified muP ladder:** its 90% interval, "
-            f"{b.mean:+.4f} [{b.low:+.4f}, {b.high:+.4f}] in ln ppl, {side}"
-            + (" by a hair (its end rounds to 0, and the interval's simulated coverage is held only to 85–95%, so "
-               "this is a borderline call)" if stays and min(abs(b.low), abs(b.high)) < 0.001 else "")
-            + (", so its forecasts of perplexity run " + ("low" if b.high < 0 else "high") + ", and their intervals "
-               "cover because they are wide, not because they are calibrated." if stays else ".")
-            + f" The width-study ladder (standard parametrization) {'has no such sign' if w.low <= 0 <= w.high else 'has one too'}"
-            f" ({w.mean:+.4f} [{w.low:+.4f}, {w.high:+.4f}]).")
+    return (
+        f"**The bias {'stays' if stays else 'is not resolved'} on the pre-specified muP ladder:** its 90% interval, "
+        f"{b.mean:+.4f} [{b.low:+.4f}, {b.high:+.4f}] in ln ppl, {side}"
+        + (
+            " by a hair (its end rounds to 0, and the interval's simulated coverage is held only to 85–95%, so "
+            "this is a borderline call)"
+            if stays and min(abs(b.low), abs(b.high)) < 0.001
+            else ""
+        )
+        + (
+            ", so its forecasts of perplexity run " + ("low" if b.high < 0 else "high") + ", and their intervals "
+            "cover because they are wide, not because they are calibrated."
+            if stays
+            else "."
+        )
+        + f" The width-study ladder (standard parametrization) {'has no such sign' if w.low <= 0 <= w.high else 'has one too'}"
+        f" ({w.mean:+.4f} [{w.low:+.4f}, {w.high:+.4f}])."
+    )
 
 
 @block("forecast/corrected-verdict")
@@ -565,11 +653,13 @@ def forecast_corrected_verdict(root: Path) -> str:
     held = e["designs"]["pre-specified"][0]["bias"]
     corr = [c - m for _, c, _, _, m in rows]
     flipped = all(x > 0 for x in corr) or all(x < 0 for x in corr)
-    return (f"On the muP ladder the in-ladder bias ({inner.mean:+.3f}) is "
-            f"{'larger' if abs(inner.mean) > abs(held.mean) else 'smaller'} in size than the held-out one "
-            f"({held.mean:+.3f}), so the rule {'over' if abs(inner.mean) > abs(held.mean) else 'under'}-corrects: "
-            f"{sum(x > 0 for x in corr)} of {len(corr)} corrected errors are above 0"
-            + (" (the sign flips rather than vanishes)." if flipped else "."))
+    return (
+        f"On the muP ladder the in-ladder bias ({inner.mean:+.3f}) is "
+        f"{'larger' if abs(inner.mean) > abs(held.mean) else 'smaller'} in size than the held-out one "
+        f"({held.mean:+.3f}), so the rule {'over' if abs(inner.mean) > abs(held.mean) else 'under'}-corrects: "
+        f"{sum(x > 0 for x in corr)} of {len(corr)} corrected errors are above 0"
+        + (" (the sign flips rather than vanishes)." if flipped else ".")
+    )
 
 
 @block("forecast/trust")
@@ -579,8 +669,10 @@ def forecast_trust(root: Path) -> str:
     import mup_width_csv_report
 
     csvs = [str(p) for p in fe.MUP_CSVS]
-    lines = [_printed(mup_width_csv_report.main, csvs, transfer=fe.MUP_TRANSFERS, studies="mup_width_cpu",
-                      proxies="none"), ""]
+    lines = [
+        _printed(mup_width_csv_report.main, csvs, transfer=fe.MUP_TRANSFERS, studies="mup_width_cpu", proxies="none"),
+        "",
+    ]
     for widths in ((32, 64, 128, 256), (64, 128, 256)):
         lines.append(_printed(lr_drift_bootstrap.main, csvs, "mup_width_cpu", "none", 1.5, widths))
         lines.append("")
@@ -593,17 +685,23 @@ def forecast_trust_250(root: Path) -> str:
     import mup_width_csv_report
 
     csv = [str(root / "docs/figures/cpu_250_llama_trials.csv")]
-    lines = [_printed(mup_width_csv_report.main, csv, transfer="", studies="mup_width_cpu_250_llama", proxies="none"),
-             "", _printed(lr_drift_bootstrap.main, csv, "mup_width_cpu_250_llama", "none", 1.5, (32, 64, 128)), "",
-             _printed(lr_drift_bootstrap.main, csv, "mup_width_cpu_250_llama", "none", 1.5, (64, 128))]
+    lines = [
+        _printed(mup_width_csv_report.main, csv, transfer="", studies="mup_width_cpu_250_llama", proxies="none"),
+        "",
+        _printed(lr_drift_bootstrap.main, csv, "mup_width_cpu_250_llama", "none", 1.5, (32, 64, 128)),
+        "",
+        _printed(lr_drift_bootstrap.main, csv, "mup_width_cpu_250_llama", "none", 1.5, (64, 128)),
+    ]
     return "\n".join(lines).strip() + "\n"
 
 
 @block("forecast/form")
 def forecast_form(root: Path) -> str:
     e = forecasts(root)
-    return "\n".join(e["form_lines"]) + f"\n\nChosen by the rule (fewest parameters within 1% of the least error): " \
+    return (
+        "\n".join(e["form_lines"]) + f"\n\nChosen by the rule (fewest parameters within 1% of the least error): "
         f"`{e['chosen']}`.\n"
+    )
 
 
 def _cases_text(e: dict, cases: list[dict]) -> str:
@@ -637,47 +735,66 @@ def forecast_gpu(root: Path) -> str:
 @block("forecast/coverage")
 def forecast_coverage(root: Path) -> str:
     e = forecasts(root)
-    lines = ["| design | held-out means covered | held-out Δ covered | resolved measured verdicts the forecast "
-             "matches | counted in the headline |", "|---|---|---|---|---|"]
-    for name, cases, counted in (("pre-specified: CPU, three widths from d 32", e["designs"]["pre-specified"], "yes"),
-                                 ("post hoc: CPU, two widths from d 64", e["designs"]["post hoc"],
-                                  "no (the same held-out quantities)"),
-                                 ("extra check: GPU leases, from d 32", [e["gpu"][0]], "no (another corpus)"),
-                                 ("post hoc: GPU leases, from d 64", [e["gpu"][1]], "no")):
+    lines = [
+        "| design | held-out means covered | held-out Δ covered | resolved measured verdicts the forecast "
+        "matches | counted in the headline |",
+        "|---|---|---|---|---|",
+    ]
+    for name, cases, counted in (
+        ("pre-specified: CPU, three widths from d 32", e["designs"]["pre-specified"], "yes"),
+        ("post hoc: CPU, two widths from d 64", e["designs"]["post hoc"], "no (the same held-out quantities)"),
+        ("extra check: GPU leases, from d 32", [e["gpu"][0]], "no (another corpus)"),
+        ("post hoc: GPU leases, from d 64", [e["gpu"][1]], "no"),
+    ):
         s = _score(cases)
-        lines.append(f"| {name} | {sum(s['points'])} of {len(s['points'])} | {sum(s['deltas'])} of "
-                     f"{len(s['deltas'])} | {sum(s['resolved'])} of {len(s['resolved'])} | {counted} |")
+        lines.append(
+            f"| {name} | {sum(s['points'])} of {len(s['points'])} | {sum(s['deltas'])} of "
+            f"{len(s['deltas'])} | {sum(s['resolved'])} of {len(s['resolved'])} | {counted} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 @block("forecast/bias")
 def forecast_bias_block(root: Path) -> str:
     e = forecasts(root)
-    lines = ["| design | ladder | families | errors below 0 | mean error of ln ppl [90%] | as a ratio [90%] | Δ errors "
-             "above 0 (no interval) |", "|---|---|---|---|---|---|---|"]
-    for design, cases in (("pre-specified", e["designs"]["pre-specified"]), ("post hoc", e["designs"]["post hoc"]),
-                          ("GPU, from d 32", [e["gpu"][0]]), ("GPU, from d 64", [e["gpu"][1]])):
+    lines = [
+        "| design | ladder | families | errors below 0 | mean error of ln ppl [90%] | as a ratio [90%] | Δ errors "
+        "above 0 (no interval) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for design, cases in (
+        ("pre-specified", e["designs"]["pre-specified"]),
+        ("post hoc", e["designs"]["post hoc"]),
+        ("GPU, from d 32", [e["gpu"][0]]),
+        ("GPU, from d 64", [e["gpu"][1]]),
+    ):
         for c in cases:
             b = c["bias"]
             errs = [fc.log_value - m for _, fc, m in c["points"]]
-            lines.append(f"| {design} | `{c['ladder'].name}` d {', '.join(map(str, c['rungs']))} → "
-                         f"{c['ladder'].widths[-1]} | {b.families} | {sum(x < 0 for x in errs)} of {len(errs)} | "
-                         f"{b.mean:+.4f} [{b.low:+.4f}, {b.high:+.4f}] | {_pct(b.mean, 2)} [{_pct(b.low, 2)}, "
-                         f"{_pct(b.high, 2)}] | {sum(fd.delta > m for _, _, fd, m, _ in c['deltas'])} of "
-                         f"{len(c['deltas'])} |")
+            lines.append(
+                f"| {design} | `{c['ladder'].name}` d {', '.join(map(str, c['rungs']))} → "
+                f"{c['ladder'].widths[-1]} | {b.families} | {sum(x < 0 for x in errs)} of {len(errs)} | "
+                f"{b.mean:+.4f} [{b.low:+.4f}, {b.high:+.4f}] | {_pct(b.mean, 2)} [{_pct(b.low, 2)}, "
+                f"{_pct(b.high, 2)}] | {sum(fd.delta > m for _, _, fd, m, _ in c['deltas'])} of "
+                f"{len(c['deltas'])} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 @block("forecast/corrected")
 def forecast_corrected(root: Path) -> str:
     e = forecasts(root)
-    lines = ["| ladder | in-ladder bias (d 128 from d 32, 64) [90%] | family | corrected error at the held-out width | "
-             "corrected interval covers |", "|---|---|---|---|---|"]
+    lines = [
+        "| ladder | in-ladder bias (d 128 from d 32, 64) [90%] | family | corrected error at the held-out width | "
+        "corrected interval covers |",
+        "|---|---|---|---|---|",
+    ]
     for name, (inner, rows) in e["corrected"].items():
         for i, (family, centre, low, high, measured) in enumerate(rows):
             head = f"`{name}` | {inner.mean:+.3f} [{inner.low:+.3f}, {inner.high:+.3f}]" if i == 0 else "″ | ″"
-            lines.append(f"| {head} | {family} | {_pct(centre - measured)} | "
-                         f"{'yes' if low <= measured <= high else '**no**'} |")
+            lines.append(
+                f"| {head} | {family} | {_pct(centre - measured)} | {'yes' if low <= measured <= high else '**no**'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -688,8 +805,15 @@ def forecast_forms(root: Path) -> str:
     e = forecasts(root)
     fe, np = e["fe"], e["np"]
     ladders = e["ladders"]
-    head = "| form | " + " | ".join(f"`{lad.name}` from d {lad.widths[s]} ({'pre-specified' if s == 0 else 'post hoc'})"
-                                    for s in (0, 1) for lad in ladders) + " |"
+    head = (
+        "| form | "
+        + " | ".join(
+            f"`{lad.name}` from d {lad.widths[s]} ({'pre-specified' if s == 0 else 'post hoc'})"
+            for s in (0, 1)
+            for lad in ladders
+        )
+        + " |"
+    )
     lines = [head, "|---|" + "---|" * (2 * len(ladders))]
     for f in FORMS:
         cells = []
@@ -712,11 +836,13 @@ def index_forecast_answer(root: Path) -> str:
     e = forecasts(root)
     pre = _score(e["designs"]["pre-specified"])
     b = e["designs"]["pre-specified"][0]["bias"]
-    return (f"pre-specified design (three widths from d 32), each held-out quantity counted once: "
-            f"{sum(pre['points'])} of {len(pre['points'])} held-out means and {sum(pre['deltas'])} of "
-            f"{len(pre['deltas'])} held-out Δ inside their 90% intervals, {sum(pre['resolved'])} of "
-            f"{len(pre['resolved'])} resolved measured verdicts matched; but the muP perplexity forecasts run low, "
-            f"mean error {_pct(b.mean, 2)} [{_pct(b.low, 2)}, {_pct(b.high, 2)}] (90%)")
+    return (
+        f"pre-specified design (three widths from d 32), each held-out quantity counted once: "
+        f"{sum(pre['points'])} of {len(pre['points'])} held-out means and {sum(pre['deltas'])} of "
+        f"{len(pre['deltas'])} held-out Δ inside their 90% intervals, {sum(pre['resolved'])} of "
+        f"{len(pre['resolved'])} resolved measured verdicts matched; but the muP perplexity forecasts run low, "
+        f"mean error {_pct(b.mean, 2)} [{_pct(b.low, 2)}, {_pct(b.high, 2)}] (90%)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -742,8 +868,11 @@ def _round_ratios(llama: list[float], variant: list[float]) -> list[float]:
 def serving_cache(root: Path) -> str:
     llama, rows = _decode_rows(root)
     out = ["| variant (bench preset) | parameters | cache B/token | × Llama |", "|---|---|---|---|"]
-    out += [f"| `{r['variant']}` | {r['params']:,} | {r['cache_bytes_per_token']:,.0f} | "
-            f"{r['cache_bytes_per_token'] / llama['cache_bytes_per_token']:.2f} |" for r in rows]
+    out += [
+        f"| `{r['variant']}` | {r['params']:,} | {r['cache_bytes_per_token']:,.0f} | "
+        f"{r['cache_bytes_per_token'] / llama['cache_bytes_per_token']:.2f} |"
+        for r in rows
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -755,20 +884,26 @@ def serving_speed(root: Path) -> str:
     llama, rows = _decode_rows(root)
     config = json.loads((root / DECODE_JSON).read_text(encoding="utf-8"))["meta"]["config"]
     context, new_tokens, batch = config["context"], config["new_tokens"], "1"
-    out = [f"| variant (bench preset) | params × Llama | prefill tok/s × Llama: median [lowest, highest round] | "
-           f"decode tok/s × Llama, batch {batch}: median [lowest, highest round] | peak memory × Llama |",
-           "|---|---|---|---|---|"]
+    out = [
+        f"| variant (bench preset) | params × Llama | prefill tok/s × Llama: median [lowest, highest round] | "
+        f"decode tok/s × Llama, batch {batch}: median [lowest, highest round] | peak memory × Llama |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         pre = _round_ratios(llama["prefill_s"], r["prefill_s"])
         dec = _round_ratios(llama["decode_s"][batch], r["decode_s"][batch])
-        out.append(f"| `{r['variant']}` | {r['params'] / llama['params']:.2f} | {statistics.median(pre):.2f} "
-                   f"[{pre[0]:.2f}, {pre[-1]:.2f}] | {statistics.median(dec):.2f} [{dec[0]:.2f}, {dec[-1]:.2f}] | "
-                   f"{r['peak_bytes'] / llama['peak_bytes']:.2f} |")
+        out.append(
+            f"| `{r['variant']}` | {r['params'] / llama['params']:.2f} | {statistics.median(pre):.2f} "
+            f"[{pre[0]:.2f}, {pre[-1]:.2f}] | {statistics.median(dec):.2f} [{dec[0]:.2f}, {dec[-1]:.2f}] | "
+            f"{r['peak_bytes'] / llama['peak_bytes']:.2f} |"
+        )
     n = len(llama["prefill_s"])
-    return ("\n".join(out) + f"\n\nLlama itself: {llama['params'] / 1e6:.1f}M parameters, "
-            f"{context / statistics.median(llama['prefill_s']):.0f} prefill "
-            f"and {new_tokens / statistics.median(llama['decode_s'][batch]):.1f} decode tok/s (medians of {n} rounds), "
-            f"peak {llama['peak_bytes'] / 2**20:.1f} MiB. {n} rounds give no interval: the brackets are the rounds' range.\n")
+    return (
+        "\n".join(out) + f"\n\nLlama itself: {llama['params'] / 1e6:.1f}M parameters, "
+        f"{context / statistics.median(llama['prefill_s']):.0f} prefill "
+        f"and {new_tokens / statistics.median(llama['decode_s'][batch]):.1f} decode tok/s (medians of {n} rounds), "
+        f"peak {llama['peak_bytes'] / 2**20:.1f} MiB. {n} rounds give no interval: the brackets are the rounds' range.\n"
+    )
 
 
 @block("energy-lens/speed")
@@ -791,9 +926,12 @@ def energy_lens_speed(root: Path) -> str:
         return sorted(a / b / bound for a, b in zip(llama["step_s"], r["step_s"])), bound
 
     n = len(eager["llama"]["step_s"])
-    level = 1 - 2 * 0.5 ** n
-    out = [f"| variant (bench preset) | FLOP bound × Llama | × FLOP bound, eager: median [{level:.1%} interval, {n} rounds] | "
-           f"compiled: median ({len(compiled['llama']['step_s'])} rounds, no interval) |", "|---|---|---|---|"]
+    level = 1 - 2 * 0.5**n
+    out = [
+        f"| variant (bench preset) | FLOP bound × Llama | × FLOP bound, eager: median [{level:.1%} interval, {n} rounds] | "
+        f"compiled: median ({len(compiled['llama']['step_s'])} rounds, no interval) |",
+        "|---|---|---|---|",
+    ]
     for variant in eager:
         if variant == "llama":
             continue
@@ -806,9 +944,13 @@ def energy_lens_speed(root: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 # coordinate-check.md: the check's printed tables, docs/figures/coord_check/*.txt
 
-COORD_FAMILIES = (("llama", "Llama"), ("cem_attention_T1", "CEM attention T = 1"),
-                  ("cem_attention_T2", "CEM attention T = 2"), ("cem_mlp_T1", "CEM MLP T = 1"),
-                  ("full_cem_T2", "full CEM T = 2"))
+COORD_FAMILIES = (
+    ("llama", "Llama"),
+    ("cem_attention_T1", "CEM attention T = 1"),
+    ("cem_attention_T2", "CEM attention T = 2"),
+    ("cem_mlp_T1", "CEM MLP T = 1"),
+    ("full_cem_T2", "full CEM T = 2"),
+)
 
 
 def coord_table(root: Path, name: str) -> tuple[dict[str, dict], str]:
@@ -818,8 +960,11 @@ def coord_table(root: Path, name: str) -> tuple[dict[str, dict], str]:
     for line in lines:
         m = re.match(r"^(\S+)\s+((?:[+-]\d+\.\d+\s+){10})(\d+\.\d+)(?:\s+\[([+-]?\d+\.\d+), ([+-]?\d+\.\d+)\])?", line)
         if m and m[1] != "module":
-            modules[m[1]] = {"slopes": [float(x) for x in m[2].split()], "max": float(m[3]),
-                             "interval": (float(m[4]), float(m[5])) if m[4] else None}
+            modules[m[1]] = {
+                "slopes": [float(x) for x in m[2].split()],
+                "max": float(m[3]),
+                "interval": (float(m[4]), float(m[5])) if m[4] else None,
+            }
         elif "modules exceed" in line:
             summary = line.strip()
     return modules, summary
@@ -833,9 +978,12 @@ def _worst(modules: dict[str, dict], skip: tuple[str, ...] = ()) -> str:
 
 @block("coordinate-check/results")
 def coordinate_results(root: Path) -> str:
-    out = ["| family | default readout (`scaled`, fresh batches): worst module but the logits, max \\|slope\\| "
-           "[95%] | logits within 0.1 from step | zero readout, `--strict-output`: worst module [95%] | standard "
-           "parametrization (1 initialization): modules over 0.1 |", "|---|---|---|---|---|"]
+    out = [
+        "| family | default readout (`scaled`, fresh batches): worst module but the logits, max \\|slope\\| "
+        "[95%] | logits within 0.1 from step | zero readout, `--strict-output`: worst module [95%] | standard "
+        "parametrization (1 initialization): modules over 0.1 |",
+        "|---|---|---|---|---|",
+    ]
     for family, label in COORD_FAMILIES:
         scaled, _ = coord_table(root, f"mup_scaled_fresh_{family}")
         zero, _ = coord_table(root, f"mup_zero_fresh_strict_{family}")
@@ -844,15 +992,20 @@ def coordinate_results(root: Path) -> str:
         settle = next(t + 1 for t in range(len(logits)) if all(abs(x) <= 0.1 for x in logits[t:]))
         over = re.match(r"(\d+) of (\d+) modules exceed", summary)
         std_logits = standard["logits"]["slopes"][-1]
-        out.append(f"| {label} | {_worst(scaled, ('logits',))} | {settle} | {_worst(zero)} | {over[1]} of {over[2]}"
-                   f"{f' (logits {std_logits:+.2f} at the last step)' if abs(std_logits) > 0.1 else ''} |")
+        out.append(
+            f"| {label} | {_worst(scaled, ('logits',))} | {settle} | {_worst(zero)} | {over[1]} of {over[2]}"
+            f"{f' (logits {std_logits:+.2f} at the last step)' if abs(std_logits) > 0.1 else ''} |"
+        )
     files = ", ".join("`mup_scaled_fresh_*`, `mup_zero_fresh_strict_*`, `standard_*`".split(", "))
-    return "\n".join(out) + (f"\n\nFrom the check's printed tables in `docs/figures/coord_check/` ({files}.txt; "
-                              "each names its figure and JSON).\n")
+    return "\n".join(out) + (
+        f"\n\nFrom the check's printed tables in `docs/figures/coord_check/` ({files}.txt; "
+        "each names its figure and JSON).\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # transfer.md: the drift table, from the trial CSVs (muP, CPU and GPU) and the width study's report
+
 
 def _drift_rows(csvs: list[str], studies: str, proxies: str, widths: tuple[int, ...]) -> dict[str, dict]:
     import lr_drift_bootstrap
@@ -891,8 +1044,11 @@ def transfer_drift(root: Path) -> str:
     def boot(r: dict) -> str:
         return f"**{r['measured']:.2f}×** [{r['low']:.2f}, {r['high']:.2f}], {r['share_above']:.0%}"
 
-    out = ["| family | CPU lr*: d 32; 64; 128; 256 [95%] | CPU drift [bootstrap], draws > 1.5× | GPU drift [bootstrap], "
-           "draws > 1.5× | standard parametrization, CPU |", "|---|---|---|---|---|"]
+    out = [
+        "| family | CPU lr*: d 32; 64; 128; 256 [95%] | CPU drift [bootstrap], draws > 1.5× | GPU drift [bootstrap], "
+        "draws > 1.5× | standard parametrization, CPU |",
+        "|---|---|---|---|---|",
+    ]
     for family in mw.FAMILIES:
         cells = []
         for d in (32, 64, 128, 256):
@@ -907,18 +1063,21 @@ def transfer_drift(root: Path) -> str:
         else:
             r = std_drift[family]
             standard = f"{r['measured']:.1f}× [{r['low']:.1f}, {r['high']:.1f}] (d 32–128)"
-        out.append(f"| {family} | {'; '.join(cells)} | {boot(cpu_drift[family])} | {boot(gpu_drift[family])} | "
-                   f"{standard} |")
-    return ("\n".join(out) + "\n\nData: CPU [d 32–128](../figures/cpu_217a9b8_trials.csv) and "
-            "[d 256, standard d 32–128](../figures/cpu_70eff9c_trials.csv); GPU "
-            "[H200](../figures/mup_width_gpu_scaled/trials.csv), [H100](../figures/mup_width_gpu_scaled/trials_lease2.csv); "
-            f"the width study's [report]({'../' + width_report.removeprefix('docs/')}) for standard Llama and CEM "
-            "attention.\n")
+        out.append(
+            f"| {family} | {'; '.join(cells)} | {boot(cpu_drift[family])} | {boot(gpu_drift[family])} | {standard} |"
+        )
+    return (
+        "\n".join(out) + "\n\nData: CPU [d 32–128](../figures/cpu_217a9b8_trials.csv) and "
+        "[d 256, standard d 32–128](../figures/cpu_70eff9c_trials.csv); GPU "
+        "[H200](../figures/mup_width_gpu_scaled/trials.csv), [H100](../figures/mup_width_gpu_scaled/trials_lease2.csv); "
+        f"the width study's [report]({'../' + width_report.removeprefix('docs/')}) for standard Llama and CEM "
+        "attention.\n"
+    )
 
 
 def _transfer_section(printed: str) -> str:
     """The transfer check of scripts/mup_width_csv_report.py's output (what follows its lr* table)."""
-    return printed[printed.index("Transfer to d 256"):].strip() + "\n"
+    return printed[printed.index("Transfer to d 256") :].strip() + "\n"
 
 
 def _family_rows(section: str, family: str) -> list[str]:
@@ -935,14 +1094,33 @@ def transfer_cpu_check(root: Path) -> str:
     three = _transfer_section(_printed(mw.main, cpu, at=256, transfer=base, studies="mup_width_cpu", proxies="none"))
     more = []
     for seeds in (5, 8):
-        section = _transfer_section(_printed(mw.main, cpu, at=256, transfer=f"transfer_cpu_mlp_proxy{seeds},{base}",
-                                             studies="mup_width_cpu", proxies="none"))
+        section = _transfer_section(
+            _printed(
+                mw.main,
+                cpu,
+                at=256,
+                transfer=f"transfer_cpu_mlp_proxy{seeds},{base}",
+                studies="mup_width_cpu",
+                proxies="none",
+            )
+        )
         rows = _family_rows(section, "cem_mlp_T1")
-        more.append(f"CEM MLP with {seeds} proxy seeds (`transfer_cpu_mlp_proxy{seeds}`): the transfer row, then its "
-                    f"verdict against Llama:\n\n" + "\n".join(
-                        [three.splitlines()[2], three.splitlines()[3], rows[0], "",
-                         "| variant vs Llama at d 256 | full grid | transfer | same |", "|---|---|---|---|", rows[1]]))
-    return ("With 3 proxy seeds (every family):\n\n" + three + "\n" + "\n\n".join(more) + "\n")
+        more.append(
+            f"CEM MLP with {seeds} proxy seeds (`transfer_cpu_mlp_proxy{seeds}`): the transfer row, then its "
+            f"verdict against Llama:\n\n"
+            + "\n".join(
+                [
+                    three.splitlines()[2],
+                    three.splitlines()[3],
+                    rows[0],
+                    "",
+                    "| variant vs Llama at d 256 | full grid | transfer | same |",
+                    "|---|---|---|---|",
+                    rows[1],
+                ]
+            )
+        )
+    return "With 3 proxy seeds (every family):\n\n" + three + "\n" + "\n\n".join(more) + "\n"
 
 
 @block("transfer/gpu-check")
@@ -950,20 +1128,32 @@ def transfer_gpu_check(root: Path) -> str:
     import mup_width_csv_report as mw
 
     gpu_dir = root / "docs/figures/mup_width_gpu_scaled"
-    three = _transfer_section(_printed(mw.main, [str(gpu_dir / "trials.csv"), str(gpu_dir / "trials_lease2.csv")],
-                                       at=256))
-    five = _transfer_section(_printed(mw.main, [str(gpu_dir / f) for f in (
-        "trials.csv", "trials_lease2.csv", "trials_lease4_proxy5.csv", "trials_lease5_d256_dense.csv")],
-        at=256, transfer="transfer_gpu_scaled_proxy5"))
-    return ("With 3 proxy seeds ([H200](../figures/mup_width_gpu_scaled/trials.csv), "
-            "[H100](../figures/mup_width_gpu_scaled/trials_lease2.csv)):\n\n" + three +
-            "\nWith 5 proxy seeds and the dense d 256 grid (adding "
-            "[5 proxy seeds](../figures/mup_width_gpu_scaled/trials_lease4_proxy5.csv) and "
-            "[the dense grid](../figures/mup_width_gpu_scaled/trials_lease5_d256_dense.csv)):\n\n" + five)
+    three = _transfer_section(
+        _printed(mw.main, [str(gpu_dir / "trials.csv"), str(gpu_dir / "trials_lease2.csv")], at=256)
+    )
+    five = _transfer_section(
+        _printed(
+            mw.main,
+            [
+                str(gpu_dir / f)
+                for f in ("trials.csv", "trials_lease2.csv", "trials_lease4_proxy5.csv", "trials_lease5_d256_dense.csv")
+            ],
+            at=256,
+            transfer="transfer_gpu_scaled_proxy5",
+        )
+    )
+    return (
+        "With 3 proxy seeds ([H200](../figures/mup_width_gpu_scaled/trials.csv), "
+        "[H100](../figures/mup_width_gpu_scaled/trials_lease2.csv)):\n\n"
+        + three
+        + "\nWith 5 proxy seeds and the dense d 256 grid (adding "
+        "[5 proxy seeds](../figures/mup_width_gpu_scaled/trials_lease4_proxy5.csv) and "
+        "[the dense grid](../figures/mup_width_gpu_scaled/trials_lease5_d256_dense.csv)):\n\n" + five
+    )
 
 
 def _coord_summary(root: Path, name: str) -> str:
-    """"N (k resolved; worst ±x)" of one check's printed table: modules over 0.1, how many the
+    """ "N (k resolved; worst ±x)" of one check's printed table: modules over 0.1, how many the
     Holm-corrected one-sided tests resolve, and the largest |slope| among them."""
     text = (root / "docs/figures/coord_check" / f"{name}.txt").read_text(encoding="utf-8")
     modules, summary = coord_table(root, name)
@@ -971,24 +1161,48 @@ def _coord_summary(root: Path, name: str) -> str:
     resolved_line = next(line for line in text.splitlines() if line.startswith("resolved beyond 0.1"))
     names = resolved_line.split(":", 1)[1].strip()
     resolved = 0 if names == "none" else len(names.split(", "))
-    exceeding = [k for k, line in ((k, next(line for line in text.splitlines() if line.startswith(k + " ")))
-                                   for k in modules) if "<- exceeds" in line]
+    exceeding = [
+        k
+        for k, line in ((k, next(line for line in text.splitlines() if line.startswith(k + " "))) for k in modules)
+        if "<- exceeds" in line
+    ]
     worst = max((max(modules[k]["slopes"], key=abs) for k in exceeding), key=abs, default=None)
-    within = next((line.rsplit(": ", 1)[1].split(", ") for line in text.splitlines()
-                   if line.startswith("within the bound without d 64")), [])
+    within = next(
+        (
+            line.rsplit(": ", 1)[1].split(", ")
+            for line in text.splitlines()
+            if line.startswith("within the bound without d 64")
+        ),
+        [],
+    )
     converge = f"; {len(within)} within the bound without d 64" if within else ""
-    return (f"{over} ({resolved} resolved" + (f"; largest {worst:+.2f}" if worst is not None else "") + f"{converge})"
-            if over else "0")
+    return (
+        f"{over} ({resolved} resolved" + (f"; largest {worst:+.2f}" if worst is not None else "") + f"{converge})"
+        if over
+        else "0"
+    )
 
 
 @block("coordinate-check/wrong-rule")
 def coordinate_wrong_rule(root: Path) -> str:
-    rules = (("none (muP as built)", "mup_scaled_cem_attention_T1", "mup_scaled_fresh_cem_attention_T1"),
-             ("hidden matrices' lr at m^-3/4 instead of m^-1", "wrong_hidden_lr_three_quarters_cem_attention_T1",
-              "wrong_hidden_lr_three_quarters_fresh_cem_attention_T1"),
-             ("hidden matrices' lr at m^-1/2", "wrong_hidden_lr_half_cem_attention_T1",
-              "wrong_hidden_lr_half_fresh_cem_attention_T1"),
-             ("readout lr at m^-1/2", "wrong_readout_lr_half_cem_attention_T1", "wrong_readout_lr_half_fresh_cem_attention_T1"))
+    rules = (
+        ("none (muP as built)", "mup_scaled_cem_attention_T1", "mup_scaled_fresh_cem_attention_T1"),
+        (
+            "hidden matrices' lr at m^-3/4 instead of m^-1",
+            "wrong_hidden_lr_three_quarters_cem_attention_T1",
+            "wrong_hidden_lr_three_quarters_fresh_cem_attention_T1",
+        ),
+        (
+            "hidden matrices' lr at m^-1/2",
+            "wrong_hidden_lr_half_cem_attention_T1",
+            "wrong_hidden_lr_half_fresh_cem_attention_T1",
+        ),
+        (
+            "readout lr at m^-1/2",
+            "wrong_readout_lr_half_cem_attention_T1",
+            "wrong_readout_lr_half_fresh_cem_attention_T1",
+        ),
+    )
     out = ["| rule replaced | one batch: modules over 0.1 | fresh batches: modules over 0.1 |", "|---|---|---|"]
     out += [f"| {rule} | {_coord_summary(root, one)} | {_coord_summary(root, fresh)} |" for rule, one, fresh in rules]
     return "\n".join(out) + "\n\nFrom `docs/figures/coord_check/` (`mup_scaled_*`, `wrong_*` .txt).\n"
@@ -1014,23 +1228,36 @@ def readout_x10(root: Path) -> str:
     def row(label, f):
         stars = [f[d].lr_star for d in (32, 64, 128)]
         edge = any(f[d].edge for d in (32, 64, 128))
-        cells = " | ".join(f"{f[d].lr_star:.3g}{' (edge)' if f[d].edge else ''}; {f[d].ppl_star:.3f}" for d in (32, 64, 128))
+        cells = " | ".join(
+            f"{f[d].lr_star:.3g}{' (edge)' if f[d].edge else ''}; {f[d].ppl_star:.3f}" for d in (32, 64, 128)
+        )
         return f"| {label}: lr*; ppl at lr* | {cells} | {max(stars) / min(stars):.2f}×{' (a bound: an edge)' if edge else ''} |"
 
     def gap(a, b):
         return " | ".join(f"{100 * (a[d].ppl_star / b[d].ppl_star - 1):+.0f}%" for d in (32, 64, 128))
-    return "\n".join([
-        "| | d 32 | d 64 | d 128 | lr* drift |", "|---|---|---|---|---|",
-        row("Llama ×10, seed 0", llama10), row("full CEM ×10, seed 0", cem10),
-        f"| full CEM − Llama at ×10, seed 0 | {gap(cem10, llama10)} | |",
-        f"| full CEM − Llama at ×1, 3 seeds | {gap(cem1, llama1)} | |",
-        "", "From the [×10 pilots' trials](../figures/cpu_2ea47ad_trials.csv) (one seed, Akima on it: no interval) "
-        "and the default readout's [width ladder](../figures/cpu_217a9b8_trials.csv) (3 seeds). The gaps are ratios "
-        "of perplexities at each model's own lr*, without an interval."]) + "\n"
+
+    return (
+        "\n".join(
+            [
+                "| | d 32 | d 64 | d 128 | lr* drift |",
+                "|---|---|---|---|---|",
+                row("Llama ×10, seed 0", llama10),
+                row("full CEM ×10, seed 0", cem10),
+                f"| full CEM − Llama at ×10, seed 0 | {gap(cem10, llama10)} | |",
+                f"| full CEM − Llama at ×1, 3 seeds | {gap(cem1, llama1)} | |",
+                "",
+                "From the [×10 pilots' trials](../figures/cpu_2ea47ad_trials.csv) (one seed, Akima on it: no interval) "
+                "and the default readout's [width ladder](../figures/cpu_217a9b8_trials.csv) (3 seeds). The gaps are ratios "
+                "of perplexities at each model's own lr*, without an interval.",
+            ]
+        )
+        + "\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # figure-2.md: exact parameter counts, from the study files through the dry run's estimator
+
 
 def _study_params(root: Path, study: str) -> dict[str, object]:
     """Variant name -> the dry run's estimate (model on the meta device) at the study's cpu scale."""
@@ -1058,19 +1285,25 @@ def figure2_params(root: Path) -> str:
     def change(a, b) -> str:
         return f"{100 * (a / b - 1):+.0f}%".replace("-", "−")
 
-    rows = ["| sublayer, per layer (d 64) | Llama | CEM | CEM / Llama | whole model: CEM / Llama |", "|---|---|---|---|---|",
-            f"| attention (Fig. 2a) | {per_layer(llama, 'attention'):,} | {per_layer(cem_attn, 'attention'):,} | "
-            f"{per_layer(cem_attn, 'attention') / per_layer(llama, 'attention'):.3f} | {cem_attn.params_total:,} / "
-            f"{llama.params_total:,} ({change(cem_attn.params_total, llama.params_total)}) |",
-            f"| MLP, dimension-matched (Fig. 2b) | {per_layer(llama, 'mlp'):,} | {per_layer(cem_mlp, 'mlp'):,} | "
-            f"{per_layer(cem_mlp, 'mlp') / per_layer(llama, 'mlp'):.3f} | {cem_mlp.params_total:,} / "
-            f"{llama.params_total:,} ({change(cem_mlp.params_total, llama.params_total)}) |"]
-    return ("\n".join(rows) + "\n\nExact counts (no interval): the dry run's estimator on the study files "
-            "(`studies/fig2a_cem_attention.yaml`, `studies/fig2b_cem_mlp.yaml`, scale `cpu`; the model built on the "
-            "meta device), the same counts `cem-ablate study --dry-run` prints.\n")
+    rows = [
+        "| sublayer, per layer (d 64) | Llama | CEM | CEM / Llama | whole model: CEM / Llama |",
+        "|---|---|---|---|---|",
+        f"| attention (Fig. 2a) | {per_layer(llama, 'attention'):,} | {per_layer(cem_attn, 'attention'):,} | "
+        f"{per_layer(cem_attn, 'attention') / per_layer(llama, 'attention'):.3f} | {cem_attn.params_total:,} / "
+        f"{llama.params_total:,} ({change(cem_attn.params_total, llama.params_total)}) |",
+        f"| MLP, dimension-matched (Fig. 2b) | {per_layer(llama, 'mlp'):,} | {per_layer(cem_mlp, 'mlp'):,} | "
+        f"{per_layer(cem_mlp, 'mlp') / per_layer(llama, 'mlp'):.3f} | {cem_mlp.params_total:,} / "
+        f"{llama.params_total:,} ({change(cem_mlp.params_total, llama.params_total)}) |",
+    ]
+    return (
+        "\n".join(rows) + "\n\nExact counts (no interval): the dry run's estimator on the study files "
+        "(`studies/fig2a_cem_attention.yaml`, `studies/fig2b_cem_mlp.yaml`, scale `cpu`; the model built on the "
+        "meta device), the same counts `cem-ablate study --dry-run` prints.\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 def generator(name: str) -> Callable[[Path], str] | None:
     if name in BLOCKS:
@@ -1085,8 +1318,12 @@ def generator(name: str) -> Callable[[Path], str] | None:
     return None
 
 
-REPORT_TABLES = {"variants": "| variant | parameters |", "deltas": "| variant | vs baseline | at |",
-                 "width": "| budget | comparison | width |", "gp-draws": "| kernel | T | per draw"}
+REPORT_TABLES = {
+    "variants": "| variant | parameters |",
+    "deltas": "| variant | vs baseline | at |",
+    "width": "| budget | comparison | width |",
+    "gp-draws": "| kernel | T | per draw",
+}
 
 
 def report_table(root: Path, study: str, table: str) -> str:
@@ -1105,16 +1342,23 @@ def report_table(root: Path, study: str, table: str) -> str:
     if table == "width":  # the section's slope lines stand above its table
         section = max(i for i in range(start) if lines[i].startswith("## "))
         rows = [line for line in lines[section:start] if line.startswith("- ")] + [""] + rows
-    what = {"variants": "each variant", "deltas": "each comparison", "width": "the width analysis",
-            "gp-draws": "each kernel and depth over the draws"}[table]
-    return (f"{what.capitalize()} as the study's [report](../figures/{study}/report.md) gives it "
-            f"(`cem-ablate report`; its header states the tests and levels):\n\n" + "\n".join(rows) + "\n")
+    what = {
+        "variants": "each variant",
+        "deltas": "each comparison",
+        "width": "the width analysis",
+        "gp-draws": "each kernel and depth over the draws",
+    }[table]
+    return (
+        f"{what.capitalize()} as the study's [report](../figures/{study}/report.md) gives it "
+        f"(`cem-ablate report`; its header states the tests and levels):\n\n" + "\n".join(rows) + "\n"
+    )
 
 
 def render(text: str, root: Path) -> str:
     unknown = [m.group("name") for m in BLOCK.finditer(text) if generator(m.group("name")) is None]
     if unknown:
         raise KeyError(f"error: generated block {unknown[0]} has no generator in scripts/results_pages.py")
+
     def fill(m) -> str:
         body = generator(m.group("name"))(root)
         inline = not m.group("open").endswith("\n")  # a block inside a line (a table cell): one line
@@ -1146,8 +1390,9 @@ def main(argv: list[str] | None = None) -> int:
     changed = stale(args.root.resolve(), args.pages)
     for page, (old, new) in changed.items():
         if args.check:
-            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                                       str(page), f"{page} (regenerated)"))
+            sys.stdout.writelines(
+                difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(page), f"{page} (regenerated)")
+            )
         else:
             page.write_text(new, encoding="utf-8")
             print(f"rewrote {page.relative_to(args.root.resolve())}")

@@ -35,7 +35,9 @@ SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".toml", ".cfg"}
 SECTION = "\N{SECTION SIGN}"  # written so: this file cites nothing itself
 NUMBER = r"(\d+(?:\.\d+)?)"
 # "SPEC §2", then any "-§3", ", §4", " and §11.3", " / §5" right after it
-CITATION = re.compile("SPEC " + SECTION + NUMBER + r"((?:\s*(?:[-\u2013/,]|,? and|,? or)\s*" + SECTION + r"\d+(?:\.\d+)?)*)")
+CITATION = re.compile(
+    "SPEC " + SECTION + NUMBER + r"((?:\s*(?:[-\u2013/,]|,? and|,? or)\s*" + SECTION + r"\d+(?:\.\d+)?)*)"
+)
 CONTINUATION = re.compile(r"(\s*(?:[-\u2013/,]|,? and|,? or)\s*)" + SECTION + NUMBER)
 ANCHOR = re.compile(r"^#{1,6} .*\{#(s(\d+(?:-\d+)?)-[a-z0-9-]+)\}\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -50,8 +52,10 @@ def design_sections(design: Path = DESIGN) -> dict[str, tuple[str, str]]:
             if match:
                 number = match.group(2).replace("-", ".")
                 if number in out:
-                    raise SystemExit(f"error: section {SECTION}{number} has two anchors: {out[number]} and "
-                                     f"{(page.name, match.group(1))}")
+                    raise SystemExit(
+                        f"error: section {SECTION}{number} has two anchors: {out[number]} and "
+                        f"{(page.name, match.group(1))}"
+                    )
                 out[number] = (page.name, match.group(1))
     return out
 
@@ -68,6 +72,7 @@ def _target(sections, number: str) -> tuple[str, str]:
 
 def code_form(match: re.Match, sections) -> str:
     """`docs/design/<page>#<anchor>` for each section cited; a range's dash becomes "to"."""
+
     def path(number: str) -> str:
         page, anchor = _target(sections, number)
         return f"docs/design/{page}#{anchor}"
@@ -80,6 +85,7 @@ def code_form(match: re.Match, sections) -> str:
 
 def link_form(match: re.Match, sections, page_dir: Path) -> str:
     """`[design §n](relative/path.md#anchor)` for the first section, `[§m](...)` for the rest."""
+
     def link(label: str, number: str) -> str:
         page, anchor = _target(sections, number)
         rel = Path(os.path.relpath(DESIGN / page, page_dir)).as_posix()
@@ -101,8 +107,8 @@ def rewrite_markdown(text: str, sections, page_dir: Path) -> str:
             continue
         out, last = [], 0
         for match in CITATION.finditer(line):
-            in_code_span = line[:match.start()].count("`") % 2 == 1
-            out.append(line[last:match.start()])
+            in_code_span = line[: match.start()].count("`") % 2 == 1
+            out.append(line[last : match.start()])
             out.append(code_form(match, sections) if in_code_span else link_form(match, sections, page_dir))
             last = match.end()
         lines.append("".join(out) + line[last:])
@@ -131,8 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sections = design_sections()
     if not sections:
-        print(f"error: no section anchors ({{#s<number>-<name>}}) in {DESIGN.relative_to(REPO)}/*.md",
-              file=sys.stderr)
+        print(f"error: no section anchors ({{#s<number>-<name>}}) in {DESIGN.relative_to(REPO)}/*.md", file=sys.stderr)
         return 2
     changed: dict[Path, str] = {}
     unknown: list[str] = []
@@ -145,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         if new != path.read_text():
             changed[path] = new
     if unknown:
-        print("error: cited sections no Design page has (add the section, or fix the citation):\n  "
-              + "\n  ".join(unknown), file=sys.stderr)
+        print(
+            "error: cited sections no Design page has (add the section, or fix the citation):\n  "
+            + "\n  ".join(unknown),
+            file=sys.stderr,
+        )
         return 2
     for path, new in changed.items():
         if not args.check:

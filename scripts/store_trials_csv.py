@@ -27,9 +27,20 @@ def write_trials(db_path: str, out) -> int:
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         for t in study.trials:
             a = t.user_attrs
-            writer.writerow([summary.study_name, study.user_attrs.get("variant", ""), t.params.get("lr"),
-                             t.params.get("seed"), t.state.name, a.get("status", ""), t.value,
-                             a.get("seconds", ""), a.get("trial_key", ""), str(a.get("reason", ""))[:200]])
+            writer.writerow(
+                [
+                    summary.study_name,
+                    study.user_attrs.get("variant", ""),
+                    t.params.get("lr"),
+                    t.params.get("seed"),
+                    t.state.name,
+                    a.get("status", ""),
+                    t.value,
+                    a.get("seconds", ""),
+                    a.get("trial_key", ""),
+                    str(a.get("reason", ""))[:200],
+                ]
+            )
             rows += 1
     return rows
 

@@ -23,8 +23,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_FOLDERS = ("mlruns", "reports", "runs", "lightning_logs", "checkpoints")  # .gitignore'd outputs
-CACHES = {"__pycache__", ".pytest_cache", ".import_linter_cache", ".hypothesis", ".cache", ".venv", ".git",
-          ".mypy_cache", ".ruff_cache"}
+CACHES = {
+    "__pycache__",
+    ".pytest_cache",
+    ".import_linter_cache",
+    ".hypothesis",
+    ".cache",
+    ".venv",
+    ".git",
+    ".mypy_cache",
+    ".ruff_cache",
+}
 
 
 def repo_outputs(root: Path = ROOT, depth: int = 2) -> dict[str, tuple[int, int]]:
@@ -68,8 +77,11 @@ def _writes_nothing_into_the_repository(_outputs_at_start):
     changed = changed_outputs(_outputs_at_start["snapshot"], now)
     if changed:
         _outputs_at_start["snapshot"] = now  # blame the next offender only for its own writes
-        pytest.fail(f"this test wrote into the repository ({ROOT}), not its tmp_path: {', '.join(changed[:8])}"
-                    + (f" and {len(changed) - 8} more" if len(changed) > 8 else ""), pytrace=False)
+        pytest.fail(
+            f"this test wrote into the repository ({ROOT}), not its tmp_path: {', '.join(changed[:8])}"
+            + (f" and {len(changed) - 8} more" if len(changed) > 8 else ""),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)

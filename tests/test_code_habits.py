@@ -54,14 +54,15 @@ def test_the_pattern_is_the_greps_and_misses_this_file():
 def test_a_citation_is_reported_with_its_file_and_line(tmp_path):
     package = tmp_path / "components"
     (package / "__pycache__").mkdir(parents=True)
-    (package / "layer.py").write_text('"""A layer."""\n\nx = 1  # see ' + 'Issue' + ' 20\n')
+    (package / "layer.py").write_text('"""A layer."""\n\nx = 1  # see ' + "Issue" + " 20\n")
     (package / "__pycache__" / "layer.pyc").write_bytes(b"\0" + b"issue" + b" 20")
     (package / "notes.md").write_text("fixed in " + "issue" + "#5\n")
-    assert issue_citations(tmp_path) == ["components/layer.py:3: x = 1  # see " + "Issue" + " 20",
-                                         "components/notes.md:1: fixed in " + "issue" + "#5"]
+    assert issue_citations(tmp_path) == [
+        "components/layer.py:3: x = 1  # see " + "Issue" + " 20",
+        "components/notes.md:1: fixed in " + "issue" + "#5",
+    ]
 
 
 def test_no_issue_numbers_in_code_or_tests():
     hits = issue_citations()
-    assert not hits, ("cite the reason (or a design section), not an issue number:\n  "
-                      + "\n  ".join(hits))
+    assert not hits, "cite the reason (or a design section), not an issue number:\n  " + "\n  ".join(hits)

@@ -48,8 +48,12 @@ def cited_files():
 
 
 def test_no_design_citation_is_left_without_a_link():
-    bare = [f"{p.relative_to(REPO)}:{n}" for p in cited_files()
-            for n, line in enumerate(p.read_text().splitlines(), 1) if BARE in line]
+    bare = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in cited_files()
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if BARE in line
+    ]
     assert not bare, "run python scripts/spec_citations.py:\n  " + "\n  ".join(bare)
 
 
@@ -85,14 +89,17 @@ def test_the_rewrite_links_ranges_and_lists_and_a_second_run_changes_nothing(tmp
     code.write_text(f'"""Steps ({BARE}2-{S}4 and {S}11.3; paper {S}2.3)."""\n')
     assert script.rewrite(code, sections) == (
         '"""Steps (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s4-preconditioners and '
-        'docs/design/energy-lens.md#s11-3-energy-transformer-block; paper ' + S + '2.3)."""\n')
+        "docs/design/energy-lens.md#s11-3-energy-transformer-block; paper " + S + '2.3)."""\n'
+    )
     page = DOCS / "guides" / "example.md"  # a docs page: relative links; code spans keep the path
     text = f"The recipe ({BARE}7, {S}8) and `x` (`{BARE}1`).\n```\n{BARE}12\n```\n"
     out = script.rewrite_markdown(text, sections, page.parent)
-    assert out == ("The recipe ([design " + S + "7](../design/experiments.md#s7-training-recipe), "
-                   "[" + S + "8](../design/experiments.md#s8-learning-rate-search)) and `x` "
-                   "(`docs/design/layers.md#s1-llama-baseline`).\n```\n"
-                   "docs/design/parametrization.md#s12-parametrization\n```\n")
+    assert out == (
+        "The recipe ([design " + S + "7](../design/experiments.md#s7-training-recipe), "
+        "[" + S + "8](../design/experiments.md#s8-learning-rate-search)) and `x` "
+        "(`docs/design/layers.md#s1-llama-baseline`).\n```\n"
+        "docs/design/parametrization.md#s12-parametrization\n```\n"
+    )
     assert script.rewrite_markdown(out, sections, page.parent) == out
     code.write_text(f"# {BARE}99\n")
     with pytest.raises(script.UnknownSection):

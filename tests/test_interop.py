@@ -9,9 +9,16 @@ from cem_ablate.interop import from_hf_llama, to_hf_llama
 
 def random_hf_llama(**overrides):
     torch.manual_seed(0)
-    cfg = dict(hidden_size=48, intermediate_size=100, num_hidden_layers=3, num_attention_heads=6,
-               vocab_size=97, rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 500.0},
-               tie_word_embeddings=False)
+    cfg = dict(
+        hidden_size=48,
+        intermediate_size=100,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        vocab_size=97,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        tie_word_embeddings=False,
+    )
     cfg.update(overrides)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).eval()
     with torch.no_grad():

@@ -24,9 +24,14 @@ LINT = [sys.executable, "-c", "from importlinter.cli import lint_imports_command
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*LINT, "--config", str(root / ".importlinter"), "--no-cache"], cwd=root,
-                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*LINT, "--config", str(root / ".importlinter"), "--no-cache"],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _contracts() -> configparser.ConfigParser:
@@ -74,11 +79,23 @@ def test_the_contracts_catch_violations(tmp_path):
             f.write(f"\n{line}\n")
     out = _lint(tmp_path).stdout
     contracts = _contracts()
-    names = {section.split(":")[-1]: " ".join(contracts[section]["name"].split())
-             for section in contracts.sections() if section.startswith("importlinter:contract:")}
+    names = {
+        section.split(":")[-1]: " ".join(contracts[section]["name"].split())
+        for section in contracts.sections()
+        if section.startswith("importlinter:contract:")
+    }
     joined = " ".join(out.split())
-    for key in ("layers", "core-without-zoo", "mlflow-only-in-tracking", "no-cycles", "tracking-leaf",
-                "zoo-on-the-core", "optuna-only-in-study", "model-and-zoo-framework-free", "analysis-pure"):
+    for key in (
+        "layers",
+        "core-without-zoo",
+        "mlflow-only-in-tracking",
+        "no-cycles",
+        "tracking-leaf",
+        "zoo-on-the-core",
+        "optuna-only-in-study",
+        "model-and-zoo-framework-free",
+        "analysis-pure",
+    ):
         assert f"{names[key]} BROKEN" in joined, (key, out[-3000:])
 
 

@@ -121,8 +121,10 @@ def test_documented_plugin_is_listed_built_and_trained(tmp_path):
 
 
 BROKEN = "import missing_dependency_of_the_plugin  # not installed\n"
-BROKEN_WARNING = ("warning: plugin 'broken' (entry point broken_plugin) failed to load: ModuleNotFoundError: "
-                  "No module named 'missing_dependency_of_the_plugin'; its components are unavailable")
+BROKEN_WARNING = (
+    "warning: plugin 'broken' (entry point broken_plugin) failed to load: ModuleNotFoundError: "
+    "No module named 'missing_dependency_of_the_plugin'; its components are unavailable"
+)
 
 
 def test_plugin_that_fails_to_import_costs_only_its_components(tmp_path):
@@ -175,8 +177,9 @@ CONTRACT_BREAKERS = {
 
 
 def test_plugins_that_break_the_contract_cost_only_their_components(tmp_path):
-    _install(tmp_path, "bad-plugins", CONTRACT_BREAKERS,
-             {"noflops": "no_flops_plugin", "dictopts": "dict_options_plugin"})
+    _install(
+        tmp_path, "bad-plugins", CONTRACT_BREAKERS, {"noflops": "no_flops_plugin", "dictopts": "dict_options_plugin"}
+    )
     listing = _cli(["components"], tmp_path)
     assert listing.returncode == 0, listing.stderr
     assert _plugin_warnings(listing.stderr) == [
@@ -203,7 +206,8 @@ def test_plugins_that_break_the_contract_cost_only_their_components(tmp_path):
     assert out.stdout.strip() == (
         "model.attention.name: attention component 'no_flops' is unavailable: plugin 'noflops' (entry point "
         "no_flops_plugin) failed to load: ContractError: attention component 'no_flops': NoFlops defines no "
-        "flops_per_token.")
+        "flops_per_token."
+    )
 
 
 @pytest.mark.soak
@@ -218,8 +222,12 @@ def test_documented_plugin_package_installs_with_pip_and_trains_the_documented_s
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(code)
     venv = tmp_path / "venv"
-    made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-                          capture_output=True, text=True, timeout=120)
+    made = subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert made.returncode == 0, made.stderr
     python = str(venv / "bin" / "python")
     # this checkout's cem_ablate and components, whatever the interpreter has installed
@@ -238,8 +246,18 @@ def test_documented_plugin_package_installs_with_pip_and_trains_the_documented_s
     where = run("-c", "import my_mlp, importlib.metadata as m; print(my_mlp.__file__, m.version('my-mlp'))")
     assert where.stdout.split() == [str(tmp_path / "my-mlp" / "my_mlp.py"), "0.1.0"]  # editable, from its folder
 
-    study = run("-m", "cem_ablate.cli.main", "study", "squared_relu.yaml", "--scale", "smoke", "--threads", "1",
-                "--workers", "1")
+    study = run(
+        "-m",
+        "cem_ablate.cli.main",
+        "study",
+        "squared_relu.yaml",
+        "--scale",
+        "smoke",
+        "--threads",
+        "1",
+        "--workers",
+        "1",
+    )
     assert study.returncode == 0, study.stdout[-3000:] + study.stderr[-3000:]
     from cem_ablate.tracking.readback import read_study
 

@@ -16,14 +16,22 @@ def test_every_design_space_component_is_registered():
 
 def test_listing_shows_kinds_names_options_and_defaults():
     text = registry.format_listing()
-    for fragment in ["attention:", "mlp:", "preconditioner:", "cem", "kq_diag = 'none'",
-                     "diag_update = 'paper'", "width_multiplier = 1.5"]:
+    for fragment in [
+        "attention:",
+        "mlp:",
+        "preconditioner:",
+        "cem",
+        "kq_diag = 'none'",
+        "diag_update = 'paper'",
+        "width_multiplier = 1.5",
+    ]:
         assert fragment in text, fragment
 
 
 def test_cli_components_lists_them():
-    out = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "components"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", "components"], capture_output=True, text=True, check=True
+    ).stdout
     assert "diag_lowrank" in out and "cem_param_matched" in out
 
 

@@ -75,8 +75,7 @@ def fit_akima(
     if not lrs:
         return None
     if len(lrs) == 1:
-        return AkimaFit(lrs[0], ppls[0], "low", tuple(lrs), tuple(ppls),
-                        tuple(lrs), tuple(ppls), method)
+        return AkimaFit(lrs[0], ppls[0], "low", tuple(lrs), tuple(ppls), tuple(lrs), tuple(ppls), method)
     from scipy.interpolate import Akima1DInterpolator
 
     x = np.log2(np.asarray(lrs))
@@ -98,8 +97,9 @@ def fit_akima(
     )
 
 
-def curve_minima(lrs, values, method: str = "akima", dense: int = DENSE_POINTS,
-                 kind: str = "akima") -> tuple[np.ndarray, np.ndarray]:
+def curve_minima(
+    lrs, values, method: str = "akima", dense: int = DENSE_POINTS, kind: str = "akima"
+) -> tuple[np.ndarray, np.ndarray]:
     """Minimum of each curve through `values[..., i]` at `lrs[i]` (>= 2 sorted distinct
     learning rates, finite values), on the same dense log2(lr) grid as `fit_akima`.
 

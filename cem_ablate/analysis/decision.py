@@ -76,8 +76,7 @@ class Design:
         return cls((int(n),), 1, float(alpha), bool(pooled))
 
     @classmethod
-    def sequential(cls, min: int, max: int, at: str = "baseline", alpha: float = ALPHA,
-                   pooled: bool = False) -> Design:
+    def sequential(cls, min: int, max: int, at: str = "baseline", alpha: float = ALPHA, pooled: bool = False) -> Design:
         """`seeds: {min, max, until: resolved, at}`: a look after every added seed. A look
         with fewer than 2 seeds tests nothing (no spread to judge by) and spends no α."""
         if at not in ("baseline", "own", "both"):
@@ -113,8 +112,10 @@ class Design:
     def _describe_looks(self) -> str:
         if self.sequential_looks:
             at = ", 2 grid points per look (at: both)" if self.tests_per_look == 2 else ""
-            return (f"sequential seeds {self.looks[0]}..{self.looks[-1]} (a look after every seed{at}); "
-                    f"each look tested at p <= {self.look_alpha():.4g} (α = {self.alpha:g} over {self.n_tests} tests)")
+            return (
+                f"sequential seeds {self.looks[0]}..{self.looks[-1]} (a look after every seed{at}); "
+                f"each look tested at p <= {self.look_alpha():.4g} (α = {self.alpha:g} over {self.n_tests} tests)"
+            )
         n = self.looks[0]
         return f"{n} seed{'s' if n != 1 else ''}, one look, tested at p <= {self.look_alpha():.4g} (α = {self.alpha:g})"
 
@@ -251,8 +252,14 @@ def _verdict(delta: float | None, p_corrected: float | None, alpha: float) -> st
     return BETTER if delta < 0 else WORSE
 
 
-def decide(variant: Mapping[int, float], baseline: Mapping[int, float], *, paired: bool,
-           design: Design, pooled: PooledVariance | None = None) -> Decision:
+def decide(
+    variant: Mapping[int, float],
+    baseline: Mapping[int, float],
+    *,
+    paired: bool,
+    design: Design,
+    pooled: PooledVariance | None = None,
+) -> Decision:
     """Δ, interval, p and verdict of variant vs baseline; values keyed by seed.
 
     Paired: over the seeds both have (n_pairs); unpaired: every seed each side has, by
@@ -291,8 +298,17 @@ def decide(variant: Mapping[int, float], baseline: Mapping[int, float], *, paire
     level = 1.0 - design.look_alpha()
     half = float(stats.t.ppf(0.5 + level / 2.0, df)) * se if se > 0 else 0.0
     p_d = float(design_p(p, design))
-    return Decision(delta, delta - half, delta + half, p, p_d, verdict=_verdict(delta, p_d, design.alpha),
-                    std=std, level=level, **base)
+    return Decision(
+        delta,
+        delta - half,
+        delta + half,
+        p,
+        p_d,
+        verdict=_verdict(delta, p_d, design.alpha),
+        std=std,
+        level=level,
+        **base,
+    )
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -308,8 +324,9 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return [float(x) for x in out]
 
 
-def adjust(decisions: Sequence[Decision], *, alpha: float = ALPHA,
-           correction: Literal["holm", "none"] = "holm") -> list[Decision]:
+def adjust(
+    decisions: Sequence[Decision], *, alpha: float = ALPHA, correction: Literal["holm", "none"] = "holm"
+) -> list[Decision]:
     """A report's comparisons as one family: Holm over their `p_design` (comparisons
     without a test stay as they are, unresolved); the verdict is better/worse iff the
     adjusted p <= alpha. `correction="none"` keeps p_design (p_holm = p_design)."""

@@ -140,8 +140,12 @@ def verdict(low: float, high: float) -> str:
 
 
 def n_params(form: str, n_variants: int) -> int:
-    return {"power": 2 * n_variants, "power_shared": n_variants + 1,
-            "saturating_shared": 2 * n_variants + 1, "floor_shared": n_variants + 2}[form]
+    return {
+        "power": 2 * n_variants,
+        "power_shared": n_variants + 1,
+        "saturating_shared": 2 * n_variants + 1,
+        "floor_shared": n_variants + 2,
+    }[form]
 
 
 def _value_and_grad(form: str, K: int, theta: np.ndarray, k: int, x: float) -> tuple[float, np.ndarray]:
@@ -187,8 +191,16 @@ def _points(ladders: Ladders):
                 dof += len(z) - 1
     seed_var = ss / dof if dof else float("nan")
     logn = np.asarray(logn)
-    return (names, np.asarray(ks), logn, np.asarray(means), seed_var, dof, float(np.mean(counts)),
-            float(np.exp(logn.mean())))
+    return (
+        names,
+        np.asarray(ks),
+        logn,
+        np.asarray(means),
+        seed_var,
+        dof,
+        float(np.mean(counts)),
+        float(np.exp(logn.mean())),
+    )
 
 
 def _initial(form: str, K: int, ks: np.ndarray, x: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -251,8 +263,14 @@ def forecast(fit: LadderFit, variant: str, params: float, level: float = DEFAULT
     return Forecast(variant, params, z, z - half, z + half, level)
 
 
-def forecast_delta(fit: LadderFit, variant: str, baseline: str, variant_params: float, baseline_params: float,
-                   level: float = DEFAULT_LEVEL) -> ForecastDelta:
+def forecast_delta(
+    fit: LadderFit,
+    variant: str,
+    baseline: str,
+    variant_params: float,
+    baseline_params: float,
+    level: float = DEFAULT_LEVEL,
+) -> ForecastDelta:
     """ln L_variant − ln L_baseline at the target sizes, with its `level` prediction interval."""
     zv, gv = fit.predict(variant, variant_params)
     zb, gb = fit.predict(baseline, baseline_params)
@@ -290,8 +308,9 @@ def holdout_errors(ladders: Ladders, forms: Sequence[str] = FORMS) -> list[Holdo
             out.append(HoldoutError(form, {}, False))
             continue
         fit = fit_ladders(inner, form)
-        errors = {name: fit.predict(name, rung.params)[0] - float(np.mean(np.log(rung.values)))
-                  for name, rung in held.items()}
+        errors = {
+            name: fit.predict(name, rung.params)[0] - float(np.mean(np.log(rung.values))) for name, rung in held.items()
+        }
         out.append(HoldoutError(form, errors, True))
     return out
 

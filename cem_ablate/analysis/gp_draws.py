@@ -79,8 +79,9 @@ def versus_shallow(depth: DepthDraws, shallow: DepthDraws, alpha: float = ALPHA)
     return decide(mine, theirs, paired=True, design=Design.fixed(max(n, 1), alpha))
 
 
-def posterior_rmse(k_train: np.ndarray, k_test_train: np.ndarray, y_train: np.ndarray, y_test: np.ndarray,
-                   noise_variance: float) -> float:
+def posterior_rmse(
+    k_train: np.ndarray, k_test_train: np.ndarray, y_train: np.ndarray, y_test: np.ndarray, noise_variance: float
+) -> float:
     """Test RMSE of the exact GP posterior mean k*ᵀ (K + σ² I)⁻¹ y (float64 Cholesky);
     `noise_variance` σ²: everything added to the latent function's covariance."""
     k = np.asarray(k_train, dtype=np.float64) + noise_variance * np.eye(len(y_train))

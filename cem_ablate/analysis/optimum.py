@@ -63,8 +63,11 @@ INTERPOLANTS = ("akima", "makima", "spline")
 
 def other_optima(lrs, values, method: str = "akima") -> list[tuple[np.ndarray, np.ndarray]]:
     """The mean curve's minimum by the interpolants other than `method`, vectorized."""
-    return [curve_minima(lrs, values, "akima", kind="spline") if other == "spline" else curve_minima(lrs, values, other)
-            for other in INTERPOLANTS if other != method]
+    return [
+        curve_minima(lrs, values, "akima", kind="spline") if other == "spline" else curve_minima(lrs, values, other)
+        for other in INTERPOLANTS
+        if other != method
+    ]
 
 
 def half_widths(per_seed_x, per_seed_y, estimate_x, estimate_y, others, level: float = LEVEL):
@@ -95,8 +98,15 @@ def interval_arrays(lrs, values, method: str = "akima", level: float = LEVEL):
     return ex, np.maximum(ex - hx, x_lo), np.minimum(ex + hx, x_hi), ey, ey - hy, ey + hy
 
 
-def optimum_bounds(per_seed: Mapping[int, Mapping[float, float]], lrs, ppls, lr_star: float,
-                   objective_star: float, method: str = "akima", level: float = LEVEL) -> OptimumBounds:
+def optimum_bounds(
+    per_seed: Mapping[int, Mapping[float, float]],
+    lrs,
+    ppls,
+    lr_star: float,
+    objective_star: float,
+    method: str = "akima",
+    level: float = LEVEL,
+) -> OptimumBounds:
     """Intervals of one variant's lr* and objective*.
 
     per_seed: seed -> {lr: finite value}; `lrs`/`ppls`: the seed-mean points the
@@ -106,12 +116,18 @@ def optimum_bounds(per_seed: Mapping[int, Mapping[float, float]], lrs, ppls, lr_
     if len(lrs) < 2:  # objective* is that learning rate's seed mean: a t-interval over the seeds
         ys = [float(v) for values in per_seed.values() for v in values.values() if math.isfinite(v)]
         if len(ys) < MIN_SEEDS:
-            return OptimumBounds(None, None, f"n too small ({len(ys)} seed{'s' * (len(ys) != 1)}; "
-                                 f"intervals from {MIN_SEEDS})", len(ys), level)
+            return OptimumBounds(
+                None,
+                None,
+                f"n too small ({len(ys)} seed{'s' * (len(ys) != 1)}; intervals from {MIN_SEEDS})",
+                len(ys),
+                level,
+            )
         q = stats.t.ppf(0.5 + level / 2.0, len(ys) - 1)
         h = float(q * np.std(ys, ddof=1) / math.sqrt(len(ys)))
-        return OptimumBounds(None, (objective_star - h, objective_star + h),
-                             "one learning rate: lr* is not estimated", len(ys), level)
+        return OptimumBounds(
+            None, (objective_star - h, objective_star + h), "one learning rate: lr* is not estimated", len(ys), level
+        )
     px, py = [], []
     for values in per_seed.values():
         points = sorted((float(lr), float(v)) for lr, v in values.items() if math.isfinite(v))
@@ -121,8 +137,9 @@ def optimum_bounds(per_seed: Mapping[int, Mapping[float, float]], lrs, ppls, lr_
             py.append(float(y))
     n = len(px)
     if n < MIN_SEEDS:
-        return OptimumBounds(None, None, f"n too small ({n} seed{'s' * (n != 1)}; intervals from {MIN_SEEDS})",
-                             n, level)
+        return OptimumBounds(
+            None, None, f"n too small ({n} seed{'s' * (n != 1)}; intervals from {MIN_SEEDS})", n, level
+        )
     ex, ey = math.log2(lr_star), float(objective_star)
     hx, hy = (float(h) for h in half_widths(px, py, ex, ey, other_optima(lrs, ppls, method), level))
     objective = (ey - hy, ey + hy)

@@ -73,8 +73,16 @@ def _other_groups(reps: int, tests: int, n_max: int, groups: int, seed: int) -> 
     return out
 
 
-def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps: int = REPS,
-             seed: int = RNG_SEED, rho: float = RHO, groups: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def simulate(
+    design: Design,
+    delta_over_std: float,
+    *,
+    paired: bool = True,
+    reps: int = REPS,
+    seed: int = RNG_SEED,
+    rho: float = RHO,
+    groups: int = 2,
+) -> tuple[np.ndarray, np.ndarray]:
     """Run the design's decision rule on `reps` simulated comparisons.
 
     Returns (rejected, delta), each of shape (reps, tests_per_look): whether each test's
@@ -86,8 +94,16 @@ def simulate(design: Design, delta_over_std: float, *, paired: bool = True, reps
     return rejected, delta
 
 
-def stopping_seeds(design: Design, delta_over_std: float, paired: bool = True, *, reps: int = REPS,
-                   seed: int = RNG_SEED, rho: float = RHO, groups: int = 2) -> dict[int, float]:
+def stopping_seeds(
+    design: Design,
+    delta_over_std: float,
+    paired: bool = True,
+    *,
+    reps: int = REPS,
+    seed: int = RNG_SEED,
+    rho: float = RHO,
+    groups: int = 2,
+) -> dict[int, float]:
     """Seed count -> the probability that one comparison's seeds stop there (its last
     look; the design's largest when no look resolves every tested Δ), simulated through
     the decision rule at a true Δ of `delta_over_std` seed-to-seed stds. What a sequential
@@ -97,8 +113,9 @@ def stopping_seeds(design: Design, delta_over_std: float, paired: bool = True, *
     return {n: float(counts[n]) / reps for n in range(len(counts)) if counts[n]}
 
 
-def _run(design: Design, delta_over_std: float, paired: bool, reps: int, seed: int,
-         rho: float, groups: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _run(
+    design: Design, delta_over_std: float, paired: bool, reps: int, seed: int, rho: float, groups: int = 2
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`simulate`, also returning each simulated comparison's seed count at its last look."""
     tests = design.tests_per_look
     noise = _draws(reps, tests, max(design.looks), seed, rho, paired)
@@ -135,8 +152,9 @@ def _pooled_look(x: np.ndarray, y: np.ndarray, others: np.ndarray | None, groups
     return pooled_t(x.mean(axis=-1) - y.mean(axis=-1), n, n, total / groups, groups * (n - 1.0))
 
 
-def false_positive_rate(design: Design, paired: bool = True, *, reps: int = REPS, seed: int = RNG_SEED,
-                        rho: float = RHO, groups: int = 2) -> float:
+def false_positive_rate(
+    design: Design, paired: bool = True, *, reps: int = REPS, seed: int = RNG_SEED, rho: float = RHO, groups: int = 2
+) -> float:
     """Share of comparisons with no true difference that end with any verdict
     better/worse (any of the look's tests), simulated through the decision rule."""
     rejected, _ = simulate(design, 0.0, paired=paired, reps=reps, seed=seed, rho=rho, groups=groups)
@@ -161,23 +179,37 @@ def exact_power(n: int, delta_over_std: float, alpha: float, *, paired: bool = T
     return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
 
 
-def power(design: Design, delta_over_std: float, paired: bool = True, *, reps: int = REPS,
-          seed: int = RNG_SEED, rho: float = RHO, groups: int = 2) -> float:
+def power(
+    design: Design,
+    delta_over_std: float,
+    paired: bool = True,
+    *,
+    reps: int = REPS,
+    seed: int = RNG_SEED,
+    rho: float = RHO,
+    groups: int = 2,
+) -> float:
     """Probability that the headline comparison (the first test of a look) ends with the
     right verdict when the true Δ is `delta_over_std` seed-to-seed stds."""
     if _exact(design, paired):
-        return exact_power(design.looks[0], abs(delta_over_std), design.look_alpha(), paired=paired,
-                           groups=groups)
-    rejected, delta = simulate(design, abs(delta_over_std), paired=paired, reps=reps, seed=seed, rho=rho,
-                               groups=groups)
+        return exact_power(design.looks[0], abs(delta_over_std), design.look_alpha(), paired=paired, groups=groups)
+    rejected, delta = simulate(design, abs(delta_over_std), paired=paired, reps=reps, seed=seed, rho=rho, groups=groups)
     return float((rejected[:, 0] & (delta[:, 0] > 0)).mean())
 
 
 _power = power  # `min_detectable_effect`'s argument `power` (the target) shadows the function
 
 
-def min_detectable_effect(design: Design, power: float = POWER, paired: bool = True, *,
-                          reps: int = REPS, seed: int = RNG_SEED, rho: float = RHO, groups: int = 2) -> float | None:
+def min_detectable_effect(
+    design: Design,
+    power: float = POWER,
+    paired: bool = True,
+    *,
+    reps: int = REPS,
+    seed: int = RNG_SEED,
+    rho: float = RHO,
+    groups: int = 2,
+) -> float | None:
     """The smallest Δ (in seed-to-seed stds) detected with probability `power`; None
     when the design cannot test at all (fewer than 2 seeds)."""
     if not design.testing_looks:

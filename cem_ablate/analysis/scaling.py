@@ -100,8 +100,9 @@ class ScalingSummary:
 
     def extrapolated(self, eq: Equivalence) -> bool:
         law = self.laws.get((eq.baseline_family, eq.axis))
-        return (law is not None and eq.x_equivalent is not None
-                and not law.x_range[0] <= eq.x_equivalent <= law.x_range[1])
+        return (
+            law is not None and eq.x_equivalent is not None and not law.x_range[0] <= eq.x_equivalent <= law.x_range[1]
+        )
 
 
 def has_size_axis(inputs: list[ScalingInput]) -> bool:
@@ -123,10 +124,17 @@ def fit_power_law(xs: list[float], ys: list[float]) -> PowerLaw | None:
     y = np.asarray([p[1] for p in pairs], dtype=np.float64)
     x0 = float(x[0])
     slope, intercept = np.polyfit(np.log(x / x0), np.log(y), 1)  # least squares line in log-log
-    loglog = PowerLaw(LOG_LOG, float(math.exp(intercept)), float(-slope), 0.0, x0,
-                      (float(x[0]), float(x[-1])),
-                      f"{len(x)} sizes: too few for the 3-parameter law" if len(x) < MIN_SATURATING_POINTS
-                      else "no saturating fit with a, b > 0 and 0 <= c < min objective")
+    loglog = PowerLaw(
+        LOG_LOG,
+        float(math.exp(intercept)),
+        float(-slope),
+        0.0,
+        x0,
+        (float(x[0]), float(x[-1])),
+        f"{len(x)} sizes: too few for the 3-parameter law"
+        if len(x) < MIN_SATURATING_POINTS
+        else "no saturating fit with a, b > 0 and 0 <= c < min objective",
+    )
     if len(x) < MIN_SATURATING_POINTS:
         return loglog
 
@@ -146,8 +154,15 @@ def fit_power_law(xs: list[float], ys: list[float]) -> PowerLaw | None:
         return loglog
     if not (a > 0 and b > 0 and 0 <= c < float(y.min())):
         return loglog
-    return PowerLaw(SATURATING, float(a), float(b), float(c), x0, (float(x[0]), float(x[-1])),
-                    f"{len(x)} sizes: enough for a, b and the irreducible term c")
+    return PowerLaw(
+        SATURATING,
+        float(a),
+        float(b),
+        float(c),
+        x0,
+        (float(x[0]), float(x[-1])),
+        f"{len(x)} sizes: enough for a, b and the irreducible term c",
+    )
 
 
 def _x(i: ScalingInput, axis: str) -> float:
@@ -181,8 +196,9 @@ def _x_equivalents(inputs, laws, objective) -> list[float | None]:
     return out
 
 
-def summarize_scaling(inputs: list[ScalingInput], n_resamples: int = N_RESAMPLES,
-                      rng_seed: int = BOOTSTRAP_SEED) -> ScalingSummary:
+def summarize_scaling(
+    inputs: list[ScalingInput], n_resamples: int = N_RESAMPLES, rng_seed: int = BOOTSTRAP_SEED
+) -> ScalingSummary:
     # Keyed by the input itself, not its name: two sizes of one baseline can share a name
     # (a study whose variants set d_model gets one `llama` per width), and a name key gave
     # all of them the last one's objective: a flat law, printed as if it were measured.
@@ -231,8 +247,16 @@ def _bootstrap_multipliers(usable, compared, n_resamples, rng_seed) -> list[Inte
     data = tuple(np.arange(len(s)) for s in seeds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # resamples whose law cannot be inverted give NaN
-        result = bootstrap(data, statistic, n_resamples=n_resamples, vectorized=False, paired=False,
-                           confidence_level=LEVEL, method="percentile", rng=np.random.default_rng(rng_seed))
+        result = bootstrap(
+            data,
+            statistic,
+            n_resamples=n_resamples,
+            vectorized=False,
+            paired=False,
+            confidence_level=LEVEL,
+            method="percentile",
+            rng=np.random.default_rng(rng_seed),
+        )
     # Percentiles of the bootstrap distribution, ignoring resamples whose law cannot be
     # inverted (NaN: a family whose objective does not fall with size) as long as they
     # are under 5%: more, and the multiplier is not identified at this spread (None).

@@ -47,18 +47,29 @@ class SmoothGap:
     lack_of_fit_p: float  # F test: quadratic + seeds against a free mean per rate + seeds
 
 
-def smooth_gap(observations: Iterable[tuple[float, int, float]], lr: float, centre: float,
-               octaves: float = 1.0, n_boot: int = 2000, confidence: float = 0.95,
-               rng: np.random.Generator | None = None) -> SmoothGap:
+def smooth_gap(
+    observations: Iterable[tuple[float, int, float]],
+    lr: float,
+    centre: float,
+    octaves: float = 1.0,
+    n_boot: int = 2000,
+    confidence: float = 0.95,
+    rng: np.random.Generator | None = None,
+) -> SmoothGap:
     """`observations`: (lr, seed, value) of finished trials. Raises ValueError when fewer than
     four rates lie within `octaves` of `centre`, or `lr` lies outside the fitted range."""
-    rows = [(math.log2(a), s, v) for a, s, v in observations
-            if math.isfinite(v) and abs(math.log2(a) - math.log2(centre)) <= octaves + 1e-9]
+    rows = [
+        (math.log2(a), s, v)
+        for a, s, v in observations
+        if math.isfinite(v) and abs(math.log2(a) - math.log2(centre)) <= octaves + 1e-9
+    ]
     xs = np.array([r[0] for r in rows])
     rates = sorted(set(xs.tolist()))
     if len(rates) < 4:
-        raise ValueError(f"{len(rates)} rates within {octaves} octave(s) of {centre:.3g}: a quadratic "
-                         "and its lack-of-fit test need at least 4")
+        raise ValueError(
+            f"{len(rates)} rates within {octaves} octave(s) of {centre:.3g}: a quadratic "
+            "and its lack-of-fit test need at least 4"
+        )
     x_lr = math.log2(lr)
     if not rates[0] - 1e-9 <= x_lr <= rates[-1] + 1e-9:
         raise ValueError(f"lr {lr:.3g} lies outside the fitted rates {2 ** rates[0]:.3g}-{2 ** rates[-1]:.3g}")
@@ -68,11 +79,11 @@ def smooth_gap(observations: Iterable[tuple[float, int, float]], lr: float, cent
     x = xs - shift
     # effects coding: the intercept is the seed-averaged level
     seed_cols = [np.array([(r[1] == s) - (r[1] == seeds[-1]) for r in rows], float) for s in seeds[:-1]]
-    design = np.column_stack([np.ones_like(x), x, x ** 2, *seed_cols])
+    design = np.column_stack([np.ones_like(x), x, x**2, *seed_cols])
     grid = np.linspace(rates[0], rates[-1], DENSE_POINTS) - shift
 
     def gap_of(beta: np.ndarray) -> tuple[float, float]:
-        curve = beta[0] + beta[1] * grid + beta[2] * grid ** 2
+        curve = beta[0] + beta[1] * grid + beta[2] * grid**2
         i = int(np.argmin(curve))
         at = beta[0] + beta[1] * (x_lr - shift) + beta[2] * (x_lr - shift) ** 2
         return (at - curve[i]) / curve[i], grid[i] + shift
@@ -84,15 +95,16 @@ def smooth_gap(observations: Iterable[tuple[float, int, float]], lr: float, cent
     relative, x_star = gap_of(beta)
     rng = rng if rng is not None else np.random.default_rng(0)
     inflated = residuals * math.sqrt(n / max(n - p, 1))
-    boot = np.array([gap_of(np.linalg.lstsq(design, fitted + rng.choice(inflated, n), rcond=None)[0])[0]
-                     for _ in range(n_boot)])
+    boot = np.array(
+        [gap_of(np.linalg.lstsq(design, fitted + rng.choice(inflated, n), rcond=None)[0])[0] for _ in range(n_boot)]
+    )
     low, high = np.quantile(boot, [(1 - confidence) / 2, (1 + confidence) / 2])
 
     # lack of fit: a free mean per rate (plus the same seed offsets) against the quadratic
     rate_cols = [(xs == r).astype(float) for r in rates[1:]]
     free = np.column_stack([np.ones_like(x), *rate_cols, *seed_cols])
     rss_free = float(np.sum((y - free @ np.linalg.lstsq(free, y, rcond=None)[0]) ** 2))
-    rss_quad = float(np.sum(residuals ** 2))
+    rss_quad = float(np.sum(residuals**2))
     p_free = np.linalg.matrix_rank(free)
     df1, df2 = p_free - p, n - p_free
     if df1 > 0 and df2 > 0 and rss_free > 0:
@@ -100,6 +112,14 @@ def smooth_gap(observations: Iterable[tuple[float, int, float]], lr: float, cent
         lack_p = float(stats.f.sf(f_stat, df1, df2))
     else:
         lack_p = float("nan")
-    return SmoothGap(lr=lr, lr_star=2.0 ** float(x_star), relative=float(relative), low=float(low),
-                     high=float(high), rates=tuple(2.0 ** r for r in rates), n=n,
-                     residual_sd=math.sqrt(rss_quad / max(n - p, 1)), lack_of_fit_p=lack_p)
+    return SmoothGap(
+        lr=lr,
+        lr_star=2.0 ** float(x_star),
+        relative=float(relative),
+        low=float(low),
+        high=float(high),
+        rates=tuple(2.0**r for r in rates),
+        n=n,
+        residual_sd=math.sqrt(rss_quad / max(n - p, 1)),
+        lack_of_fit_p=lack_p,
+    )

@@ -96,7 +96,7 @@ class Optimum:
 
     @property
     def edge(self) -> str | None:
-        """"low"/"high" when the minimum is an end of a grid of >= 2 points (lr* is then
+        """ "low"/"high" when the minimum is an end of a grid of >= 2 points (lr* is then
         only a bound); a one-point grid has no edge to speak of."""
         return self.fit.edge if self.fit.n_points > 1 else None
 
@@ -145,8 +145,10 @@ def by_lr(obs: Iterable[Observation]) -> tuple[LrStats, ...]:
     grouped: dict[float, dict[int, float]] = defaultdict(dict)
     for o in obs:
         grouped[o.lr][o.seed] = o.value  # one trial per (lr, seed): a slot finishes once
-    return tuple(LrStats(lr, tuple(sorted(grouped[lr])), tuple(grouped[lr][s] for s in sorted(grouped[lr])))
-                 for lr in sorted(grouped))
+    return tuple(
+        LrStats(lr, tuple(sorted(grouped[lr])), tuple(grouped[lr][s] for s in sorted(grouped[lr])))
+        for lr in sorted(grouped)
+    )
 
 
 def fit_for_seeds(rows: tuple[LrStats, ...], seeds: Iterable[int], method: str) -> AkimaFit | None:
@@ -161,8 +163,14 @@ def fit_for_seeds(rows: tuple[LrStats, ...], seeds: Iterable[int], method: str) 
     return fit_akima(points, method=method)
 
 
-def variant_stats(obs: Iterable[Observation], method: str = "akima", n_resamples: int | None = None,
-                  rng_seed: int | None = None, *, intervals: bool = True) -> VariantStats:
+def variant_stats(
+    obs: Iterable[Observation],
+    method: str = "akima",
+    n_resamples: int | None = None,
+    rng_seed: int | None = None,
+    *,
+    intervals: bool = True,
+) -> VariantStats:
     """Per-lr statistics and the optimum, with its intervals (`analysis.optimum`) unless
     `intervals=False` (the sequential seeds' check needs only the fit). `n_resamples`
     and `rng_seed` are what the former bootstrap took: `n_resamples=0` still means no
@@ -183,8 +191,7 @@ def variant_stats(obs: Iterable[Observation], method: str = "akima", n_resamples
     def interval(ends: tuple[float, float] | None) -> Interval | None:
         return Interval(*ends, LEVEL, bounds.method) if ends is not None else None
 
-    return VariantStats(rows, Optimum(fit, len(seeds), interval(bounds.lr), interval(bounds.objective),
-                                      bounds.reason))
+    return VariantStats(rows, Optimum(fit, len(seeds), interval(bounds.lr), interval(bounds.objective), bounds.reason))
 
 
 # -- the grid point of an optimum ----------------------------------------------------------
@@ -223,8 +230,15 @@ class VariantStatistics:
         stats = data["stats"]
         rows = tuple(LrStats(r["lr"], tuple(r["seeds"]), tuple(r["values"])) for r in stats["by_lr"])
         opt = stats["optimum"]
-        optimum = None if opt is None else Optimum(
-            AkimaFit.from_dict(opt["fit"]),
-            opt["n_seeds"], interval(opt["lr_interval"]), interval(opt["objective_interval"]),
-            opt.get("interval_note"))
+        optimum = (
+            None
+            if opt is None
+            else Optimum(
+                AkimaFit.from_dict(opt["fit"]),
+                opt["n_seeds"],
+                interval(opt["lr_interval"]),
+                interval(opt["objective_interval"]),
+                opt.get("interval_note"),
+            )
+        )
         return cls(data["objective"], VariantStats(rows, optimum), dict(data.get("comparisons") or {}))

@@ -101,8 +101,7 @@ class WidthTrend:
 
 
 def _logs(values: Mapping[int, float]) -> dict[int, float]:
-    return {int(s): math.log(v) for s, v in values.items()
-            if v is not None and math.isfinite(v) and v > 0}
+    return {int(s): math.log(v) for s, v in values.items() if v is not None and math.isfinite(v) and v > 0}
 
 
 def width_delta(item: WidthInput, alpha: float = ALPHA) -> WidthDelta:
@@ -160,10 +159,25 @@ def fit_trend(deltas: Sequence[WidthDelta], alpha: float = ALPHA) -> WidthTrend 
         crossing = Crossing(d0, None, None, "none: b's interval contains 0")
     else:
         lo, hi = bounds
-        crossing = Crossing(d0, REFERENCE_WIDTH * 2.0 ** lo if lo < 1000 else math.inf,
-                            REFERENCE_WIDTH * 2.0 ** hi if hi < 1000 else math.inf)
-    return WidthTrend(a, b, b - t * se_b, b + t * se_b, math.sqrt(var_a), se_b, cov_ab, df, p, level,
-                      crossing, tuple(sorted(d.width for d in deltas if d.decision.delta is not None)))
+        crossing = Crossing(
+            d0,
+            REFERENCE_WIDTH * 2.0**lo if lo < 1000 else math.inf,
+            REFERENCE_WIDTH * 2.0**hi if hi < 1000 else math.inf,
+        )
+    return WidthTrend(
+        a,
+        b,
+        b - t * se_b,
+        b + t * se_b,
+        math.sqrt(var_a),
+        se_b,
+        cov_ab,
+        df,
+        p,
+        level,
+        crossing,
+        tuple(sorted(d.width for d in deltas if d.decision.delta is not None)),
+    )
 
 
 def energy_descent(traces: Sequence[Mapping[str, float]], step: int = 2) -> tuple[int, int]:

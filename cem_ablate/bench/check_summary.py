@@ -44,8 +44,9 @@ def _bench_lines(name: str, payload: dict[str, Any] | None) -> list[str]:
             interval = f" [{t['low']:.3g}, {t['high']:.3g}]"
         sense = ">=" if t.get("higher_is_better", True) else "<="
         measured = "not measured" if t.get("measured") is None else f"{t['measured']:.3g}"
-        lines.append(f"- {name}: {t['name']}: {measured}{interval} (target {sense} {t['threshold']:.3g}): "
-                     f"{_verdict(t)}")
+        lines.append(
+            f"- {name}: {t['name']}: {measured}{interval} (target {sense} {t['threshold']:.3g}): {_verdict(t)}"
+        )
     lines += [f"- {name}: {r['variant']} {r['mode']} failed: {r['error']}" for r in errors]
     return lines or [f"- {name}: no targets evaluated"]
 
@@ -58,10 +59,12 @@ def summary(work: Path) -> str:
     else:
         ratio = parity.get("ratio")
         verdict = "met" if ratio is not None and ratio >= PARITY_TARGET else "missed"
-        lines.append(f"- train vs bench ({parity['size']} {parity['variant']} {parity['mode']} {parity['precision']}, "
-                     f"{parity['device']}): `cem-ablate train` {parity['train_tokens_per_sec']:,.0f} tokens/s "
-                     f"(MFU {parity['train_mfu']:.1%}) / bench {parity['bench_tokens_per_sec']:,.0f} = "
-                     f"{ratio:.3f} (target >= {PARITY_TARGET}): {verdict}")
+        lines.append(
+            f"- train vs bench ({parity['size']} {parity['variant']} {parity['mode']} {parity['precision']}, "
+            f"{parity['device']}): `cem-ablate train` {parity['train_tokens_per_sec']:,.0f} tokens/s "
+            f"(MFU {parity['train_mfu']:.1%}) / bench {parity['bench_tokens_per_sec']:,.0f} = "
+            f"{ratio:.3f} (target >= {PARITY_TARGET}): {verdict}"
+        )
         if parity.get("train_profile"):
             lines.append(f"- `cem-ablate train`'s {parity['train_profile']}")
     for name in ("bench-86M", "bench-162M"):

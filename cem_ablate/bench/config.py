@@ -15,8 +15,14 @@ from cem_ablate.training.hardware import native_bf16
 DEFAULT_VARIANTS = ("hf_llama", "llama", "cem_attn_t1", "cem_attn_t2", "cem_mlp_t1", "cem_mlp_t2", "cem_full_t2")
 # Peak memory only (one profiled step each): recursion depth with and without
 # per-step checkpointing, against T = 1 of the same model.
-DEFAULT_MEMORY_VARIANTS = ("cem_full_t1", "cem_full_t2", "cem_full_t4", "cem_full_t2_ckpt", "cem_full_t4_ckpt",
-                           "cem_full_t8_ckpt")
+DEFAULT_MEMORY_VARIANTS = (
+    "cem_full_t1",
+    "cem_full_t2",
+    "cem_full_t4",
+    "cem_full_t2_ckpt",
+    "cem_full_t4_ckpt",
+    "cem_full_t8_ckpt",
+)
 
 
 @dataclass(frozen=True)
@@ -49,13 +55,20 @@ class BenchConfig:
         for key in ("batch_size", "seq_len", "vocab_size", "repeats", "steps_per_sample"):
             require(getattr(self, key) >= 1, join(path, key), f"must be >= 1, got {getattr(self, key)}.")
         require(self.profile_steps >= 0, join(path, "profile_steps"), f"must be >= 0, got {self.profile_steps}.")
-        require(self.warmup_steps >= 1, join(path, "warmup_steps"),
-                "must be >= 1 (the first step allocates optimizer state and compiles).")
-        require(bool(self.variants) or bool(self.memory_variants), join(path, "variants"),
-                "nothing to measure: give at least one variant or memory variant.")
+        require(
+            self.warmup_steps >= 1,
+            join(path, "warmup_steps"),
+            "must be >= 1 (the first step allocates optimizer state and compiles).",
+        )
+        require(
+            bool(self.variants) or bool(self.memory_variants),
+            join(path, "variants"),
+            "nothing to measure: give at least one variant or memory variant.",
+        )
         require(bool(self.modes), join(path, "modes"), "needs at least one mode.")
-        require(self.precisions is None or bool(self.precisions), join(path, "precisions"),
-                "needs at least one precision.")
+        require(
+            self.precisions is None or bool(self.precisions), join(path, "precisions"), "needs at least one precision."
+        )
         for i, size in enumerate(self.sizes):
             if size not in SIZES:
                 raise unknown(join(join(path, "sizes"), i), size, SIZES, what="size")
@@ -66,22 +79,37 @@ class BenchConfig:
         for key in ("variants", "memory_variants"):
             labels = [parse_variant(spec, join(join(path, key), i)).label for i, spec in enumerate(getattr(self, key))]
             require(len(labels) == len(set(labels)), join(path, key), f"duplicate variant labels in {labels}.")
-        require(self.device in ("cpu", "cuda") or self.device.startswith("cuda:"), join(path, "device"),
-                f"expected cpu or cuda[:i], got {self.device!r}.")
+        require(
+            self.device in ("cpu", "cuda") or self.device.startswith("cuda:"),
+            join(path, "device"),
+            f"expected cpu or cuda[:i], got {self.device!r}.",
+        )
         if self.device.startswith("cuda"):
             import torch
 
-            require(torch.cuda.is_available(), join(path, "device"),
-                    f"{self.device} was asked for, but there is no CUDA device (torch.cuda.is_available() is "
-                    f"False; torch {torch.__version__}).")
+            require(
+                torch.cuda.is_available(),
+                join(path, "device"),
+                f"{self.device} was asked for, but there is no CUDA device (torch.cuda.is_available() is "
+                f"False; torch {torch.__version__}).",
+            )
             index = int(self.device.partition(":")[2] or 0)
-            require(index < torch.cuda.device_count(), join(path, "device"),
-                    f"{self.device}: there is no CUDA device {index} ({torch.cuda.device_count()} visible).")
+            require(
+                index < torch.cuda.device_count(),
+                join(path, "device"),
+                f"{self.device}: there is no CUDA device {index} ({torch.cuda.device_count()} visible).",
+            )
 
 
 QUICK = {  # `--quick`: seconds, for tests and smoke checks
-    "sizes": ["tiny"], "seq_len": 32, "batch_size": 2, "vocab_size": 256, "warmup_steps": 1, "repeats": 2,
-    "modes": ["eager"], "precisions": ["fp32"],
+    "sizes": ["tiny"],
+    "seq_len": 32,
+    "batch_size": 2,
+    "vocab_size": 256,
+    "warmup_steps": 1,
+    "repeats": 2,
+    "modes": ["eager"],
+    "precisions": ["fp32"],
     "variants": ["hf_llama", "llama", "cem_attn_t1", "cem_mlp_t2"],
     "memory_variants": ["cem_full_t1", "cem_full_t4_ckpt"],
 }
@@ -93,8 +121,15 @@ QUICK = {  # `--quick`: seconds, for tests and smoke checks
 # variant vs Llama (the latter against its FLOP-bound ratio), T = 8 checkpointed
 # memory vs T = 1 (results.evaluate_gpu_targets).
 GPU = {
-    "device": "cuda", "sizes": ["86M", "162M"], "seq_len": 2048, "batch_size": 8, "precisions": ["bf16"],
-    "modes": ["eager", "compiled"], "warmup_steps": 2, "repeats": 5, "steps_per_sample": 2,
+    "device": "cuda",
+    "sizes": ["86M", "162M"],
+    "seq_len": 2048,
+    "batch_size": 8,
+    "precisions": ["bf16"],
+    "modes": ["eager", "compiled"],
+    "warmup_steps": 2,
+    "repeats": 5,
+    "steps_per_sample": 2,
     # where the step's time goes (kernels by name and category, GPU busy fraction): MFU alone
     # cannot say why Llama stayed far below the MFU target on the first H100 run
     # (benchmarks/README.md)

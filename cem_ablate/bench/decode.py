@@ -42,10 +42,19 @@ MB = 1024 * 1024
 # Every built-in component, plain reuse and the docs/design/energy-lens.md#s11-energy-lens model options, paper defaults elsewhere
 # (bench/variants.py: kq_diag shared, diag_lowrank preconditioners).
 DEFAULT_VARIANTS = (
-    "llama", "cem_attn_t1", "cem_attn_t2", "cem_attn_t4", "cem_attn_t2_nodiag", "cem_attn_t2_perhead_exact",
-    "cem_attn_t2_nesterov", "cem_mlp_t2", "cem_full_t2", "cem_full_t4",
+    "llama",
+    "cem_attn_t1",
+    "cem_attn_t2",
+    "cem_attn_t4",
+    "cem_attn_t2_nodiag",
+    "cem_attn_t2_perhead_exact",
+    "cem_attn_t2_nesterov",
+    "cem_mlp_t2",
+    "cem_full_t2",
+    "cem_full_t4",
     "cem_attn_reuse_t2={attention: {name: cem, steps: 2, depth_mode: reuse, kq_diag: shared}}",
-    "hopfield_t2={mlp: {name: hopfield, steps: 2}}", "llama_nesterov_stream",
+    "hopfield_t2={mlp: {name: hopfield, steps: 2}}",
+    "llama_nesterov_stream",
     "cem_full_t2_hb_stream={attention: {name: cem, steps: 2, kq_diag: shared}, mlp: {name: cem, steps: 2}, "
     "stream: heavy_ball}",
     "et_parallel_t2",
@@ -67,8 +76,11 @@ class DecodeBenchConfig:
     def validate(self, path: str) -> None:
         for key in ("context", "new_tokens", "vocab_size", "repeats"):
             require(getattr(self, key) >= 1, join(path, key), f"must be >= 1, got {getattr(self, key)}.")
-        require(bool(self.batch_sizes) and min(self.batch_sizes) >= 1, join(path, "batch_sizes"),
-                f"needs batch sizes >= 1, got {self.batch_sizes}.")
+        require(
+            bool(self.batch_sizes) and min(self.batch_sizes) >= 1,
+            join(path, "batch_sizes"),
+            f"needs batch sizes >= 1, got {self.batch_sizes}.",
+        )
         require(bool(self.variants), join(path, "variants"), "needs at least one variant.")
         for i, size in enumerate(self.sizes):
             if size not in SIZES:
@@ -76,10 +88,17 @@ class DecodeBenchConfig:
         labels = [parse_variant(spec, join(join(path, "variants"), i)).label for i, spec in enumerate(self.variants)]
         require(len(labels) == len(set(labels)), join(path, "variants"), f"duplicate variant labels in {labels}.")
         external = [spec for spec in self.variants if parse_variant(spec).external]
-        require(not external, join(path, "variants"), f"{external}: the decode bench measures this platform's "
-                "decoding cache; transformers' Llama is not among its variants.")
-        require(self.device in ("cpu", "cuda") or self.device.startswith("cuda:"), join(path, "device"),
-                f"expected cpu or cuda[:i], got {self.device!r}.")
+        require(
+            not external,
+            join(path, "variants"),
+            f"{external}: the decode bench measures this platform's "
+            "decoding cache; transformers' Llama is not among its variants.",
+        )
+        require(
+            self.device in ("cpu", "cuda") or self.device.startswith("cuda:"),
+            join(path, "device"),
+            f"expected cpu or cuda[:i], got {self.device!r}.",
+        )
         if self.device.startswith("cuda"):
             require(torch.cuda.is_available(), join(path, "device"), f"{self.device}: no CUDA device.")
 
@@ -88,8 +107,14 @@ class DecodeBenchConfig:
         return self.context + self.new_tokens
 
 
-QUICK = {"sizes": ["tiny"], "context": 32, "new_tokens": 4, "vocab_size": 256, "repeats": 2,
-         "variants": ["llama", "cem_attn_t1", "cem_attn_t4", "cem_full_t2", "et_parallel_t2"]}
+QUICK = {
+    "sizes": ["tiny"],
+    "context": 32,
+    "new_tokens": 4,
+    "vocab_size": 256,
+    "repeats": 2,
+    "variants": ["llama", "cem_attn_t1", "cem_attn_t4", "cem_full_t2", "et_parallel_t2"],
+}
 
 
 @dataclass
@@ -138,8 +163,7 @@ def run_decode_bench(cfg: DecodeBenchConfig, log: Callable[[str], None] = print)
             case.row.cpu_contention = max((s for s in shares if s is not None), default=None)
             rows.append(case.row)
             case.model = None  # free the weights before the next size
-    meta = {"device": cfg.device, "torch": torch.__version__, "config": asdict(cfg),
-            "threads": torch.get_num_threads()}
+    meta = {"device": cfg.device, "torch": torch.__version__, "config": asdict(cfg), "threads": torch.get_num_threads()}
     return rows, meta
 
 
@@ -157,7 +181,7 @@ class _Case:
         self.next_ids = torch.randint(0, cfg.vocab_size, (batch, cfg.new_tokens), generator=g).to(device)
         self.prefilled: DecodingCache | None = None
         cache = new_cache(self.model)  # the cache's size per token, from a short prompt
-        decode(self.model, self.prompt[:1, :min(cfg.context, 8)], cache)
+        decode(self.model, self.prompt[:1, : min(cfg.context, 8)], cache)
         self.row.cache_bytes_per_token = cache.bytes_per_token()
 
     def step(self, what: str, batch: int | None):
@@ -179,7 +203,7 @@ class _Case:
     def _decode(self, batch: int):
         cache = _copy(self.prefilled)
         for i in range(self.cfg.new_tokens):
-            decode(self.model, self.next_ids[:batch, i:i + 1], cache)
+            decode(self.model, self.next_ids[:batch, i : i + 1], cache)
 
     def peak_bytes(self) -> int | None:
         batch = max(self.cfg.batch_sizes)
@@ -188,7 +212,7 @@ class _Case:
             cache = new_cache(self.model)
             decode(self.model, self.prompt[:batch], cache)
             for i in range(self.cfg.new_tokens):
-                decode(self.model, self.next_ids[:batch, i:i + 1], cache)
+                decode(self.model, self.next_ids[:batch, i : i + 1], cache)
 
         try:
             return step_peak_bytes(serve, self.prompt)
@@ -197,8 +221,7 @@ class _Case:
 
 
 def _copy(cache: DecodingCache) -> DecodingCache:
-    return DecodingCache(cache.position, [dict(states) for states in cache.blocks], cache.recompute,
-                         cache.token_ids)
+    return DecodingCache(cache.position, [dict(states) for states in cache.blocks], cache.recompute, cache.token_ids)
 
 
 # -- results ------------------------------------------------------------------------------
@@ -217,10 +240,12 @@ def ratios(rows: list[DecodeRow]) -> dict[tuple[str, str], dict[str, float]]:
         b = base.get(r.size)
         if b is None or r.error is not None:
             continue
-        entry = {"params": r.params / b.params,
-                 "cache": r.cache_bytes_per_token / b.cache_bytes_per_token if b.cache_bytes_per_token else math.nan,
-                 "prefill": _median_ratio(r.prefill_s, b.prefill_s),
-                 "peak": r.peak_bytes / b.peak_bytes if r.peak_bytes and b.peak_bytes else math.nan}
+        entry = {
+            "params": r.params / b.params,
+            "cache": r.cache_bytes_per_token / b.cache_bytes_per_token if b.cache_bytes_per_token else math.nan,
+            "prefill": _median_ratio(r.prefill_s, b.prefill_s),
+            "peak": r.peak_bytes / b.peak_bytes if r.peak_bytes and b.peak_bytes else math.nan,
+        }
         for batch, samples in r.decode_s.items():
             entry[f"decode_b{batch}"] = _median_ratio(samples, b.decode_s.get(batch, []))
         out[(r.size, r.variant)] = entry
@@ -240,11 +265,21 @@ def table(rows: list[DecodeRow], cfg: dict) -> str:
     batches = [str(b) for b in cfg["batch_sizes"]]
     out = []
     for size in dict.fromkeys(r.size for r in rows):
-        head = ["variant", "params (M)", "cache B/token", f"prefill tok/s ({cfg['context']})",
-                *[f"decode tok/s b{b}" for b in batches], f"peak MB (b{max(cfg['batch_sizes'])})"]
-        lines = [f"{size}, context {cfg['context']}, {cfg['new_tokens']} decoded tokens per sample, "
-                 f"{cfg['repeats']} rounds (ratio to llama):", "",
-                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        head = [
+            "variant",
+            "params (M)",
+            "cache B/token",
+            f"prefill tok/s ({cfg['context']})",
+            *[f"decode tok/s b{b}" for b in batches],
+            f"peak MB (b{max(cfg['batch_sizes'])})",
+        ]
+        lines = [
+            f"{size}, context {cfg['context']}, {cfg['new_tokens']} decoded tokens per sample, "
+            f"{cfg['repeats']} rounds (ratio to llama):",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head),
+        ]
         for r in (r for r in rows if r.size == size):
             if r.error is not None:
                 lines.append(f"| {r.variant} | error: {r.error} |" + " |" * (len(head) - 2))
@@ -258,22 +293,33 @@ def table(rows: list[DecodeRow], cfg: dict) -> str:
                 decode_cells.append(_fmt(speed, q.get(f"decode_b{b}"), 1))
             peak = r.peak_bytes / MB if r.peak_bytes else math.nan
             name = r.variant + (" (recomputes: no decoding hook)" if r.recomputes else "")
-            lines.append("| " + " | ".join([name, _fmt(r.params / 1e6, q.get("params"), 1),
-                                            _fmt(r.cache_bytes_per_token, q.get("cache")),
-                                            _fmt(prefill, q.get("prefill")), *decode_cells,
-                                            _fmt(peak, q.get("peak"), 1)]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        name,
+                        _fmt(r.params / 1e6, q.get("params"), 1),
+                        _fmt(r.cache_bytes_per_token, q.get("cache")),
+                        _fmt(prefill, q.get("prefill")),
+                        *decode_cells,
+                        _fmt(peak, q.get("peak"), 1),
+                    ]
+                )
+                + " |"
+            )
         contention = [r.cpu_contention for r in rows if r.size == size and r.cpu_contention is not None]
         if contention and max(contention) > 0.05:
-            lines.append(f"\nOther processes competed for the CPUs during {max(contention):.0%} of the timing: "
-                         "speeds and their ratios are unreliable.")
+            lines.append(
+                f"\nOther processes competed for the CPUs during {max(contention):.0%} of the timing: "
+                "speeds and their ratios are unreliable."
+            )
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
 
 def write_json(path: str | Path, rows: list[DecodeRow], meta: dict) -> None:
     r_all = ratios(rows)
-    payload = {"meta": meta, "rows": [r.to_dict() | {"ratio_vs_llama": r_all.get((r.size, r.variant))}
-                                      for r in rows]}
+    payload = {"meta": meta, "rows": [r.to_dict() | {"ratio_vs_llama": r_all.get((r.size, r.variant))} for r in rows]}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=1))

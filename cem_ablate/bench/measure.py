@@ -56,9 +56,13 @@ def warm_up(step: Callable[[torch.Tensor], float], batch: torch.Tensor, steps: i
     return time.perf_counter() - start
 
 
-def time_interleaved(steps: Sequence[Callable[[torch.Tensor], float]], batch: torch.Tensor,
-                     repeats: int, steps_per_sample: int = 1,
-                     on_round: Callable[[int], None] | None = None) -> list[Timing]:
+def time_interleaved(
+    steps: Sequence[Callable[[torch.Tensor], float]],
+    batch: torch.Tensor,
+    repeats: int,
+    steps_per_sample: int = 1,
+    on_round: Callable[[int], None] | None = None,
+) -> list[Timing]:
     """Seconds per step of each callable, sampled round-robin `repeats` times."""
     samples: list[list[float]] = [[] for _ in steps]
     n = len(steps)
@@ -96,9 +100,11 @@ def step_peak_bytes(step: Callable[[torch.Tensor], float], batch: torch.Tensor) 
     finally:
         with native_stderr_silenced():
             prof.stop()
-    totals = [(node.start_time_ns, node.typed[1].total_allocated)
-              for node in _walk(prof.profiler.kineto_results.experimental_event_tree())
-              if node.typed[0] == _EventType.Allocation]
+    totals = [
+        (node.start_time_ns, node.typed[1].total_allocated)
+        for node in _walk(prof.profiler.kineto_results.experimental_event_tree())
+        if node.typed[0] == _EventType.Allocation
+    ]
     return max((total for _, total in sorted(totals)), default=0)
 
 

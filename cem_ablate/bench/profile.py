@@ -43,15 +43,21 @@ from cem_ablate.bench.measure import native_stderr_silenced, sync_device
 # flash/memory-efficient/flex attention, inductor's Triton kernels, ATen ops).
 CATEGORIES: tuple[tuple[str, str], ...] = (
     ("attention", r"flash|fmha|attention|attn|flex|sdpa|_efficient_"),
-    ("gemm", r"gemm|xmma|cutlass|nvjet|sm\d\d_|cublas|wgmma|tem_fused_.*mm"
-             r"|aten::(mm|addmm|bmm|matmul|linear|baddbmm)$"),
+    (
+        "gemm",
+        r"gemm|xmma|cutlass|nvjet|sm\d\d_|cublas|wgmma|tem_fused_.*mm"
+        r"|aten::(mm|addmm|bmm|matmul|linear|baddbmm)$",
+    ),
     ("loss", r"log_?softmax|nll_loss|cross_entropy"),
     ("optimizer", r"multi_tensor|adam|foreach|_fused_adamw|norm_kernel|clip"),
     ("fused (inductor)", r"^triton_|cpp_fused|compiled"),
     ("copy/cast", r"copy|memcpy|memset|cast|to_copy|fill"),
-    ("views/allocation (no math)", r"aten::(view|t|transpose|reshape|expand|as_strided|permute|unsqueeze|squeeze"
-                                   r"|slice|select|detach|empty|empty_like|zeros|zeros_like|alias|unbind|split"
-                                   r"|chunk|contiguous|flatten|_unsafe_view|_reshape_alias|resolve_conj|lift_fresh)$"),
+    (
+        "views/allocation (no math)",
+        r"aten::(view|t|transpose|reshape|expand|as_strided|permute|unsqueeze|squeeze"
+        r"|slice|select|detach|empty|empty_like|zeros|zeros_like|alias|unbind|split"
+        r"|chunk|contiguous|flatten|_unsafe_view|_reshape_alias|resolve_conj|lift_fresh)$",
+    ),
 )
 
 
@@ -120,8 +126,11 @@ RANGE_CATEGORIES = {OPTIMIZER_RANGE: "optimizer", LOSS_RANGE: "loss"}
 def _annotation_spans(events) -> list[tuple[float, float, str]]:
     """On CUDA, each record_function range also appears as a GPU-side annotation
     spanning the kernels launched inside it: (start us, end us, category) of ours."""
-    return [(e.time_range.start, e.time_range.end, RANGE_CATEGORIES[e.name]) for e in events
-            if e.device_type == DeviceType.CUDA and e.name in RANGE_CATEGORIES]
+    return [
+        (e.time_range.start, e.time_range.end, RANGE_CATEGORIES[e.name])
+        for e in events
+        if e.device_type == DeviceType.CUDA and e.name in RANGE_CATEGORIES
+    ]
 
 
 def _span_category(start: float, end: float, spans: list[tuple[float, float, str]]) -> str | None:
@@ -146,8 +155,11 @@ def _device_times(prof, on_cuda: bool) -> tuple[dict[tuple[str, str], float], di
     calls: dict[tuple[str, str], int] = defaultdict(int)
     for event in events:
         if on_cuda:
-            if event.device_type != DeviceType.CUDA or getattr(event, "is_user_annotation", False) \
-                    or event.name in RANGE_CATEGORIES:
+            if (
+                event.device_type != DeviceType.CUDA
+                or getattr(event, "is_user_annotation", False)
+                or event.name in RANGE_CATEGORIES
+            ):
                 continue
             start, end = event.time_range.start, event.time_range.end
             label = _span_category(start, end, spans) or category(event.name)
@@ -168,8 +180,13 @@ def trace_file(prefix: str | Path, case: str) -> Path:
     return Path(f"{prefix}.{slug}.trace.json")
 
 
-def profile_step(step: Callable[[torch.Tensor], object], batch: torch.Tensor, steps: int = 3,
-                 top: int = 12, trace: str | Path | None = None) -> StepProfile:
+def profile_step(
+    step: Callable[[torch.Tensor], object],
+    batch: torch.Tensor,
+    steps: int = 3,
+    top: int = 12,
+    trace: str | Path | None = None,
+) -> StepProfile:
     """Profile `steps` calls of an already warmed-up training step on `batch`; with
     `trace`, also write them there as a Chrome trace (shapes and FLOPs included)."""
     device = batch.device
@@ -199,35 +216,57 @@ def profile_step(step: Callable[[torch.Tensor], object], batch: torch.Tensor, st
     for (_, label), us in micros.items():
         by_category[label] += us / 1e3 / steps
     ranked = sorted(micros.items(), key=lambda kv: -kv[1])[:top]
-    entries = [ProfileEntry(name=name[:120], category=label, ms_per_step=us / 1e3 / steps,
-                            share=us / total if total else 0.0, calls_per_step=calls[(name, label)] / steps)
-               for (name, label), us in ranked]
-    return StepProfile(device=device.type, steps=steps, wall_ms_per_step=wall * 1e3 / steps,
-                       device_ms_per_step=total / 1e3 / steps,
-                       by_category=dict(sorted(by_category.items(), key=lambda kv: -kv[1])), top=entries,
-                       flops_per_step=_counted_flops(prof) / steps, trace=None if trace is None else str(trace))
+    entries = [
+        ProfileEntry(
+            name=name[:120],
+            category=label,
+            ms_per_step=us / 1e3 / steps,
+            share=us / total if total else 0.0,
+            calls_per_step=calls[(name, label)] / steps,
+        )
+        for (name, label), us in ranked
+    ]
+    return StepProfile(
+        device=device.type,
+        steps=steps,
+        wall_ms_per_step=wall * 1e3 / steps,
+        device_ms_per_step=total / 1e3 / steps,
+        by_category=dict(sorted(by_category.items(), key=lambda kv: -kv[1])),
+        top=entries,
+        flops_per_step=_counted_flops(prof) / steps,
+        trace=None if trace is None else str(trace),
+    )
 
 
 def _counted_flops(prof) -> float:
     """FLOPs of the CPU-side ATen operators (on CUDA: the ones that launched the kernels);
     composite operators (aten::linear, aten::matmul) count 0 and their mm/addmm the FLOPs."""
-    return float(sum(e.flops or 0 for e in prof.events()
-                     if e.device_type == DeviceType.CPU and e.name.startswith("aten::")))
+    return float(
+        sum(e.flops or 0 for e in prof.events() if e.device_type == DeviceType.CPU and e.name.startswith("aten::"))
+    )
 
 
 def format_profile(label: str, profile: StepProfile) -> str:
     """Markdown: the categories and the top kernels/operators of one case."""
     unit = "kernel" if profile.device == "cuda" else "operator (self CPU)"
-    lines = [f"#### {label}", "",
-             f"{profile.wall_ms_per_step:.1f} ms per step (wall, profiler on, {profile.steps} steps); "
-             f"{unit} time {profile.device_ms_per_step:.1f} ms = {profile.busy_fraction:.0%} of wall"
-             + (" (the rest: the GPU waiting for the host)" if profile.device == "cuda" else ""), "",
-             f"{profile.flops_per_step / 1e9:.3g} GFLOP per step counted by the profiler (its matmuls)"
-             + (f"; Chrome trace with shapes: `{profile.trace}`" if profile.trace else ""), "",
-             "| category | ms/step | share |", "|---|---:|---:|"]
+    lines = [
+        f"#### {label}",
+        "",
+        f"{profile.wall_ms_per_step:.1f} ms per step (wall, profiler on, {profile.steps} steps); "
+        f"{unit} time {profile.device_ms_per_step:.1f} ms = {profile.busy_fraction:.0%} of wall"
+        + (" (the rest: the GPU waiting for the host)" if profile.device == "cuda" else ""),
+        "",
+        f"{profile.flops_per_step / 1e9:.3g} GFLOP per step counted by the profiler (its matmuls)"
+        + (f"; Chrome trace with shapes: `{profile.trace}`" if profile.trace else ""),
+        "",
+        "| category | ms/step | share |",
+        "|---|---:|---:|",
+    ]
     total = profile.device_ms_per_step or float("nan")
     lines += [f"| {c} | {ms:.2f} | {ms / total:.0%} |" for c, ms in profile.by_category.items()]
     lines += ["", f"| top {unit} | category | ms/step | share | calls/step |", "|---|---|---:|---:|---:|"]
-    lines += [f"| `{e.name[:70]}` | {e.category} | {e.ms_per_step:.2f} | {e.share:.0%} | {e.calls_per_step:g} |"
-              for e in profile.top]
+    lines += [
+        f"| `{e.name[:70]}` | {e.category} | {e.ms_per_step:.2f} | {e.share:.0%} | {e.calls_per_step:g} |"
+        for e in profile.top
+    ]
     return "\n".join(lines)

@@ -67,8 +67,14 @@ class Row:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out.update(tokens_per_s_median=self.tokens_per_s_median, tokens_per_s_best=self.tokens_per_s_best,
-                   flops_per_s=self.flops_per_s, mfu=self.mfu, mfu_best=self.mfu_best, peak_bytes=self.peak_bytes)
+        out.update(
+            tokens_per_s_median=self.tokens_per_s_median,
+            tokens_per_s_best=self.tokens_per_s_best,
+            flops_per_s=self.flops_per_s,
+            mfu=self.mfu,
+            mfu_best=self.mfu_best,
+            peak_bytes=self.peak_bytes,
+        )
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
 
 
@@ -109,8 +115,7 @@ def _round_ratios(ref: Row, row: Row) -> list[float]:
 MIN_ROUNDS_FOR_INTERVAL = 6  # below, no order-statistic interval reaches 95% (2 / 2^5 > 0.05)
 
 
-def paired_interval(rows: list[Row], row: Row, reference: str = BASELINE,
-                    level: float = 0.95) -> tuple[float, float]:
+def paired_interval(rows: list[Row], row: Row, reference: str = BASELINE, level: float = 0.95) -> tuple[float, float]:
     """Distribution-free interval for the median per-round ratio (the paired statistic):
     order statistics of the rounds by the binomial law (scipy's `quantile_test`), coverage
     >= `level` for independent rounds of any continuous distribution; nan where the rounds
@@ -171,8 +176,11 @@ class Target:
 
 
 SPEED_TARGETS = [  # (variant, reference, threshold): fp32 tokens/s ratios
-    (BASELINE, EXTERNAL, 1.0), ("cem_attn_t1", BASELINE, 1.0), ("cem_attn_t2", BASELINE, 0.8),
-    ("cem_mlp_t1", BASELINE, 1.0), ("cem_mlp_t2", BASELINE, 0.85),
+    (BASELINE, EXTERNAL, 1.0),
+    ("cem_attn_t1", BASELINE, 1.0),
+    ("cem_attn_t2", BASELINE, 0.8),
+    ("cem_mlp_t1", BASELINE, 1.0),
+    ("cem_mlp_t2", BASELINE, 0.85),
 ]
 MEMORY_TARGETS = [("cem_full_t4_ckpt", "cem_full_t1", 1.3), ("cem_full_t8_ckpt", "cem_full_t1", 1.6)]
 MFU_TARGET = 0.5
@@ -192,24 +200,56 @@ def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
             row = _find(rows, variant, key)
             if row is not None and (variant != BASELINE or mode == "eager"):
                 low, high = paired_interval(rows, row, reference)
-                out.append(Target(f"{variant} / {reference} tokens/s, {mode}", speed_ratio(rows, row, reference),
-                                  threshold, low=low, high=high,
-                                  best=speed_ratio(rows, row, reference, statistic="best")))
+                out.append(
+                    Target(
+                        f"{variant} / {reference} tokens/s, {mode}",
+                        speed_ratio(rows, row, reference),
+                        threshold,
+                        low=low,
+                        high=high,
+                        best=speed_ratio(rows, row, reference, statistic="best"),
+                    )
+                )
         for row in rows:  # energy-lens variants: paired ratio ÷ FLOP bound, with the interval
-            if row.key == key and is_energy_lens(row.variant) and not row.memory_only and not row.error \
-                    and _find(rows, BASELINE, key) is not None:
+            if (
+                row.key == key
+                and is_energy_lens(row.variant)
+                and not row.memory_only
+                and not row.error
+                and _find(rows, BASELINE, key) is not None
+            ):
                 bound = flop_bound_ratio(rows, row)
-                out.append(_speed_target(f"{row.variant} / llama tokens/s ÷ FLOP bound {bound:.3f}, {mode}",
-                                         rows, row, BASELINE, ENERGY_LENS_TARGET, per=bound))
+                out.append(
+                    _speed_target(
+                        f"{row.variant} / llama tokens/s ÷ FLOP bound {bound:.3f}, {mode}",
+                        rows,
+                        row,
+                        BASELINE,
+                        ENERGY_LENS_TARGET,
+                        per=bound,
+                    )
+                )
     for row in rows:
-        if row.size == size and row.mode == "compiled" and row.precision == "fp32" and not row.memory_only \
-                and row.variant != EXTERNAL and not row.error:
+        if (
+            row.size == size
+            and row.mode == "compiled"
+            and row.precision == "fp32"
+            and not row.memory_only
+            and row.variant != EXTERNAL
+            and not row.error
+        ):
             out.append(Target(f"{row.variant} MFU, compiled", row.mfu, MFU_TARGET))
     for variant, reference, threshold in MEMORY_TARGETS:
         for row in rows:
             if row.variant == variant and row.size == size and row.precision == "fp32" and row.peak_bytes:
-                out.append(Target(f"{variant} / {reference} peak memory, {row.mode}",
-                                  memory_ratio(rows, row, reference), threshold, higher_is_better=False))
+                out.append(
+                    Target(
+                        f"{variant} / {reference} peak memory, {row.mode}",
+                        memory_ratio(rows, row, reference),
+                        threshold,
+                        higher_is_better=False,
+                    )
+                )
     return out
 
 
@@ -217,19 +257,26 @@ def evaluate_targets(rows: list[Row], size: str = "bench") -> list[Target]:
 # Llama compiled MFU: litgpt and llm-foundry report 44-56% for 125M-1B models on A100,
 # OLMo-core 39-40% for 1B on H100 (published references for a tuned Llama step).
 GPU_MFU_TARGET = 0.45
-GPU_SPEED_TARGETS = [(BASELINE, EXTERNAL, 1.0, ("eager",)),  # HF Llama is measured eager
-                     ("cem_attn_t1", BASELINE, 0.9, ("eager", "compiled"))]
+GPU_SPEED_TARGETS = [
+    (BASELINE, EXTERNAL, 1.0, ("eager",)),  # HF Llama is measured eager
+    ("cem_attn_t1", BASELINE, 0.9, ("eager", "compiled")),
+]
 GPU_T2_TARGET = 0.9  # every T = 2 variant: tokens/s ratio >= 0.9 x its FLOP-bound ratio
 GPU_MEMORY_TARGETS = [("cem_full_t8_ckpt", "cem_full_t1", 1.6)]
 _T2 = re.compile(r"^cem_(attn|mlp|full)_t2$")
 
 
-def _speed_target(name: str, rows: list[Row], row: Row, reference: str, threshold: float,
-                  per: float = 1.0) -> Target:
+def _speed_target(name: str, rows: list[Row], row: Row, reference: str, threshold: float, per: float = 1.0) -> Target:
     """A paired speed-ratio target; `per` divides the ratio (a FLOP-bound ratio)."""
     low, high = paired_interval(rows, row, reference)
-    return Target(name, speed_ratio(rows, row, reference) / per, threshold, low=low / per, high=high / per,
-                  best=speed_ratio(rows, row, reference, statistic="best") / per)
+    return Target(
+        name,
+        speed_ratio(rows, row, reference) / per,
+        threshold,
+        low=low / per,
+        high=high / per,
+        best=speed_ratio(rows, row, reference, statistic="best") / per,
+    )
 
 
 def evaluate_gpu_targets(rows: list[Row], sizes: list[str], precision: str = "bf16") -> list[Target]:
@@ -243,21 +290,38 @@ def evaluate_gpu_targets(rows: list[Row], sizes: list[str], precision: str = "bf
             for variant, reference, threshold, modes in GPU_SPEED_TARGETS:
                 row = _find(rows, variant, key)
                 if row is not None and mode in modes and _find(rows, reference, key) is not None:
-                    out.append(_speed_target(f"{size}: {variant} / {reference} tokens/s, {mode}", rows, row,
-                                             reference, threshold))
+                    out.append(
+                        _speed_target(
+                            f"{size}: {variant} / {reference} tokens/s, {mode}", rows, row, reference, threshold
+                        )
+                    )
             for row in rows:
                 if row.key == key and _T2.match(row.variant) and not row.memory_only and not row.error:
                     bound = flop_bound_ratio(rows, row)
-                    out.append(_speed_target(f"{size}: {row.variant} / llama tokens/s ÷ FLOP bound {bound:.3f}, "
-                                             f"{mode}", rows, row, BASELINE, GPU_T2_TARGET, per=bound))
+                    out.append(
+                        _speed_target(
+                            f"{size}: {row.variant} / llama tokens/s ÷ FLOP bound {bound:.3f}, {mode}",
+                            rows,
+                            row,
+                            BASELINE,
+                            GPU_T2_TARGET,
+                            per=bound,
+                        )
+                    )
         row = _find(rows, BASELINE, (size, "compiled", precision))
         if row is not None:
             out.append(Target(f"{size}: llama MFU, compiled", row.mfu, GPU_MFU_TARGET))
         for variant, reference, threshold in GPU_MEMORY_TARGETS:
             for row in rows:
                 if row.variant == variant and row.size == size and row.precision == precision and row.peak_bytes:
-                    out.append(Target(f"{size}: {variant} / {reference} peak memory, {row.mode}",
-                                      memory_ratio(rows, row, reference), threshold, higher_is_better=False))
+                    out.append(
+                        Target(
+                            f"{size}: {variant} / {reference} peak memory, {row.mode}",
+                            memory_ratio(rows, row, reference),
+                            threshold,
+                            higher_is_better=False,
+                        )
+                    )
     return out
 
 
@@ -268,25 +332,40 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table(rows: list[Row]) -> str:
     """Markdown table: one line per timed case, then the memory-only cases."""
-    head = ("| size | variant | mode | prec | tokens/s med | tokens/s best | × llama | × llama (best, med) | "
-            "× hf_llama | FLOP-bound × llama | GFLOP/s | MFU | MFU best | peak MB | step MB | warm-up s |")
+    head = (
+        "| size | variant | mode | prec | tokens/s med | tokens/s best | × llama | × llama (best, med) | "
+        "× hf_llama | FLOP-bound × llama | GFLOP/s | MFU | MFU best | peak MB | step MB | warm-up s |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
         if row.error:
             lines.append(f"| {row.size} | {row.variant} | {row.mode} | {row.precision} | error: {row.error} |")
             continue
-        lines.append("| " + " | ".join([
-            row.size, row.variant + (" (memory only)" if row.memory_only else ""), row.mode, row.precision,
-            _fmt(row.tokens_per_s_median, ".0f"), _fmt(row.tokens_per_s_best, ".0f"),
-            _fmt(speed_ratio(rows, row), ".3f"),
-            f"{_fmt(speed_ratio(rows, row, statistic='best'), '.3f')}, "
-            f"{_fmt(speed_ratio(rows, row, statistic='median'), '.3f')}",
-            _fmt(speed_ratio(rows, row, EXTERNAL), ".3f"), _fmt(flop_bound_ratio(rows, row), ".3f"),
-            _fmt(row.flops_per_s / 1e9, ".1f"), _fmt(row.mfu, ".1%"), _fmt(row.mfu_best, ".1%"),
-            _fmt(row.peak_bytes / MB if row.peak_bytes is not None else None, ".0f"),
-            _fmt(row.step_peak_bytes / MB if row.step_peak_bytes is not None else None, ".0f"),
-            _fmt(row.warmup_s, ".1f"),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    row.size,
+                    row.variant + (" (memory only)" if row.memory_only else ""),
+                    row.mode,
+                    row.precision,
+                    _fmt(row.tokens_per_s_median, ".0f"),
+                    _fmt(row.tokens_per_s_best, ".0f"),
+                    _fmt(speed_ratio(rows, row), ".3f"),
+                    f"{_fmt(speed_ratio(rows, row, statistic='best'), '.3f')}, "
+                    f"{_fmt(speed_ratio(rows, row, statistic='median'), '.3f')}",
+                    _fmt(speed_ratio(rows, row, EXTERNAL), ".3f"),
+                    _fmt(flop_bound_ratio(rows, row), ".3f"),
+                    _fmt(row.flops_per_s / 1e9, ".1f"),
+                    _fmt(row.mfu, ".1%"),
+                    _fmt(row.mfu_best, ".1%"),
+                    _fmt(row.peak_bytes / MB if row.peak_bytes is not None else None, ".0f"),
+                    _fmt(row.step_peak_bytes / MB if row.step_peak_bytes is not None else None, ".0f"),
+                    _fmt(row.warmup_s, ".1f"),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -298,9 +377,11 @@ def contention_note(rows: list[Row]) -> str:
     shares = [r.cpu_contention for r in rows if r.cpu_contention is not None]
     if not shares or max(shares) < CONTENTION_WARNING:
         return ""
-    return (f"WARNING: other processes competed for the CPUs during timing (up to {max(shares):.0%} of the "
-            "time a task waited for a CPU): step times, ratios and MFU of this run are unreliable. "
-            "Rerun on an idle machine.")
+    return (
+        f"WARNING: other processes competed for the CPUs during timing (up to {max(shares):.0%} of the "
+        "time a task waited for a CPU): step times, ratios and MFU of this run are unreliable. "
+        "Rerun on an idle machine."
+    )
 
 
 def targets_table(targets: list[Target]) -> str:
@@ -313,8 +394,10 @@ def targets_table(targets: list[Target]) -> str:
         elif t.met is not None and t.interval_unknown:
             met += f" (no 95% interval: fewer than {MIN_ROUNDS_FOR_INTERVAL} rounds)"
         interval = "-" if math.isnan(t.low) else f"{t.low:.3f}-{t.high:.3f}"
-        lines.append(f"| {t.name} | {_fmt(t.measured, '.3f')} | {interval} | {_fmt(t.best, '.3f')} "
-                     f"| {sign} {t.threshold} | {met} |")
+        lines.append(
+            f"| {t.name} | {_fmt(t.measured, '.3f')} | {interval} | {_fmt(t.best, '.3f')} "
+            f"| {sign} {t.threshold} | {met} |"
+        )
     return "\n".join(lines)
 
 
@@ -322,21 +405,32 @@ def profiles_text(rows: list[Row]) -> str:
     """Where each profiled case's step time goes (bench/profile.py), as markdown."""
     from cem_ablate.bench.profile import StepProfile, format_profile
 
-    sections = [format_profile(f"{r.size} {r.variant} {r.mode} {r.precision}", StepProfile.from_dict(r.profile))
-                for r in rows if r.profile]
+    sections = [
+        format_profile(f"{r.size} {r.variant} {r.mode} {r.precision}", StepProfile.from_dict(r.profile))
+        for r in rows
+        if r.profile
+    ]
     return "### Where the step's time goes (profiler)\n\n" + "\n\n".join(sections) if sections else ""
 
 
 def write_json(path: str | Path, rows: list[Row], targets: list[Target], meta: dict[str, Any]) -> None:
     payload = {
         "meta": meta,
-        "rows": [r.to_dict() | {"ratio_vs_llama": _none(speed_ratio(rows, r)),
-                                "ratio_vs_llama_best": _none(speed_ratio(rows, r, statistic="best")),
-                                "ratio_vs_llama_of_medians": _none(speed_ratio(rows, r, statistic="median")),
-                                "ratio_vs_hf_llama": _none(speed_ratio(rows, r, EXTERNAL)),
-                                "flop_bound_ratio_vs_llama": _none(flop_bound_ratio(rows, r))} for r in rows],
-        "targets": [{k: _none(v) for k, v in asdict(t).items()} | {"met": t.met, "within_noise": t.within_noise}
-                    for t in targets],
+        "rows": [
+            r.to_dict()
+            | {
+                "ratio_vs_llama": _none(speed_ratio(rows, r)),
+                "ratio_vs_llama_best": _none(speed_ratio(rows, r, statistic="best")),
+                "ratio_vs_llama_of_medians": _none(speed_ratio(rows, r, statistic="median")),
+                "ratio_vs_hf_llama": _none(speed_ratio(rows, r, EXTERNAL)),
+                "flop_bound_ratio_vs_llama": _none(flop_bound_ratio(rows, r)),
+            }
+            for r in rows
+        ],
+        "targets": [
+            {k: _none(v) for k, v in asdict(t).items()} | {"met": t.met, "within_noise": t.within_noise}
+            for t in targets
+        ],
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -351,6 +445,14 @@ def read_json(path: str | Path) -> tuple[list[Row], dict[str, Any]]:
     """Rows and meta of a results file written by `write_json` (to re-render tables)."""
     payload = json.loads(Path(path).read_text())
     names = {f for f in Row.__dataclass_fields__}
-    rows = [Row(**{k: (math.nan if v is None and k in ("warmup_s", "peak_flops", "train_flops_per_token") else v)
-                   for k, v in r.items() if k in names}) for r in payload["rows"]]
+    rows = [
+        Row(
+            **{
+                k: (math.nan if v is None and k in ("warmup_s", "peak_flops", "train_flops_per_token") else v)
+                for k, v in r.items()
+                if k in names
+            }
+        )
+        for r in payload["rows"]
+    ]
     return rows, payload["meta"]

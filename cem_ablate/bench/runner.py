@@ -63,12 +63,25 @@ def _build_model(variant: Variant, cfg: BenchConfig, size: str, device: torch.de
         return model, {"eager": lambda: (hf_forward(model), None)}, llama
     config = parse_model_config(model_mapping(variant, size, cfg.seq_len, cfg.vocab_size))
     model = build_model(config).to(device).train()
-    return model, {"eager": lambda: (model.hidden_states, head_loss_for(model, device, compiled=False)),
-                   "compiled": lambda: (compiled_forward(model), head_loss_for(model, device, compiled=True))}, model
+    return (
+        model,
+        {
+            "eager": lambda: (model.hidden_states, head_loss_for(model, device, compiled=False)),
+            "compiled": lambda: (compiled_forward(model), head_loss_for(model, device, compiled=True)),
+        },
+        model,
+    )
 
 
-def build_cases(variants: list[Variant], modes: list[str], cfg: BenchConfig, size: str, precision: str,
-                device: torch.device, memory_only: bool = False) -> list[Case]:
+def build_cases(
+    variants: list[Variant],
+    modes: list[str],
+    cfg: BenchConfig,
+    size: str,
+    precision: str,
+    device: torch.device,
+    memory_only: bool = False,
+) -> list[Case]:
     cases = []
     for variant in variants:
         try:
@@ -76,23 +89,33 @@ def build_cases(variants: list[Variant], modes: list[str], cfg: BenchConfig, siz
             report = model_report(flop_source, cfg.seq_len)
             optimizer = make_optimizer(model)
         except Exception as err:  # noqa: BLE001  a variant that cannot be built still gets its row (its error)
-            cases.append(Case(_row(variant, "eager", cfg, size, precision, 0, math.nan, memory_only,
-                                   error=_short(err)), None))
+            cases.append(
+                Case(_row(variant, "eager", cfg, size, precision, 0, math.nan, memory_only, error=_short(err)), None)
+            )
             continue
         for mode in modes:
             if mode not in forwards:
                 continue
             forward, head_loss = forwards[mode]()
-            row = _row(variant, mode, cfg, size, precision, report.params_total, report.train_flops_per_token,
-                       memory_only)
+            row = _row(
+                variant, mode, cfg, size, precision, report.params_total, report.train_flops_per_token, memory_only
+            )
             cases.append(Case(row, TrainStep(model, forward, optimizer, precision, device, head_loss)))
     return cases
 
 
 def _row(variant, mode, cfg, size, precision, params, flops, memory_only, error=None) -> Row:
-    return Row(size=size, variant=variant.label, mode=mode, precision=precision,
-               tokens_per_step=cfg.batch_size * cfg.seq_len, params=params, train_flops_per_token=flops,
-               memory_only=memory_only, error=error)
+    return Row(
+        size=size,
+        variant=variant.label,
+        mode=mode,
+        precision=precision,
+        tokens_per_step=cfg.batch_size * cfg.seq_len,
+        params=params,
+        train_flops_per_token=flops,
+        memory_only=memory_only,
+        error=error,
+    )
 
 
 def _short(err: BaseException) -> str:
@@ -182,8 +205,10 @@ def run_bench(cfg: BenchConfig, log: Log = print) -> tuple[list[Row], dict[str, 
                 row.peak_flops = meter.peak
             log(f"  peak {meter.peak / 1e9:.0f} GFLOP/s (max of {len(meter.samples)} samples)")
             meta.setdefault("peak_flops", {})[f"{size}/{precision}"] = {
-                "peak": meter.peak, "samples": meter.samples,
-                "source": "measured matmul (max of samples)" if meter.measured else "device_peak_flops"}
+                "peak": meter.peak,
+                "samples": meter.samples,
+                "source": "measured matmul (max of samples)" if meter.measured else "device_peak_flops",
+            }
             rows += group
     return rows, meta
 
@@ -216,8 +241,10 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
         seconds = _safely(case, partial(warm_up, case.step, batch, cfg.warmup_steps), log)
         if seconds is not None:
             case.row.warmup_s = seconds
-            log(f"  warm-up {case.row.variant:<22} {case.row.mode:<8} {seconds:6.1f} s  "
-                f"({_graphs_compiled() - graphs} graphs compiled)")
+            log(
+                f"  warm-up {case.row.variant:<22} {case.row.mode:<8} {seconds:6.1f} s  "
+                f"({_graphs_compiled() - graphs} graphs compiled)"
+            )
     live = [c for c in cases if c.step is not None]
     graphs, round_start = _graphs_compiled(), [time.perf_counter()]
 
@@ -228,8 +255,7 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
         round_start[0] = now
 
     with CPUContention() as contention:
-        timings = time_interleaved([c.step for c in live], batch, cfg.repeats, cfg.steps_per_sample,
-                                   on_round=on_round)
+        timings = time_interleaved([c.step for c in live], batch, cfg.repeats, cfg.steps_per_sample, on_round=on_round)
     if (recompiled := _graphs_compiled() - graphs) > 0:
         log(f"  warning: {recompiled} graphs were compiled while timing (recompilation): those steps are slow")
     if contention.share is not None:
@@ -249,8 +275,10 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
             if profile is not None:
                 case.row.profile = profile.to_dict()
                 top = profile.top[0] if profile.top else None
-                log(f"  profile {case.row.variant:<22} {case.row.mode:<8} busy {profile.busy_fraction:4.0%}; "
-                    f"top: {top.category if top else '-'} {top.share if top else 0:.0%}")
+                log(
+                    f"  profile {case.row.variant:<22} {case.row.mode:<8} busy {profile.busy_fraction:4.0%}; "
+                    f"top: {top.category if top else '-'} {top.share if top else 0:.0%}"
+                )
     rows = [c.row for c in cases]
     del cases, live
     gc.collect()
@@ -304,11 +332,11 @@ def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
         "config": to_dict(cfg),
         "git_commit": _git_commit(),
         "step": "forward + head and cross-entropy (fp32 logits; training.head_loss) + backward + clip + AdamW "
-                "(docs/design/experiments.md#s7-training-recipe), the training recipe's; compiled = each block and the head + loss unit "
-                "torch.compile(fullgraph=True)",
+        "(docs/design/experiments.md#s7-training-recipe), the training recipe's; compiled = each block and the head + loss unit "
+        "torch.compile(fullgraph=True)",
         "device_profile": resolve_device_profile(RECIPE, device.type).params(),
         "memory_method": "torch.profiler memory events (CPU) / max_memory_allocated (CUDA); "
-                         "peak = weights + AdamW state + peak allocated inside the step",
+        "peak = weights + AdamW state + peak allocated inside the step",
     }
     try:
         import transformers
@@ -321,9 +349,14 @@ def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
 
         props = torch.cuda.get_device_properties(device)
         name = torch.cuda.get_device_name(device)
-        facts.update(gpu=name, cuda=torch.version.cuda, gpu_capability=f"{props.major}.{props.minor}",
-                     gpu_memory_gib=round(props.total_memory / 2**30, 1), gpu_multiprocessors=props.multi_processor_count,
-                     gpu_peak_bf16_tflops=gpu_peak_flops(name, "bf16-mixed") / 1e12)
+        facts.update(
+            gpu=name,
+            cuda=torch.version.cuda,
+            gpu_capability=f"{props.major}.{props.minor}",
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            gpu_multiprocessors=props.multi_processor_count,
+            gpu_peak_bf16_tflops=gpu_peak_flops(name, "bf16-mixed") / 1e12,
+        )
         try:
             import triton
 
@@ -335,8 +368,13 @@ def machine_facts(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None

@@ -67,17 +67,30 @@ class ParityResult:
         return asdict(self) | {"ratio": self.ratio}
 
     def markdown(self) -> str:
-        return "\n".join([
-            "| case | bench tokens/s | train tokens/s | train / bench | train MFU |",
-            "|---|---:|---:|---:|---:|",
-            f"| {self.size} {self.variant} {self.mode} {self.precision}, batch {self.batch_size} x {self.seq_len}, "
-            f"{self.device} | {self.bench_tokens_per_sec:,.0f} | {self.train_tokens_per_sec:,.0f} | "
-            f"{self.ratio:.3f} | {self.train_mfu:.1%} |",
-        ] + (["", f"`cem-ablate train`'s {self.train_profile}"] if self.train_profile else []))
+        return "\n".join(
+            [
+                "| case | bench tokens/s | train tokens/s | train / bench | train MFU |",
+                "|---|---:|---:|---:|---:|",
+                f"| {self.size} {self.variant} {self.mode} {self.precision}, batch {self.batch_size} x {self.seq_len}, "
+                f"{self.device} | {self.bench_tokens_per_sec:,.0f} | {self.train_tokens_per_sec:,.0f} | "
+                f"{self.ratio:.3f} | {self.train_mfu:.1%} |",
+            ]
+            + (["", f"`cem-ablate train`'s {self.train_profile}"] if self.train_profile else [])
+        )
 
 
-def train_config(variant: str, size: str, seq_len: int, batch_size: int, precision: str, mode: str, device: str,
-                 steps: int, vocab_size: int, log_every_n_steps: int) -> dict[str, Any]:
+def train_config(
+    variant: str,
+    size: str,
+    seq_len: int,
+    batch_size: int,
+    precision: str,
+    mode: str,
+    device: str,
+    steps: int,
+    vocab_size: int,
+    log_every_n_steps: int,
+) -> dict[str, Any]:
     """The run config that trains the bench case: same model, batch, precision, compile."""
     from cem_ablate.bench.variants import model_mapping, parse_variant
     from cem_ablate.training.config import TrainConfig
@@ -91,23 +104,48 @@ def train_config(variant: str, size: str, seq_len: int, batch_size: int, precisi
         "name": f"parity-{size}-{variant}-{mode}-{precision}",
         "model": model_mapping(parse_variant(variant), size, seq_len, vocab_size),
         "train": {
-            "lr": 1e-4, "batch_size": batch_size, "max_steps": steps, "warmup_frac": 0.0,
+            "lr": 1e-4,
+            "batch_size": batch_size,
+            "max_steps": steps,
+            "warmup_frac": 0.0,
             "precision": "auto" if wanted == default else wanted,  # the user's default where it is the bench's
             "accelerator": accelerator,
             "compile": mode == "compiled",
-            "val_every_n_steps": steps, "val_batches": 1, "test_batches": 1, "ckpt_every_n_steps": steps,
+            "val_every_n_steps": steps,
+            "val_batches": 1,
+            "test_batches": 1,
+            "ckpt_every_n_steps": steps,
             "log_every_n_steps": log_every_n_steps,
         },
-        "data": {"task": "mqar", "block_size": seq_len,
-                 "mqar": {"vocab_size": mqar_vocab, "num_kv_pairs": max(1, min(8, seq_len // 4, (mqar_vocab - 1) // 2)),
-                          "n_train": max(64, steps * batch_size), "n_val": batch_size, "n_test": batch_size}},
+        "data": {
+            "task": "mqar",
+            "block_size": seq_len,
+            "mqar": {
+                "vocab_size": mqar_vocab,
+                "num_kv_pairs": max(1, min(8, seq_len // 4, (mqar_vocab - 1) // 2)),
+                "n_train": max(64, steps * batch_size),
+                "n_val": batch_size,
+                "n_test": batch_size,
+            },
+        },
     }
 
 
-def measure_parity(variant: str = "llama", size: str = "86M", seq_len: int = 2048, batch_size: int = 8,
-                   precision: str = "bf16", mode: str = "compiled", device: str = "cuda", steps: int = 40,
-                   bench_repeats: int = 5, vocab_size: int = 32000, log_every_n_steps: int = 10,
-                   workdir: str | Path | None = None, log: Log = print) -> ParityResult:
+def measure_parity(
+    variant: str = "llama",
+    size: str = "86M",
+    seq_len: int = 2048,
+    batch_size: int = 8,
+    precision: str = "bf16",
+    mode: str = "compiled",
+    device: str = "cuda",
+    steps: int = 40,
+    bench_repeats: int = 5,
+    vocab_size: int = 32000,
+    log_every_n_steps: int = 10,
+    workdir: str | Path | None = None,
+    log: Log = print,
+) -> ParityResult:
     import torch
 
     from cem_ablate.bench.config import BenchConfig
@@ -115,11 +153,26 @@ def measure_parity(variant: str = "llama", size: str = "86M", seq_len: int = 204
     from cem_ablate.config.schema import parse
     from cem_ablate.training.config import parse_run_config
 
-    bench_cfg = parse(BenchConfig, {
-        "variants": [variant], "memory_variants": [], "sizes": [size], "modes": [mode], "precisions": [precision],
-        "batch_size": batch_size, "seq_len": seq_len, "vocab_size": vocab_size, "device": device,
-        "warmup_steps": 2, "repeats": bench_repeats, "steps_per_sample": 2, "peak": "cached",
-        "tune_allocator": False}, "bench")
+    bench_cfg = parse(
+        BenchConfig,
+        {
+            "variants": [variant],
+            "memory_variants": [],
+            "sizes": [size],
+            "modes": [mode],
+            "precisions": [precision],
+            "batch_size": batch_size,
+            "seq_len": seq_len,
+            "vocab_size": vocab_size,
+            "device": device,
+            "warmup_steps": 2,
+            "repeats": bench_repeats,
+            "steps_per_sample": 2,
+            "peak": "cached",
+            "tune_allocator": False,
+        },
+        "bench",
+    )
     rows, _ = run_bench(bench_cfg, log=log)
     row = rows[0]
     if row.error:
@@ -131,19 +184,33 @@ def measure_parity(variant: str = "llama", size: str = "86M", seq_len: int = 204
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
 
-    mapping = train_config(variant, size, seq_len, batch_size, precision, mode, device, steps, vocab_size,
-                           log_every_n_steps)
+    mapping = train_config(
+        variant, size, seq_len, batch_size, precision, mode, device, steps, vocab_size, log_every_n_steps
+    )
     parse_run_config(mapping)  # a bad case fails here, before a process starts
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         result, profile = train_command(mapping, Path(tmp), log)
     if result is None or result.status != TrialStatus.FINISHED:
-        raise RuntimeError(f"`cem-ablate train` ended {result.status if result else 'without a result'}"
-                           f"{f': {result.error}' if result and result.error else ''}")
+        raise RuntimeError(
+            f"`cem-ablate train` ended {result.status if result else 'without a result'}"
+            f"{f': {result.error}' if result and result.error else ''}"
+        )
     log(f"[parity] train: {result.tokens_per_sec:,.0f} tokens/s, MFU {result.mfu:.1%} ({result.steps} steps)")
-    return ParityResult(variant=variant, size=size, mode=mode, precision=precision, device=device,
-                        batch_size=batch_size, seq_len=seq_len, bench_tokens_per_sec=bench_rate,
-                        train_tokens_per_sec=result.tokens_per_sec, train_mfu=result.mfu,
-                        train_status=result.status.value, train_steps=result.steps, train_profile=profile)
+    return ParityResult(
+        variant=variant,
+        size=size,
+        mode=mode,
+        precision=precision,
+        device=device,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        bench_tokens_per_sec=bench_rate,
+        train_tokens_per_sec=result.tokens_per_sec,
+        train_mfu=result.mfu,
+        train_status=result.status.value,
+        train_steps=result.steps,
+        train_profile=profile,
+    )
 
 
 def train_command(mapping: dict[str, Any], folder: Path, log: Log) -> tuple[TrainResult | None, str]:
@@ -158,8 +225,19 @@ def train_command(mapping: dict[str, Any], folder: Path, log: Log) -> tuple[Trai
 
     config_file, run_dir = folder / "parity.yaml", folder / "run"
     config_file.write_text(yaml.safe_dump(mapping, sort_keys=False))
-    command = [sys.executable, "-m", "cem_ablate.cli.main", "train", str(config_file), "--run-dir", str(run_dir),
-               "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}", "--no-progress", "--fresh"]
+    command = [
+        sys.executable,
+        "-m",
+        "cem_ablate.cli.main",
+        "train",
+        str(config_file),
+        "--run-dir",
+        str(run_dir),
+        "--tracking-uri",
+        f"sqlite:///{folder / 'mlflow.db'}",
+        "--no-progress",
+        "--fresh",
+    ]
     log(f"[parity] {' '.join(command[2:])}")
     done = subprocess.run(command, capture_output=True, text=True)
     for line in (done.stdout + done.stderr).splitlines()[-15:]:
@@ -184,9 +262,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="append the markdown table to this file")
     parser.add_argument("--json", help="write the result as JSON here")
     args = parser.parse_args(argv)
-    result = measure_parity(args.variant, args.size, args.seq_len, args.batch_size, args.precision, args.mode,
-                            args.device, args.steps, args.repeats, args.vocab_size, args.log_every,
-                            log=lambda line: print(line, flush=True))
+    result = measure_parity(
+        args.variant,
+        args.size,
+        args.seq_len,
+        args.batch_size,
+        args.precision,
+        args.mode,
+        args.device,
+        args.steps,
+        args.repeats,
+        args.vocab_size,
+        args.log_every,
+        log=lambda line: print(line, flush=True),
+    )
     text = result.markdown()
     print(text)
     if args.out:

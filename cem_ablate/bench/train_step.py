@@ -44,8 +44,10 @@ def decay_groups(model: nn.Module, weight_decay: float = RECIPE.weight_decay) ->
         return model.parameter_groups(weight_decay)
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
     params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if id(p) in matrices], "weight_decay": weight_decay},
-            {"params": [p for p in params if id(p) not in matrices], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in params if id(p) in matrices], "weight_decay": weight_decay},
+        {"params": [p for p in params if id(p) not in matrices], "weight_decay": 0.0},
+    ]
 
 
 def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -82,16 +84,23 @@ class TrainStep:
     loss (the models of this project); without it, `forward` returns logits and the
     plain cross-entropy follows (the HF reference, or a model called whole)."""
 
-    def __init__(self, model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor],
-                 optimizer: torch.optim.Optimizer, precision: str, device: torch.device,
-                 head_loss: HeadLoss | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        forward: Callable[[torch.Tensor], torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        precision: str,
+        device: torch.device,
+        head_loss: HeadLoss | None = None,
+    ):
         self.model = model
         self.forward = forward
         self.head_loss = head_loss
         self.optimizer = optimizer
         self.device = device
-        self.autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" \
-            else nullcontext
+        self.autocast = (
+            (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" else nullcontext
+        )
 
     def __call__(self, batch: torch.Tensor) -> float | torch.Tensor:
         """The step's loss: a float on CPU; on CUDA the detached loss tensor, since

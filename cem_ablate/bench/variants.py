@@ -48,9 +48,24 @@ BASELINE = "llama"
 
 _CEM_NAME = re.compile(r"^cem_(attn|mlp|full)_t(\d+)((?:_[a-z]+)*)$")
 _PARALLEL_NAME = re.compile(r"^et_parallel_t(\d+)((?:_[a-z]+)*)$")
-MODIFIERS = ("ckpt", "ref", "nodiag", "sdpa", "blocked", "flex", "perhead", "exact", "diag", "identity", "hb",
-             "nesterov")
-UPDATES = {"hb": "heavy_ball", "nesterov": "nesterov"}  # modifier -> docs/design/energy-lens.md#s11-1-momentum update (learnable mu)
+MODIFIERS = (
+    "ckpt",
+    "ref",
+    "nodiag",
+    "sdpa",
+    "blocked",
+    "flex",
+    "perhead",
+    "exact",
+    "diag",
+    "identity",
+    "hb",
+    "nesterov",
+)
+UPDATES = {
+    "hb": "heavy_ball",
+    "nesterov": "nesterov",
+}  # modifier -> docs/design/energy-lens.md#s11-1-momentum update (learnable mu)
 SUBLAYER_KEYS = ("attention", "mlp")
 # Named variants of model options on the Llama baseline (the momentum study's arms, docs/design/energy-lens.md#s11-2-velocity-stream).
 NAMED = {"llama_nesterov_stream": {"stream": "nesterov"}}
@@ -125,17 +140,20 @@ def parse_variant(spec: str, path: str = "variants") -> Variant:
     if match := _PARALLEL_NAME.match(spec):
         steps, mods = _steps(spec, match.group(1), path), [m for m in match.group(2).split("_") if m]
         attention = _cem_sublayers("attn", steps, mods, path)["attention"]
-        return Variant(spec, {"attention": attention, "mlp": {"name": "hopfield", "steps": steps}},
-                       options={"block": "parallel"})
+        return Variant(
+            spec, {"attention": attention, "mlp": {"name": "hopfield", "steps": steps}}, options={"block": "parallel"}
+        )
     match = _CEM_NAME.match(spec)
     if not match:
         named = ", ".join(NAMED)
-        raise ConfigError(path, f"unknown variant {spec!r}; use llama, hf_llama, {named}, "
-                                f"cem_<attn|mlp|full>_t<T>[_mod], et_parallel_t<T>[_mod], "
-                                f"or label={{yaml}} (see `cem-ablate bench --help`).")
+        raise ConfigError(
+            path,
+            f"unknown variant {spec!r}; use llama, hf_llama, {named}, "
+            f"cem_<attn|mlp|full>_t<T>[_mod], et_parallel_t<T>[_mod], "
+            f"or label={{yaml}} (see `cem-ablate bench --help`).",
+        )
     part, steps, mods = match.group(1), _steps(spec, match.group(2), path), [m for m in match.group(3).split("_") if m]
     return Variant(spec, _cem_sublayers(part, steps, mods, path))
-
 
 
 def is_energy_lens(label: str) -> bool:
@@ -147,8 +165,11 @@ def is_energy_lens(label: str) -> bool:
     except ConfigError:
         return False
     momentum = any(sub.get("update") in UPDATES.values() for sub in variant.sublayers.values())
-    return momentum or variant.options.get("stream", "residual") != "residual" \
+    return (
+        momentum
+        or variant.options.get("stream", "residual") != "residual"
         or variant.options.get("block", "sequential") != "sequential"
+    )
 
 
 def _steps(spec: str, digits: str, path: str) -> int:

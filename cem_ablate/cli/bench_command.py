@@ -20,11 +20,13 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-VARIANT_HELP = ("variant names: llama, hf_llama (transformers reference, eager), llama_nesterov_stream, "
-                "cem_<attn|mlp|full>_t<T> and et_parallel_t<T> (CEM attention + Hopfield MLP, block: parallel) "
-                "with optional modifiers _ckpt _ref _nodiag _sdpa _blocked _flex _perhead _exact _diag _identity "
-                "_hb _nesterov, or 'label={yaml: attention, mlp, stream, stream_momentum, velocity_norm, block, "
-                "parametrization, base_d_model, step_scaling, mup_readout, readout_init_scale}'")
+VARIANT_HELP = (
+    "variant names: llama, hf_llama (transformers reference, eager), llama_nesterov_stream, "
+    "cem_<attn|mlp|full>_t<T> and et_parallel_t<T> (CEM attention + Hopfield MLP, block: parallel) "
+    "with optional modifiers _ckpt _ref _nodiag _sdpa _blocked _flex _perhead _exact _diag _identity "
+    "_hb _nesterov, or 'label={yaml: attention, mlp, stream, stream_momentum, velocity_norm, block, "
+    "parametrization, base_d_model, step_scaling, mup_readout, readout_init_scale}'"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +37,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--memory-variants", nargs="*", metavar="V", help="variants measured for peak memory only")
     add("--sizes", nargs="+", metavar="S", help="'bench' (D 512, 6 layers, 8 heads) or a model size preset")
     add("--modes", nargs="+", metavar="M", help="eager and/or compiled")
-    add("--precisions", nargs="+", metavar="P",
-        help="fp32 and/or bf16 (autocast, bf16-mixed); default fp32, plus bf16 where the device has it natively")
+    add(
+        "--precisions",
+        nargs="+",
+        metavar="P",
+        help="fp32 and/or bf16 (autocast, bf16-mixed); default fp32, plus bf16 where the device has it natively",
+    )
     int_flags = {
         "batch-size": "sequences per step (default 4)",
         "seq-len": "tokens per sequence (default 512)",
@@ -46,9 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "steps-per-sample": "steps in one timed sample (default 1)",
         "seed": "weights and batch seed (default 0)",
         "profile-steps": "after timing, profile N steps of every timed case: kernels (CUDA) or operators (CPU) "
-                         "by name and category, GPU busy fraction, and a Chrome trace with shapes and FLOPs "
-                         "beside the JSON, <json stem>.<case>.trace.json, or in --trace-dir "
-                         "(default 0: off; 2 with --gpu)",
+        "by name and category, GPU busy fraction, and a Chrome trace with shapes and FLOPs "
+        "beside the JSON, <json stem>.<case>.trace.json, or in --trace-dir "
+        "(default 0: off; 2 with --gpu)",
     }
     for flag, text in int_flags.items():
         add(f"--{flag}", type=int, metavar="N", help=text)
@@ -56,20 +62,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--no-tune-allocator", action="store_true", help="keep glibc's default malloc thresholds")
     add("--peak", help="CPU peak FLOP/s for MFU: 'measure' (default: matmul, max over the run) or 'cached'")
     add("--quick", action="store_true", help="a seconds-long run: tiny model, short sequences, eager fp32")
-    add("--gpu", action="store_true",
+    add(
+        "--gpu",
+        action="store_true",
         help="the GPU bench: 86M and 162M, sequence 2048, batch 8, bf16, eager and compiled, "
-             "HF Llama reference, GPU targets; writes benchmarks/results/gpu-<device>.{json,md} "
-             "(other flags still override)")
-    add("--json", help="where to write the results (default: bench.json; with --gpu "
-                       "benchmarks/results/gpu-<device>.json)")
+        "HF Llama reference, GPU targets; writes benchmarks/results/gpu-<device>.{json,md} "
+        "(other flags still override)",
+    )
+    add(
+        "--json",
+        help="where to write the results (default: bench.json; with --gpu benchmarks/results/gpu-<device>.json)",
+    )
     add("--markdown", help="also write the tables as markdown to this file (with --gpu: beside the JSON)")
-    add("--trace-dir", help="--profile-steps: write the Chrome traces into this folder instead of beside the JSON "
-                            "(one file per profiled case; scripts/gpu_check.sh packs them into one)")
+    add(
+        "--trace-dir",
+        help="--profile-steps: write the Chrome traces into this folder instead of beside the JSON "
+        "(one file per profiled case; scripts/gpu_check.sh packs them into one)",
+    )
     add("--render", metavar="JSON", help="measure nothing: print (and --markdown) the tables of a results file")
-    add("--decode", action="store_true",
+    add(
+        "--decode",
+        action="store_true",
         help="serving cost instead of training steps (bench/decode.py): prefill and decode tokens/s, cache bytes "
-             "per token and peak memory per variant, each against Llama; uses --variants --sizes --repeats "
-             "--vocab-size --seed --device --quick --json --markdown and the three flags below")
+        "per token and peak memory per variant, each against Llama; uses --variants --sizes --repeats "
+        "--vocab-size --seed --device --quick --json --markdown and the three flags below",
+    )
     add("--context", type=int, metavar="N", help="--decode: prompt tokens before decoding (default 2048)")
     add("--new-tokens", type=int, metavar="N", help="--decode: decoded tokens per timed sample (default 16)")
     add("--batch-sizes", type=int, nargs="+", metavar="N", help="--decode: decode batch sizes (default 1 8)")
@@ -79,8 +96,23 @@ def config_mapping(args: argparse.Namespace) -> dict:
     from cem_ablate.bench.config import GPU, QUICK
 
     mapping = dict(QUICK) if args.quick else dict(GPU) if args.gpu else {}
-    for key in ("variants", "memory_variants", "sizes", "modes", "precisions", "batch_size", "seq_len",
-                "vocab_size", "warmup_steps", "repeats", "steps_per_sample", "seed", "device", "peak", "profile_steps"):
+    for key in (
+        "variants",
+        "memory_variants",
+        "sizes",
+        "modes",
+        "precisions",
+        "batch_size",
+        "seq_len",
+        "vocab_size",
+        "warmup_steps",
+        "repeats",
+        "steps_per_sample",
+        "seed",
+        "device",
+        "peak",
+        "profile_steps",
+    ):
         value = getattr(args, key)
         if value is not None:
             mapping[key] = value
@@ -88,8 +120,11 @@ def config_mapping(args: argparse.Namespace) -> dict:
         mapping["tune_allocator"] = False
     if "size_variants" in mapping:  # a preset's per-size subsets follow the sizes and variants asked for
         sizes, variants = mapping.get("sizes", []), mapping.get("variants", [])
-        mapping["size_variants"] = {size: [v for v in names if v in variants]
-                                    for size, names in mapping["size_variants"].items() if size in sizes}
+        mapping["size_variants"] = {
+            size: [v for v in names if v in variants]
+            for size, names in mapping["size_variants"].items()
+            if size in sizes
+        }
     return mapping
 
 
@@ -98,8 +133,7 @@ def run_decode(args: argparse.Namespace) -> int:
     from cem_ablate.config.schema import parse
 
     mapping = dict(QUICK) if args.quick else {}
-    for key in ("variants", "sizes", "repeats", "vocab_size", "seed", "device", "context", "new_tokens",
-                "batch_sizes"):
+    for key in ("variants", "sizes", "repeats", "vocab_size", "seed", "device", "context", "new_tokens", "batch_sizes"):
         if getattr(args, key) is not None:
             mapping[key] = getattr(args, key)
     cfg = parse(DecodeBenchConfig, mapping, "bench")
@@ -204,15 +238,17 @@ def facts_header(meta: dict) -> str:
     """The markdown file's first lines on a GPU: device, software, setup, kernels."""
     cfg = meta["config"]
     kernels = ", ".join(f"{k}: {v}" for k, v in meta.get("attention_kernels", {}).items())
-    return (f"# `cem-ablate bench` on {meta.get('gpu')} ({meta.get('date')}, commit {meta.get('git_commit')})\n\n"
-            f"- device: {meta.get('gpu')}, compute capability {meta.get('gpu_capability')}, "
-            f"{meta.get('gpu_memory_gib')} GiB, {meta.get('gpu_multiprocessors')} SMs; MFU against the dense bf16 "
-            f"peak {meta.get('gpu_peak_bf16_tflops')} TFLOP/s (training/hardware.py)\n"
-            f"- software: torch {meta.get('torch')} (CUDA {meta.get('cuda')}), triton {meta.get('triton')}, "
-            f"transformers {meta.get('transformers')}, Python {meta.get('python')}\n"
-            f"- setup: sizes {', '.join(cfg['sizes'])}, sequence {cfg['seq_len']}, batch {cfg['batch_size']}, "
-            f"vocabulary {cfg['vocab_size']}, {', '.join(meta.get('precisions', []))}, "
-            f"modes {', '.join(cfg['modes'])}; {cfg['warmup_steps']} warm-up steps, {cfg['repeats']} timed rounds "
-            f"of {cfg['steps_per_sample']} steps; peak MB = weights + AdamW state + the step's "
-            f"torch.cuda.max_memory_allocated above what was held before it\n"
-            f"- attention kernels: {kernels}\n\n")
+    return (
+        f"# `cem-ablate bench` on {meta.get('gpu')} ({meta.get('date')}, commit {meta.get('git_commit')})\n\n"
+        f"- device: {meta.get('gpu')}, compute capability {meta.get('gpu_capability')}, "
+        f"{meta.get('gpu_memory_gib')} GiB, {meta.get('gpu_multiprocessors')} SMs; MFU against the dense bf16 "
+        f"peak {meta.get('gpu_peak_bf16_tflops')} TFLOP/s (training/hardware.py)\n"
+        f"- software: torch {meta.get('torch')} (CUDA {meta.get('cuda')}), triton {meta.get('triton')}, "
+        f"transformers {meta.get('transformers')}, Python {meta.get('python')}\n"
+        f"- setup: sizes {', '.join(cfg['sizes'])}, sequence {cfg['seq_len']}, batch {cfg['batch_size']}, "
+        f"vocabulary {cfg['vocab_size']}, {', '.join(meta.get('precisions', []))}, "
+        f"modes {', '.join(cfg['modes'])}; {cfg['warmup_steps']} warm-up steps, {cfg['repeats']} timed rounds "
+        f"of {cfg['steps_per_sample']} steps; peak MB = weights + AdamW state + the step's "
+        f"torch.cuda.max_memory_allocated above what was held before it\n"
+        f"- attention kernels: {kernels}\n\n"
+    )

@@ -18,8 +18,12 @@ CHECKED_KINDS = ("attention", "mlp")  # the sublayers the conformance check buil
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", help="only this kind (attention, mlp, preconditioner; plugins may add kinds)")
-    parser.add_argument("--check", metavar="NAME", help="check the attention or MLP component NAME (or KIND/NAME) "
-                        "against the contract: shape, causality, decode = forward, flops_per_token vs a measured count")
+    parser.add_argument(
+        "--check",
+        metavar="NAME",
+        help="check the attention or MLP component NAME (or KIND/NAME) "
+        "against the contract: shape, causality, decode = forward, flops_per_token vs a measured count",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,8 +56,12 @@ def _check(target: str, kind: str | None) -> int:
         raise ConfigError("--check", f"only {' and '.join(CHECKED_KINDS)} components are checked, not {kind}.")
     kinds = [k for k in ([kind] if kind else CHECKED_KINDS) if name in registry.names(k)]
     if not kinds:
-        raise unknown("--check", name, sorted({n for k in ([kind] if kind else CHECKED_KINDS)
-                                               for n in registry.names(k)}), what=f"{kind or 'attention or mlp'} component")
+        raise unknown(
+            "--check",
+            name,
+            sorted({n for k in ([kind] if kind else CHECKED_KINDS) for n in registry.names(k)}),
+            what=f"{kind or 'attention or mlp'} component",
+        )
     failed = False
     for k in kinds:
         result = check_component(k, name)

@@ -1,6 +1,6 @@
 """`cem-ablate coord-check CONFIG`: does every module's activation scale stay put as width grows?
 
-The coordinate check of muP (cem_ablate/bench/coord_check.py) for the `model:` of a run config
+The coordinate check of muP (cem_ablate/training/coord_check.py) for the `model:` of a run config
 or study file's `base` (plugins included): the model at each of --widths (d_mlp in
 proportion, heads and depth fixed), a few Adam steps on consecutive batches of the offline
 corpus (--fixed-batch: the first one at every step),
@@ -43,31 +43,56 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--widths", default="64,128,256,512", help="d_model values (default 64,128,256,512)")
     parser.add_argument("--steps", type=int, default=10, help="Adam steps (default 10; step 1 is at init)")
     parser.add_argument("--variant", help="with a study file: the model of this variant (default: base.model)")
-    parser.add_argument("--lr", type=float, default=1e-3,
-                        help="Adam learning rate (default 1e-3, half the d 64 optimum of the CPU studies)")
-    parser.add_argument("--seeds", type=int, default=10,
-                        help="initializations per width (default 10; their spread gives each slope's error)")
-    parser.add_argument("--parametrization", choices=("standard", "mup"),
-                        help="override model.parametrization (default: the config's)")
-    parser.add_argument("--base-d-model", type=int,
-                        help="model.base_d_model for the check (mup; default: the narrowest width, so that every "
-                             "width checked is at m >= 1: the exponents, not the base's constants, are checked)")
-    parser.add_argument("--threshold", type=float, default=0.1,
-                        help="largest |slope| of log mean|activation| vs log width allowed (default 0.1)")
-    parser.add_argument("--strict-output", action="store_true",
-                        help="bound the logits' |slope| at every step too (default: muP's O(1) output, "
-                             "slope <= +threshold before the last step; only a zero readout passes strict)")
-    parser.add_argument("--fixed-batch", action="store_true",
-                        help="train on one batch repeated at every step (mup's default, fix_data=True); default: a "
-                             "fresh batch of the corpus at every step, which separates right from wrong exponents "
-                             "better here (docs/results/coordinate-check.md)")
-    parser.add_argument("--out", default="reports/coord_check",
-                        help="folder for coord_check.png/.svg and coord_check.json (default reports/coord_check)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=1e-3,
+        help="Adam learning rate (default 1e-3, half the d 64 optimum of the CPU studies)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=10,
+        help="initializations per width (default 10; their spread gives each slope's error)",
+    )
+    parser.add_argument(
+        "--parametrization", choices=("standard", "mup"), help="override model.parametrization (default: the config's)"
+    )
+    parser.add_argument(
+        "--base-d-model",
+        type=int,
+        help="model.base_d_model for the check (mup; default: the narrowest width, so that every "
+        "width checked is at m >= 1: the exponents, not the base's constants, are checked)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=0.1,
+        help="largest |slope| of log mean|activation| vs log width allowed (default 0.1)",
+    )
+    parser.add_argument(
+        "--strict-output",
+        action="store_true",
+        help="bound the logits' |slope| at every step too (default: muP's O(1) output, "
+        "slope <= +threshold before the last step; only a zero readout passes strict)",
+    )
+    parser.add_argument(
+        "--fixed-batch",
+        action="store_true",
+        help="train on one batch repeated at every step (mup's default, fix_data=True); default: a "
+        "fresh batch of the corpus at every step, which separates right from wrong exponents "
+        "better here (docs/results/coordinate-check.md)",
+    )
+    parser.add_argument(
+        "--out",
+        default="reports/coord_check",
+        help="folder for coord_check.png/.svg and coord_check.json (default reports/coord_check)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from cem_ablate.bench.coord_check import CoordCheckSettings, model_at_width, run_coord_check
     from cem_ablate.model.config import parse_model_config
+    from cem_ablate.training.coord_check import CoordCheckSettings, model_at_width, run_coord_check
 
     widths = _checked_options(args)
     model = _config_model(args)
@@ -75,13 +100,21 @@ def run(args: argparse.Namespace) -> int:
     for width in widths:  # the very mapping each width runs (the config's heads: d_model must divide)
         parse_model_config(model_at_width(model, width), path=f"--widths {width}")
 
-    settings = CoordCheckSettings(widths=widths, steps=args.steps, lr=args.lr, seeds=args.seeds,
-                                  threshold=args.threshold, strict_output=args.strict_output,
-                                  fresh_batches=not args.fixed_batch)
-    print(f"coordinate check: widths {','.join(map(str, widths))}, {args.steps} Adam steps at lr {args.lr:g}"
-          f"{' on one batch (--fixed-batch)' if args.fixed_batch else ''}, {args.seeds} seeds{base_note}", flush=True)
-    result = run_coord_check(model, settings, progress=lambda w, s: print(f"  d_model {w}, seed {s}: done",
-                                                                          flush=True))
+    settings = CoordCheckSettings(
+        widths=widths,
+        steps=args.steps,
+        lr=args.lr,
+        seeds=args.seeds,
+        threshold=args.threshold,
+        strict_output=args.strict_output,
+        fresh_batches=not args.fixed_batch,
+    )
+    print(
+        f"coordinate check: widths {','.join(map(str, widths))}, {args.steps} Adam steps at lr {args.lr:g}"
+        f"{' on one batch (--fixed-batch)' if args.fixed_batch else ''}, {args.seeds} seeds{base_note}",
+        flush=True,
+    )
+    result = run_coord_check(model, settings, progress=lambda w, s: print(f"  d_model {w}, seed {s}: done", flush=True))
     print(result.table(resolved=resolved_excess(result)))
     _write_outputs(result, base, Path(args.out))
     return 1 if result.flagged() else 0
@@ -89,8 +122,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _checked_options(args: argparse.Namespace) -> list[int]:
     """The widths, once --widths, --steps, --seeds and --lr are checked (a ConfigError names the flag)."""
-    from cem_ablate.bench.coord_check import widths_argument
     from cem_ablate.config import ConfigError
+    from cem_ablate.training.coord_check import widths_argument
 
     try:
         widths = widths_argument(args.widths)
@@ -141,14 +174,16 @@ def _check_base(model: dict, base_d_model: int | None, widths: list[int]) -> tup
         # above the narrowest width puts modules of four of the five families over the bound;
         # docs/results/coordinate-check.md).
         model["base_d_model"] = base
-        base_note += (f" (the narrowest width; the config's is {parsed.base_d_model}: "
-                      f"--base-d-model {parsed.base_d_model} checks with it)")
+        base_note += (
+            f" (the narrowest width; the config's is {parsed.base_d_model}: "
+            f"--base-d-model {parsed.base_d_model} checks with it)"
+        )
     return base, base_note
 
 
 def _write_outputs(result, base: int | None, out: Path) -> None:
     """coord_check.png/.svg and coord_check.json (with the base_d_model checked, under mup) in `out`."""
-    from cem_ablate.bench.coord_check import plot_coord_check
+    from cem_ablate.figures.coord_check import plot_coord_check
 
     out.mkdir(parents=True, exist_ok=True)
     plot_coord_check(result, out / "coord_check.png")
@@ -184,5 +219,8 @@ def _variant_model(study_file: str, name: str) -> dict:
             model = v.config.model.to_mapping()
             model.pop("vocab_size", None)
             return model
-    raise unknown("--variant", name, [v.name for v in expanded.variants], what="variant") if expanded.variants \
+    raise (
+        unknown("--variant", name, [v.name for v in expanded.variants], what="variant")
+        if expanded.variants
         else ConfigError("--variant", f"{study_file} has no variants.")
+    )

@@ -9,12 +9,18 @@ import argparse
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN_DIR|CHECKPOINT", help="a run folder, or a .ckpt inside one")
-    parser.add_argument("--tasks", action="append", required=True, metavar="TASK[,TASK]",
-                        help="lm-evaluation-harness task, group or tag names (repeatable)")
+    parser.add_argument(
+        "--tasks",
+        action="append",
+        required=True,
+        metavar="TASK[,TASK]",
+        help="lm-evaluation-harness task, group or tag names (repeatable)",
+    )
     parser.add_argument("--include-path", metavar="DIR", help="a folder of local task YAML files")
     parser.add_argument("--limit", type=int, help="documents per task (default: all)")
-    parser.add_argument("--batch-size", type=int, default=1,
-                        help="sequences lm-eval scores per forward pass (HFLM's batch_size)")
+    parser.add_argument(
+        "--batch-size", type=int, default=1, help="sequences lm-eval scores per forward pass (HFLM's batch_size)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
     parser.add_argument("--no-log", action="store_true", help="do not log the metrics to MLflow")
 

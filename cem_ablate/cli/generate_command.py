@@ -29,8 +29,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     parser.add_argument("--stop-at-eos", action="store_true", help="stop at the tokenizer's end-of-document id")
-    parser.add_argument("--recompute", action="store_true",
-                        help="no cache: recompute the whole prefix for every token (the reference the cache must equal)")
+    parser.add_argument(
+        "--recompute",
+        action="store_true",
+        help="no cache: recompute the whole prefix for every token (the reference the cache must equal)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,20 +48,27 @@ def run(args: argparse.Namespace) -> int:
     sampling.validate()
     trained = load_trained_run(args.target)  # its warnings on stderr, one line each
     if trained.tokenizer is None:
-        raise ConfigError("data.task", f"{trained.config.data.task!r} runs have no text tokenizer; "
-                          "generate needs a text run.")
+        raise ConfigError(
+            "data.task", f"{trained.config.data.task!r} runs have no text tokenizer; generate needs a text run."
+        )
     model, tokenizer = trained.model.to(args.device), trained.tokenizer
     missing = missing_hooks(model)
     if missing and not args.recompute:
-        print(f"warning: {'; '.join(missing)} (model/protocol.py IncrementalDecoding): generating by "
-              "recomputing the whole prefix for every token", file=sys.stderr)
+        print(
+            f"warning: {'; '.join(missing)} (model/protocol.py IncrementalDecoding): generating by "
+            "recomputing the whole prefix for every token",
+            file=sys.stderr,
+        )
     prompt = tokenizer.encode_batch([args.prompt])[0].tolist()
     if not prompt:
         raise ConfigError("--prompt", "encodes to no tokens; give some text.")
     limit = model.dims.max_seq_len
     if len(prompt) + sampling.max_new_tokens > limit:
-        raise ConfigError("--max-new-tokens", f"the prompt's {len(prompt)} tokens + {sampling.max_new_tokens} new "
-                          f"exceed the model's max_seq_len {limit}.")
+        raise ConfigError(
+            "--max-new-tokens",
+            f"the prompt's {len(prompt)} tokens + {sampling.max_new_tokens} new "
+            f"exceed the model's max_seq_len {limit}.",
+        )
     cache = DecodingCache(recompute=True) if args.recompute else new_cache(model)
     ids = torch.tensor([prompt], device=args.device)
     eos = tokenizer.eos_id if args.stop_at_eos else None
@@ -82,10 +92,10 @@ class TextStream:
         text = self.tokenizer.decode(self.ids)
         if text.endswith("\ufffd"):
             return ""
-        out, self.shown = text[self.shown:], len(text)
+        out, self.shown = text[self.shown :], len(text)
         return out
 
     def flush(self) -> str:
         text = self.tokenizer.decode(self.ids)
-        out, self.shown = text[self.shown:], len(text)
+        out, self.shown = text[self.shown :], len(text)
         return out

@@ -98,8 +98,10 @@ def _written_places(args: argparse.Namespace) -> list[Path]:
     from cem_ablate.tracking.store import sqlite_store_path
 
     places = [Path.cwd() / "mlruns"]
-    for url, to_path in ((getattr(args, "storage", None), sqlite_path),
-                         (getattr(args, "tracking_uri", None), sqlite_store_path)):
+    for url, to_path in (
+        (getattr(args, "storage", None), sqlite_path),
+        (getattr(args, "tracking_uri", None), sqlite_store_path),
+    ):
         try:
             path = to_path(url) if url else None
         except Exception:  # noqa: BLE001 - an unusable URL was refused before anything ran

@@ -20,16 +20,25 @@ AT = ("baseline", "own", "both")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     # Strings, validated in `run`: a bad value is one `error:` line (ConfigError), not usage text.
-    parser.add_argument("--seeds", required=True, metavar="N|MIN..MAX",
-                        help="fixed seeds (5) or sequential seeds until resolved (2..5)")
-    parser.add_argument("--at", default="baseline", metavar="|".join(AT),
-                        help="sequential seeds: the Δ that decides (both: two grid points per look)")
+    parser.add_argument(
+        "--seeds", required=True, metavar="N|MIN..MAX", help="fixed seeds (5) or sequential seeds until resolved (2..5)"
+    )
+    parser.add_argument(
+        "--at",
+        default="baseline",
+        metavar="|".join(AT),
+        help="sequential seeds: the Δ that decides (both: two grid points per look)",
+    )
     parser.add_argument("--alpha", default="0.05", help="the design's false-positive rate (default 0.05)")
-    parser.add_argument("--welch", action="store_true",
-                        help="unpaired (Welch) test: variants whose initial values are not shared")
-    parser.add_argument("--pooled", metavar="K",
-                        help="unpaired, with one seed variance pooled over K points (statistics.variance: pooled; "
-                             "K: the models the report compares, at least 2)")
+    parser.add_argument(
+        "--welch", action="store_true", help="unpaired (Welch) test: variants whose initial values are not shared"
+    )
+    parser.add_argument(
+        "--pooled",
+        metavar="K",
+        help="unpaired, with one seed variance pooled over K points (statistics.variance: pooled; "
+        "K: the models the report compares, at least 2)",
+    )
     parser.add_argument("--delta", help="a difference in the objective's units (with --std)")
     parser.add_argument("--std", help="seed-to-seed std in the objective's units (paired: of the differences)")
 
@@ -93,8 +102,10 @@ def run(args: argparse.Namespace) -> int:
     unit = "std of the per-seed differences" if paired else "seed-to-seed std of each side"
     test = "paired t" if paired else f"pooled t over {groups} points" if design.pooled else "Welch t"
     print(f"design: {design.describe()}; {test}")
-    print(f"false-positive rate: {false_positive_rate(design, paired=paired, groups=groups):.3f} "
-          f"(simulated; α = {design.alpha:g})")
+    print(
+        f"false-positive rate: {false_positive_rate(design, paired=paired, groups=groups):.3f} "
+        f"(simulated; α = {design.alpha:g})"
+    )
     mde = min_detectable_effect(design, 0.8, paired, groups=groups)
     if mde is None:
         print("smallest Δ detected with 80% power: none (the design cannot resolve any Δ)")

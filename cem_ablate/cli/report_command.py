@@ -19,8 +19,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("study", metavar="STUDY", help="study file (YAML) or study name")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///<cwd>/mlruns/mlflow.db)")
     parser.add_argument("--scale", help="with a study file: the scale it was run with")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="with a study file: the --set overrides it was run with")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with a study file: the --set overrides it was run with",
+    )
     parser.add_argument("--out", help="output folder (default reports/<study name>)")
 
 
@@ -47,8 +52,11 @@ def _load_study(args: argparse.Namespace):
         if not missing:
             raise
     name = parse_study(load_study_mapping(args.study, args.scale, args.set)).name
-    print(f"warning: {args.study}: {'; '.join(missing)}; the report reads the MLflow store alone: the newest "
-          f"run of each variant of study {name!r}, its verdicts by the design the study recorded.", file=sys.stderr)
+    print(
+        f"warning: {args.study}: {'; '.join(missing)}; the report reads the MLflow store alone: the newest "
+        f"run of each variant of study {name!r}, its verdicts by the design the study recorded.",
+        file=sys.stderr,
+    )
     return None, name
 
 

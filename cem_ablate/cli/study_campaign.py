@@ -34,8 +34,11 @@ def campaign_files(args: argparse.Namespace, scale: str | None) -> list:
         check_campaign_file(expanded, label)
         name = expanded.spec.name
         if name in seen:
-            raise ConfigError("", f"{label}: study {name!r} is also {seen[name]}'s name (a file given twice?); "
-                                  "each file of a campaign keeps its own study.")
+            raise ConfigError(
+                "",
+                f"{label}: study {name!r} is also {seen[name]}'s name (a file given twice?); "
+                "each file of a campaign keeps its own study.",
+            )
         seen[name] = label
         files.append(CampaignFile(label, expanded))
         warning = trust_warning(expanded)
@@ -65,10 +68,12 @@ def _dry_run(by_scale: list, args: argparse.Namespace, console) -> int:
         settled = None if args.no_reuse else settled_trials(plan, args.storage or default_storage_url())
         costs.append((scale, print_campaign(plan, rate, console, scale, settled, args.budget)))
     if len(costs) > 1:
-        side = "; ".join(f"scale {scale or '(none)'} {gh(cost.worst)}"
-                         + (f" ({gh(cost.expected)} expected)" if cost.sequential else "") for scale, cost in costs)
-        console.print(f"beside: {side} GPU-hours, each campaign's distinct trials once", markup=False,
-                      highlight=False)
+        side = "; ".join(
+            f"scale {scale or '(none)'} {gh(cost.worst)}"
+            + (f" ({gh(cost.expected)} expected)" if cost.sequential else "")
+            for scale, cost in costs
+        )
+        console.print(f"beside: {side} GPU-hours, each campaign's distinct trials once", markup=False, highlight=False)
     return 0
 
 
@@ -93,8 +98,14 @@ def _run(files: list, args: argparse.Namespace, console) -> int:
             from cem_ablate.reporting.report import make_report
 
             for f in files:
-                path = make_report(settings.tracking_uri, f.name, Path(args.report_dir) / f.name,
-                                   [v.key for v in f.expanded.variants], console, expanded=f.expanded)
+                path = make_report(
+                    settings.tracking_uri,
+                    f.name,
+                    Path(args.report_dir) / f.name,
+                    [v.key for v in f.expanded.variants],
+                    console,
+                    expanded=f.expanded,
+                )
                 print(f"report: {path}")
     return code
 
@@ -112,7 +123,8 @@ def run_campaign(files: list, settings, workers: int, echo) -> int | None:
     name = "campaign-" + digest(sorted(f.name for f in files), chars=8)
     tiers = [tier for tier in ([proxy_study(e) for e in transfer], grid) if tier]
     parts = ([f"the {len(transfer)} transfer files' proxies"] if transfer else []) + (
-        [f"the {len(grid)} grid files' trials"] if grid else [])
+        [f"the {len(grid)} grid files' trials"] if grid else []
+    )
     echo(f"campaign, phase 1 of {2 if transfer else 1}: {' and '.join(parts)}")
     first = run_study_outcome(Campaign(name, tiers), settings, workers, echo=echo)
     if not transfer:

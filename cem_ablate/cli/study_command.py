@@ -37,60 +37,123 @@ if TYPE_CHECKING:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", nargs="+",
-                        help="study file (YAML); several files are one campaign: each distinct trial (by its trial "
-                             "key) trained once in one queue, proxies first, and each file's report as alone")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print variants x learning rates with parameters, tokens, FLOPs, GPU-hours, the CPU "
-                             "time of the trials left (and what the storage's finished trials of the same variants "
-                             "took) and the design's power; for several files the campaign's distinct trials and "
-                             "GPU-hours beside the files priced alone; start and write nothing")
-    parser.add_argument("--scale", action="append", default=[],
-                        help="apply each study file's named overrides under `scale:` (e.g. smoke); a dry run takes "
-                             "several and prices each beside the others (e.g. --scale transfer --scale forecast)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a key of the study file (of every file), e.g. base.train.max_steps=50 "
-                             "(repeatable)")
-    parser.add_argument("--workers", type=int,
-                        help="local worker processes (default: the file's execution.workers, else 1: in this process)")
-    parser.add_argument("--storage", help="Optuna storage URL shared by all workers and machines "
-                                          "(default sqlite:///<cwd>/mlruns/optuna.db; e.g. postgresql://...)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///<cwd>/mlruns/mlflow.db; "
-                                               "or a tracking server http://host:port)")
-    parser.add_argument("--workdir", default="mlruns/studies",
-                        help="run folders (checkpoints) and worker logs: <workdir>/<study>/ (default mlruns/studies)")
-    parser.add_argument("--threads", type=int,
-                        help="torch threads per worker (default: the file's execution.threads, else cores / workers)")
+    parser.add_argument(
+        "file",
+        nargs="+",
+        help="study file (YAML); several files are one campaign: each distinct trial (by its trial "
+        "key) trained once in one queue, proxies first, and each file's report as alone",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print variants x learning rates with parameters, tokens, FLOPs, GPU-hours, the CPU "
+        "time of the trials left (and what the storage's finished trials of the same variants "
+        "took) and the design's power; for several files the campaign's distinct trials and "
+        "GPU-hours beside the files priced alone; start and write nothing",
+    )
+    parser.add_argument(
+        "--scale",
+        action="append",
+        default=[],
+        help="apply each study file's named overrides under `scale:` (e.g. smoke); a dry run takes "
+        "several and prices each beside the others (e.g. --scale transfer --scale forecast)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the study file (of every file), e.g. base.train.max_steps=50 (repeatable)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="local worker processes (default: the file's execution.workers, else 1: in this process)",
+    )
+    parser.add_argument(
+        "--storage",
+        help="Optuna storage URL shared by all workers and machines "
+        "(default sqlite:///<cwd>/mlruns/optuna.db; e.g. postgresql://...)",
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI (default sqlite:///<cwd>/mlruns/mlflow.db; or a tracking server http://host:port)",
+    )
+    parser.add_argument(
+        "--workdir",
+        default="mlruns/studies",
+        help="run folders (checkpoints) and worker logs: <workdir>/<study>/ (default mlruns/studies)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads per worker (default: the file's execution.threads, else cores / workers)",
+    )
     parser.add_argument("--heartbeat", type=int, default=10, help="seconds between trial heartbeats (default 10)")
-    parser.add_argument("--grace", type=int, default=60,
-                        help="seconds without heartbeat before another machine retries a trial (default 60)")
-    parser.add_argument("--outage-wait", type=int, default=120, metavar="SECONDS",
-                        help="how long a database (--storage) or MLflow server (--tracking-uri) that went away "
-                             "mid-study is waited for before the trials in training stop and are queued again "
-                             "(default 120; MLflow's MLFLOW_HTTP_REQUEST_* variables, when set, win for MLflow)")
-    parser.add_argument("--report-dir", default="reports",
-                        help="where the final report goes: <report-dir>/<study>/report.md + PNGs (default reports)")
+    parser.add_argument(
+        "--grace",
+        type=int,
+        default=60,
+        help="seconds without heartbeat before another machine retries a trial (default 60)",
+    )
+    parser.add_argument(
+        "--outage-wait",
+        type=int,
+        default=120,
+        metavar="SECONDS",
+        help="how long a database (--storage) or MLflow server (--tracking-uri) that went away "
+        "mid-study is waited for before the trials in training stop and are queued again "
+        "(default 120; MLflow's MLFLOW_HTTP_REQUEST_* variables, when set, win for MLflow)",
+    )
+    parser.add_argument(
+        "--report-dir",
+        default="reports",
+        help="where the final report goes: <report-dir>/<study>/report.md + PNGs (default reports)",
+    )
     parser.add_argument("--no-report", action="store_true", help="do not print/write the report at the end")
-    parser.add_argument("--no-reuse", action="store_true",
-                        help="train every trial, even one another study in the same storage already finished "
-                             "with the same trial key (default: reuse it, link its MLflow run)")
-    parser.add_argument("--gpu-tflops", type=float, default=312.0,
-                        help="dry run: dense bf16 peak per GPU for GPU-hours (default 312, A100)")
+    parser.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="train every trial, even one another study in the same storage already finished "
+        "with the same trial key (default: reuse it, link its MLflow run)",
+    )
+    parser.add_argument(
+        "--gpu-tflops",
+        type=float,
+        default=312.0,
+        help="dry run: dense bf16 peak per GPU for GPU-hours (default 312, A100)",
+    )
     parser.add_argument("--mfu", type=float, default=0.4, help="dry run: assumed model FLOPs utilization (default 0.4)")
-    parser.add_argument("--bench", metavar="FILE",
-                        help="dry run: price GPU time at the GPU peak and MFU of a `cem-ablate bench` results file "
-                             "(JSON; Llama's MFU in the mode the studies train in) instead of --gpu-tflops and --mfu")
-    parser.add_argument("--effect", type=float, default=None,
-                        help="dry run of several files: the true Δ, in seed-to-seed stds, at which sequential seeds' "
-                             "expected case is computed (default: the smallest Δ 3 fixed seeds detect with 80%% "
-                             "power)")
-    parser.add_argument("--budget", type=float, default=None, metavar="GPU_HOURS",
-                        help="dry run of several files: the GPU-hours the campaign may cost; says whether it fits, by "
-                             "how much it misses, and the MFU at which it would fit")
-    parser.add_argument("--cpu-gflops", type=float, default=None,
-                        help="dry run: training GFLOP/s of this CPU machine, startup and evaluation included, for the "
-                             "CPU time (default 26.2, measured on the quickstart on 2 cores; conservative for wider "
-                             "models)")
+    parser.add_argument(
+        "--bench",
+        metavar="FILE",
+        help="dry run: price GPU time at the GPU peak and MFU of a `cem-ablate bench` results file "
+        "(JSON; Llama's MFU in the mode the studies train in) instead of --gpu-tflops and --mfu",
+    )
+    parser.add_argument(
+        "--effect",
+        type=float,
+        default=None,
+        help="dry run of several files: the true Δ, in seed-to-seed stds, at which sequential seeds' "
+        "expected case is computed (default: the smallest Δ 3 fixed seeds detect with 80%% "
+        "power)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="GPU_HOURS",
+        help="dry run of several files: the GPU-hours the campaign may cost; says whether it fits, by "
+        "how much it misses, and the MFU at which it would fit",
+    )
+    parser.add_argument(
+        "--cpu-gflops",
+        type=float,
+        default=None,
+        help="dry run: training GFLOP/s of this CPU machine, startup and evaluation included, for the "
+        "CPU time (default 26.2, measured on the quickstart on 2 cores; conservative for wider "
+        "models)",
+    )
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -115,22 +178,26 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.effect is not None and not args.effect > 0:
         raise ConfigError("--effect", f"must be > 0 (a Δ in seed-to-seed stds), got {args.effect}.")
     if len(args.scale) > 1 and not args.dry_run:
-        raise ConfigError("--scale", f"a run takes one scale, got {', '.join(args.scale)}; several price side by "
-                                     "side with --dry-run.")
+        raise ConfigError(
+            "--scale", f"a run takes one scale, got {', '.join(args.scale)}; several price side by side with --dry-run."
+        )
 
 
 def _stale_line(head: str, count: int, whose: str, cause) -> str:
     """One line: how many trials have another key than their grid point now, and why (the
     modules whose code changed, or the data or platform version)."""
     if not cause.code_changed:
-        return (f"{head} (data or platform version changed): {count} trials {whose} under the same code but "
-                f"another trial key")
+        return (
+            f"{head} (data or platform version changed): {count} trials {whose} under the same code but "
+            f"another trial key"
+        )
     where = f"; code changed in: {cause.where()}" if cause.files else " (no per-module digests recorded)"
     return f"{head} (code changed): {count} trials {whose} under other code{where}"
 
 
-def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], stale: StaleTrials, args: argparse.Namespace,
-                 console) -> None:
+def _print_reuse(
+    rows, reused: dict[str, int], done: dict[str, int], stale: StaleTrials, args: argparse.Namespace, console
+) -> None:
     """How many planned trials an existing storage already holds (trained once, reused), and
     how many other studies hold under other keys only, and why (`study.reuse.StaleTrials`)."""
     count = sum(reused.values())
@@ -138,13 +205,23 @@ def _print_reuse(rows, reused: dict[str, int], done: dict[str, int], stale: Stal
     if sum(done.values()):
         console.print(f"done: {sum(done.values())} trials of this study already finished (a run trains the rest)")
     if count:
-        console.print(f"reused: {count} trials already finished in this storage by other studies "
-                      f"(not retrained; {hours:.3g} GPU-hours saved; --no-reuse retrains them)")
+        console.print(
+            f"reused: {count} trials already finished in this storage by other studies "
+            f"(not retrained; {hours:.3g} GPU-hours saved; --no-reuse retrains them)"
+        )
     elif not stale.total_elsewhere:
         console.print("reused: none (no trial of this study is finished in another study of the storage)")
     if stale.total_elsewhere:
-        console.print(_stale_line("not reused", stale.total_elsewhere, "of this study's grid other studies finished",
-                                  stale.elsewhere_cause), markup=False, highlight=False)
+        console.print(
+            _stale_line(
+                "not reused",
+                stale.total_elsewhere,
+                "of this study's grid other studies finished",
+                stale.elsewhere_cause,
+            ),
+            markup=False,
+            highlight=False,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -210,11 +287,22 @@ def _dry_run(expanded, args: argparse.Namespace, console) -> int:
         for key, n in reused.items():
             finished[key] = finished.get(key, 0) + n
     workers = args.workers or expanded.spec.execution.workers  # what a run would start
-    print_plan(expanded, rows, args.gpu_tflops, args.mfu, console, seed_spread(expanded, grid), finished,
-               args.cpu_gflops, measured_seconds(grid), workers)
+    print_plan(
+        expanded,
+        rows,
+        args.gpu_tflops,
+        args.mfu,
+        console,
+        seed_spread(expanded, grid),
+        finished,
+        args.cpu_gflops,
+        measured_seconds(grid),
+        workers,
+    )
     if stale.total:  # retrained with or without reuse
-        console.print(_stale_line("to retrain", stale.total, "of this study finished", stale.cause),
-                      markup=False, highlight=False)
+        console.print(
+            _stale_line("to retrain", stale.total, "of this study finished", stale.cause), markup=False, highlight=False
+        )
     if not args.no_reuse:
         _print_reuse(rows, reused, done, stale, args, console)
     return 0
@@ -242,9 +330,14 @@ def _run_study(expanded, args: argparse.Namespace, console) -> int:
         if not args.no_report:
             from cem_ablate.reporting.report import make_report
 
-            path = make_report(settings.tracking_uri, expanded.spec.name,
-                               Path(args.report_dir) / expanded.spec.name, [v.key for v in expanded.variants],
-                               console, expanded=expanded)
+            path = make_report(
+                settings.tracking_uri,
+                expanded.spec.name,
+                Path(args.report_dir) / expanded.spec.name,
+                [v.key for v in expanded.variants],
+                console,
+                expanded=expanded,
+            )
             print(f"report: {path}")
     return code
 

@@ -97,5 +97,8 @@ def check_plugin_components(expanded) -> None:
         result = check_component(kind, name)
         if not result.passed:
             lines = "; ".join(line.removeprefix(f"{result.label}: ") for line in result.failures)
-            raise ConfigError(f"model.{kind}", f"{result.label}, used by variant {variant!r}, fails the component "
-                              f"contract: {lines} (`cem-ablate components --check {kind}/{name}`).")
+            raise ConfigError(
+                f"model.{kind}",
+                f"{result.label}, used by variant {variant!r}, fails the component "
+                f"contract: {lines} (`cem-ablate components --check {kind}/{name}`).",
+            )

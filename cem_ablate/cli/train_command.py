@@ -30,8 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint or result; start over")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<cwd>/mlruns/mlflow.db)")
     parser.add_argument("--experiment", help="MLflow experiment (default: the config's name)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the resolved run (config, parameters, budget) only")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved run (config, parameters, budget) only"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
 
 
@@ -58,8 +59,10 @@ def run(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(cfg.to_mapping(), sort_keys=False).rstrip())
         print()
         print(resolved.report.format())
-        print(f"training FLOPs: {resolved.report.train_flops_per_token:,.0f}/token x {resolved.budget.tokens:,} tokens "
-              f"= {resolved.train_flops:.3e}")
+        print(
+            f"training FLOPs: {resolved.report.train_flops_per_token:,.0f}/token x {resolved.budget.tokens:,} tokens "
+            f"= {resolved.train_flops:.3e}"
+        )
         print(f"token budget: {resolved.budget.describe()}")
         print(profile.describe())
         print(f"run folder: {run_dir}")
@@ -82,8 +85,13 @@ def run(args: argparse.Namespace) -> int:
     with private_files():  # the MLflow store and the run folder: the user's only (0600/0700)
         try:
             result = train_run(
-                cfg, run_dir=run_dir, tracking_uri=args.tracking_uri, experiment=args.experiment,
-                resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
+                cfg,
+                run_dir=run_dir,
+                tracking_uri=args.tracking_uri,
+                experiment=args.experiment,
+                resume=not args.fresh,
+                progress=not args.no_progress,
+                ddp_in_process=True,
             )
         except Preempted as stop:
             if talk:
@@ -101,8 +109,9 @@ def print_summary(result) -> None:
 
     lines = [f"status: {result.status}" + (f" ({result.error})" if result.error else "")]
     lines.append(f"steps: {result.steps:,}   tokens: {result.tokens_seen:,}   params: {result.params:,}")
-    lines.append(f"val ppl: {fmt(result.val_ppl)}   test ppl: {fmt(result.test_ppl)}   "
-                 f"test loss: {fmt(result.test_loss)}")
+    lines.append(
+        f"val ppl: {fmt(result.val_ppl)}   test ppl: {fmt(result.test_ppl)}   test loss: {fmt(result.test_loss)}"
+    )
     if result.rmse is not None:
         lines.append(f"test RMSE: {fmt(result.rmse)}")
     if result.recall_accuracy is not None:

@@ -18,8 +18,10 @@ import signal
 import sys
 from pathlib import Path
 
-COMPARE_HINT = ("A variant's trials side by side: expand its run (+), tick its trials, Compare; "
-                "then pick `objective` under Metrics (params train.lr, train.seed).")
+COMPARE_HINT = (
+    "A variant's trials side by side: expand its run (+), tick its trials, Compare; "
+    "then pick `objective` under Metrics (params train.lr, train.seed)."
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -66,8 +66,7 @@ class CodeFingerprint:
 
     def changed_parts(self, old_parts: Mapping[str, str]) -> list[str]:
         """Names of the parts that differ from `old_parts` (edited, added or removed)."""
-        return sorted(name for name in set(self.parts) | set(old_parts)
-                      if self.parts.get(name) != old_parts.get(name))
+        return sorted(name for name in set(self.parts) | set(old_parts) if self.parts.get(name) != old_parts.get(name))
 
 
 def code_fingerprint(components: Iterable[ComponentSource], platform_root: Path | None = None) -> CodeFingerprint:
@@ -85,8 +84,9 @@ def platform_parts(root: Path) -> tuple[tuple[str, str], ...]:
     for part in PLATFORM_PARTS:
         path = root / part
         files += sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
-    return tuple((f"{root.name}/{p.relative_to(root).as_posix()}", file_digest(p))
-                 for p in files if "__pycache__" not in p.parts)
+    return tuple(
+        (f"{root.name}/{p.relative_to(root).as_posix()}", file_digest(p)) for p in files if "__pycache__" not in p.parts
+    )
 
 
 @functools.cache
@@ -112,8 +112,13 @@ def distribution_modules(distribution: str) -> tuple[str, ...]:
     from importlib.metadata import packages_distributions
 
     wanted = distribution.replace("_", "-").lower()
-    return tuple(sorted(top for top, owners in packages_distributions().items()
-                        if any(o.replace("_", "-").lower() == wanted for o in owners) and top.isidentifier()))
+    return tuple(
+        sorted(
+            top
+            for top, owners in packages_distributions().items()
+            if any(o.replace("_", "-").lower() == wanted for o in owners) and top.isidentifier()
+        )
+    )
 
 
 @functools.cache
@@ -158,14 +163,17 @@ def _written(value) -> str:
 def is_empty_fstring_part(parent: ast.AST, node) -> bool:
     """An empty literal part of an f-string: Python 3.12 adds one after a nested format
     spec (`f"{k:<{w}}"`) where 3.10, 3.11 and 3.13 add none."""
-    return (isinstance(parent, ast.JoinedStr) and isinstance(node, ast.Constant)
-            and node.value == "" and isinstance(node.value, str))
+    return (
+        isinstance(parent, ast.JoinedStr)
+        and isinstance(node, ast.Constant)
+        and node.value == ""
+        and isinstance(node.value, str)
+    )
 
 
 def is_string_statement(node) -> bool:
     """A statement that is only a string literal: a docstring (or an attribute's), a no-op."""
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str))
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
 def cache_clear() -> None:
@@ -175,6 +183,7 @@ def cache_clear() -> None:
 
 
 # -- the modules a component module imports from its own package -----------------------
+
 
 def package_base(module: str, file: Path) -> Path:
     """The folder holding the module's top-level package (or the module itself)."""

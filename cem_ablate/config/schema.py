@@ -154,9 +154,7 @@ def parse(cls: type[T], mapping: Any, path: str = "") -> T:
     missing = [
         name
         for name, f in fields.items()
-        if name not in kwargs
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
         raise ConfigError(join(path, missing[0]), "is required.")

@@ -43,5 +43,5 @@ class TrialRecord:
 
     @property
     def reference(self) -> str:
-        """"<study>#<trial number>" of the trial that trained this result (the original of a reuse)."""
+        """ "<study>#<trial number>" of the trial that trained this result (the original of a reuse)."""
         return self.reused_from or f"{self.study}#{self.number}"

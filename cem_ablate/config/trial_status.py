@@ -42,8 +42,9 @@ class TrialStatus(str, Enum):
         try:
             return cls(stored)
         except ValueError:
-            raise ValueError(f"unknown trial status {stored!r} in the store; expected one of "
-                             f"{', '.join(s.value for s in cls)}") from None
+            raise ValueError(
+                f"unknown trial status {stored!r} in the store; expected one of {', '.join(s.value for s in cls)}"
+            ) from None
 
 
 # A run's own outcome (`TrainResult.status`, `cem-ablate train`): the engine ends in one of these.

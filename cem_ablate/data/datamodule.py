@@ -44,18 +44,27 @@ class ResumableDataModule(L.LightningDataModule):
     def train_loader(self, dataset: Dataset) -> DataLoader:
         rank, world = self.rank_and_world()
         sampler = StreamBatchSampler(
-            len(dataset), self.batch_size, self.seed, self.total_micro_batches,
-            start=self.micro_batches_done, rank=rank, world_size=world,
+            len(dataset),
+            self.batch_size,
+            self.seed,
+            self.total_micro_batches,
+            start=self.micro_batches_done,
+            rank=rank,
+            world_size=world,
         )
         return DataLoader(
-            dataset, batch_sampler=sampler, num_workers=self.num_workers,
+            dataset,
+            batch_sampler=sampler,
+            num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
     def eval_loader(self, dataset: Dataset) -> DataLoader:
         rank, world = self.rank_and_world()
         return DataLoader(
-            dataset, batch_size=self.eval_batch_size, sampler=ShardSampler(len(dataset), rank, world),
+            dataset,
+            batch_size=self.eval_batch_size,
+            sampler=ShardSampler(len(dataset), rank, world),
             num_workers=self.num_workers,
         )
 

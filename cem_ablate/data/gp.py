@@ -91,6 +91,10 @@ class GPDataModule(InMemorySplitsDataModule):
 
     def describe(self) -> dict[str, Any]:
         c = self.cfg
-        return {"corpus": f"GP regression, {c.kernel} kernel, dim {c.dim}, length scale {c.length_scale}, "
-                          f"noise {c.noise}, data seed {c.data_seed}",
-                "examples_train": c.n_train, "examples_validation": c.n_val, "examples_test": c.n_test}
+        return {
+            "corpus": f"GP regression, {c.kernel} kernel, dim {c.dim}, length scale {c.length_scale}, "
+            f"noise {c.noise}, data seed {c.data_seed}",
+            "examples_train": c.n_train,
+            "examples_validation": c.n_val,
+            "examples_test": c.n_test,
+        }

@@ -68,6 +68,9 @@ class MQARDataModule(InMemorySplitsDataModule):
 
     def describe(self) -> dict[str, Any]:
         c = self.cfg
-        return {"corpus": f"MQAR, vocab {c.vocab_size}, {c.num_kv_pairs} key-value pairs, length {self.seq_len}, "
-                          f"data seed {c.data_seed}",
-                "vocab_size": c.vocab_size, "examples_train": c.n_train}
+        return {
+            "corpus": f"MQAR, vocab {c.vocab_size}, {c.num_kv_pairs} key-value pairs, length {self.seq_len}, "
+            f"data seed {c.data_seed}",
+            "vocab_size": c.vocab_size,
+            "examples_train": c.n_train,
+        }

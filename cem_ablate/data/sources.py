@@ -34,8 +34,21 @@ from cem_ablate.data.config import DataConfig, local_files, looks_like_path
 SPLITS = ("train", "validation", "test")
 # Large generated or test-only parts of the stdlib that would dominate a small corpus.
 STDLIB_SKIP_DIRS = frozenset(
-    {"site-packages", "test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo",
-     "ensurepip", "encodings", "pydoc_data", "__pycache__", "__phello__", "lib-dynload"}
+    {
+        "site-packages",
+        "test",
+        "tests",
+        "idlelib",
+        "lib2to3",
+        "tkinter",
+        "turtledemo",
+        "ensurepip",
+        "encodings",
+        "pydoc_data",
+        "__pycache__",
+        "__phello__",
+        "lib-dynload",
+    }
 )
 
 
@@ -152,9 +165,7 @@ def _open_stdlib(cfg: DataConfig) -> TextSource:
     for rel in rel_paths:
         by_split[split_of(rel, cfg.val_fraction, cfg.test_fraction)].append(str(root / rel))
     with quiet_local_load():
-        dsd = datasets.load_dataset(
-            "text", data_files=by_split, sample_by="document", cache_dir=_hf_cache(cfg)
-        )
+        dsd = datasets.load_dataset("text", data_files=by_split, sample_by="document", cache_dir=_hf_cache(cfg))
     counts = ", ".join(f"{s} {len(by_split[s])}" for s in SPLITS)
     return TextSource(
         {s: dsd[s] for s in SPLITS},
@@ -186,19 +197,29 @@ def _open_local(cfg: DataConfig) -> TextSource:
             if empty:
                 # Too few files to split by file: split by document text instead.
                 ds = datasets.load_dataset(
-                    "text", data_files=[str(p) for p in files], sample_by="document",
-                    split="train", cache_dir=_hf_cache(cfg), streaming=cfg.streaming,
+                    "text",
+                    data_files=[str(p) for p in files],
+                    sample_by="document",
+                    split="train",
+                    cache_dir=_hf_cache(cfg),
+                    streaming=cfg.streaming,
                 )
                 return TextSource(_hash_split(ds, cfg, "text"), fingerprint, description, cfg.streaming)
             dsd = datasets.load_dataset(
-                "text", data_files=by_split, sample_by="document",
-                cache_dir=_hf_cache(cfg), streaming=cfg.streaming,
+                "text",
+                data_files=by_split,
+                sample_by="document",
+                cache_dir=_hf_cache(cfg),
+                streaming=cfg.streaming,
             )
             return TextSource({s: dsd[s] for s in SPLITS}, fingerprint, description, cfg.streaming)
         builder = "parquet" if suffixes == {".parquet"} else "json"
         ds = datasets.load_dataset(
-            builder, data_files=[str(p) for p in files], split="train",
-            cache_dir=_hf_cache(cfg), streaming=cfg.streaming,
+            builder,
+            data_files=[str(p) for p in files],
+            split="train",
+            cache_dir=_hf_cache(cfg),
+            streaming=cfg.streaming,
         )
     _check_text_field(ds, cfg)
     return TextSource(_hash_split(ds, cfg, cfg.text_field), fingerprint, description, cfg.streaming)
@@ -208,9 +229,7 @@ def _open_hub(cfg: DataConfig) -> TextSource:
     import datasets
 
     try:
-        dsd = datasets.load_dataset(
-            cfg.source, cfg.subset, cache_dir=_hf_cache(cfg), streaming=cfg.streaming
-        )
+        dsd = datasets.load_dataset(cfg.source, cfg.subset, cache_dir=_hf_cache(cfg), streaming=cfg.streaming)
     except Exception as err:  # noqa: BLE001  network, unknown id, gated repo: one clear line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError("data.source", f"cannot load hub dataset {cfg.source!r}: {first}") from None

@@ -115,9 +115,14 @@ def build_stream_cache(
         return _wait_for(folder, exchange)
     os.replace(tmp, folder / "train.bin")
     meta = {
-        "corpus": description, "corpus_fingerprint": fingerprint, "tokenizer": tokenizer.spec,
-        "tokenizer_fingerprint": tokenizer.fingerprint, "vocab_size": tokenizer.vocab_size,
-        "eos_id": tokenizer.eos_id, "dtype": dtype, "tokens": {"train": written},
+        "corpus": description,
+        "corpus_fingerprint": fingerprint,
+        "tokenizer": tokenizer.spec,
+        "tokenizer_fingerprint": tokenizer.fingerprint,
+        "vocab_size": tokenizer.vocab_size,
+        "eos_id": tokenizer.eos_id,
+        "dtype": dtype,
+        "tokens": {"train": written},
     }
     meta_tmp = folder / f"meta.json.tmp-{os.getpid()}"
     meta_tmp.write_text(json.dumps(meta, indent=2))
@@ -135,8 +140,9 @@ def _wait_for(folder: Path, exchange: Exchange) -> TokenCache:
     return cache
 
 
-def _rounds(ds: Any, tokenizer: TextTokenizer, dtype: str, rank: int, world_size: int,
-            exchange: Exchange) -> Iterator[list[np.ndarray]]:
+def _rounds(
+    ds: Any, tokenizer: TextTokenizer, dtype: str, rank: int, world_size: int, exchange: Exchange
+) -> Iterator[list[np.ndarray]]:
     """Each round: the W pieces (token arrays, documents joined with EOS), in stream order."""
     eos = np.array([tokenizer.eos_id], dtype=dtype)
     documents = text_batches(ds)
@@ -151,8 +157,11 @@ def _rounds(ds: Any, tokenizer: TextTokenizer, dtype: str, rank: int, world_size
             if r == rank:
                 mine = piece
         ids = tokenizer.encode_batch(mine) if mine else []
-        tokens = np.concatenate([x for doc in ids for x in (doc.astype(dtype, copy=False), eos)]) \
-            if ids else np.empty(0, dtype=dtype)
+        tokens = (
+            np.concatenate([x for doc in ids for x in (doc.astype(dtype, copy=False), eos)])
+            if ids
+            else np.empty(0, dtype=dtype)
+        )
         gathered = exchange((tokens, ended or len(mine) < ENCODE_BATCH))
         yield [t for t, _ in gathered]
         if any(last for _, last in gathered):

@@ -45,7 +45,9 @@ class TextDataModule(ResumableDataModule):
         cfg = self.cfg
         fingerprint = source_fingerprint(cfg)
         self.tokenizer = load_tokenizer(
-            cfg.tokenizer, cfg.cache_root, fingerprint,
+            cfg.tokenizer,
+            cfg.cache_root,
+            fingerprint,
             lambda: (row["text"] for row in self.open_source().splits["train"]),
         )
         if not cfg.streaming:
@@ -87,10 +89,15 @@ class TextDataModule(ResumableDataModule):
         tokens = stream_tokens_needed(self.total_micro_batches, self.batch_size * world, self.cfg.block_size)
         distributed = world > 1 and dist.is_available() and dist.is_initialized()
         return build_stream_cache(
-            self.open_source().splits["train"], self.tokenizer, self.cfg.cache_root,
-            stream_fingerprint(self.source.fingerprint, tokens), tokens,
+            self.open_source().splits["train"],
+            self.tokenizer,
+            self.cfg.cache_root,
+            stream_fingerprint(self.source.fingerprint, tokens),
+            tokens,
             description=f"{self.source.description}, first {tokens:,} training tokens",
-            rank=rank if distributed else 0, world_size=world if distributed else 1, writer=local_rank == 0,
+            rank=rank if distributed else 0,
+            world_size=world if distributed else 1,
+            writer=local_rank == 0,
             exchange=torch_exchange() if distributed else single_exchange,
         )
 

@@ -139,8 +139,9 @@ def _load_pretrained(spec: str, _local_mtime: int | None) -> HFTokenizer:
         raise ConfigError("data.tokenizer", f"tokenizer {spec!r} has no EOS token to join documents.")
     vocab = backend.get_vocab(with_added_tokens=True)
     digest = hashlib.sha256("\n".join(f"{k}\t{v}" for k, v in sorted(vocab.items())).encode())
-    return HFTokenizer(spec, backend, eos_id, backend.get_vocab_size(with_added_tokens=True),
-                       "hf-" + digest.hexdigest()[:16])
+    return HFTokenizer(
+        spec, backend, eos_id, backend.get_vocab_size(with_added_tokens=True), "hf-" + digest.hexdigest()[:16]
+    )
 
 
 def _tokenizer_files(spec: str) -> tuple[Path, dict]:
@@ -161,9 +162,12 @@ def _tokenizer_files(spec: str) -> tuple[Path, dict]:
         tokenizer_file = Path(hf_hub_download(spec, "tokenizer.json"))
     except Exception as err:  # noqa: BLE001 - offline, unknown id, gated: all one message
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ConfigError("data.tokenizer", f"cannot load tokenizer {spec!r} from the Hugging Face Hub "
-                          f"({type(err).__name__}: {first}); offline, download it once where the Hub is "
-                          "reachable (it is cached) or name a local folder with tokenizer.json.") from None
+        raise ConfigError(
+            "data.tokenizer",
+            f"cannot load tokenizer {spec!r} from the Hugging Face Hub "
+            f"({type(err).__name__}: {first}); offline, download it once where the Hub is "
+            "reachable (it is cached) or name a local folder with tokenizer.json.",
+        ) from None
     try:
         config = json.loads(Path(hf_hub_download(spec, "tokenizer_config.json")).read_text())
     except Exception:  # noqa: BLE001 - optional: EOS then comes from the usual token names

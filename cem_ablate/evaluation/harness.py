@@ -50,8 +50,9 @@ def _harness():
         from lm_eval.models.huggingface import HFLM
         from lm_eval.tasks import TaskManager
     except ImportError as err:
-        raise ConfigError("eval", f"lm-evaluation-harness is not installed ({err}); "
-                          "pip install 'cem-ablate[eval]'.") from None
+        raise ConfigError(
+            "eval", f"lm-evaluation-harness is not installed ({err}); pip install 'cem-ablate[eval]'."
+        ) from None
     for name in ("lm_eval", "lm-eval", "accelerate"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return lm_eval, HFLM, TaskManager
@@ -72,17 +73,23 @@ def load_tasks(spec: EvalSpec, path: str = "eval.tasks") -> tuple[object, list]:
     known = set(manager.all_tasks)
     for name in spec.tasks:
         if name not in known:
-            raise ConfigError(path, f"unknown lm-evaluation-harness task {name!r}.{closest(name, known)} "
-                              "(`lm-eval ls tasks` lists them; a local task needs --include-path).")
+            raise ConfigError(
+                path,
+                f"unknown lm-evaluation-harness task {name!r}.{closest(name, known)} "
+                "(`lm-eval ls tasks` lists them; a local task needs --include-path).",
+            )
     built = []
     for name in spec.tasks:
         try:
             loaded = manager.load([name])
         except Exception as err:  # noqa: BLE001 - offline Hub, missing file, bad YAML: one line each
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise ConfigError(path, f"task {name!r} cannot load its data ({type(err).__name__}: {first}); "
-                              "offline, a task whose data set is on the Hugging Face Hub needs it cached "
-                              "(or a local task YAML with local data files).") from None
+            raise ConfigError(
+                path,
+                f"task {name!r} cannot load its data ({type(err).__name__}: {first}); "
+                "offline, a task whose data set is on the Hugging Face Hub needs it cached "
+                "(or a local task YAML with local data files).",
+            ) from None
         built.append(loaded["groups"].get(name) or list(loaded["tasks"].values()))
     return manager, [t for item in built for t in (item if isinstance(item, list) else [item])]
 
@@ -102,30 +109,43 @@ def flatten_results(results: dict) -> dict[str, float]:
     return out
 
 
-def run_harness(trained: TrainedRun, spec: EvalSpec, loaded: tuple[object, list] | None = None,
-                log_samples: bool = False) -> dict:
+def run_harness(
+    trained: TrainedRun, spec: EvalSpec, loaded: tuple[object, list] | None = None, log_samples: bool = False
+) -> dict:
     """The harness's whole output on a loaded run (exported to a temporary folder);
     `loaded` is `load_tasks(spec)` when the caller built the tasks already."""
     if trained.tokenizer is None:
-        raise ConfigError("RUN_DIR", f"{trained.folder.path} has no text tokenizer (an MQAR run); "
-                          "lm-evaluation-harness scores text.")
+        raise ConfigError(
+            "RUN_DIR", f"{trained.folder.path} has no text tokenizer (an MQAR run); lm-evaluation-harness scores text."
+        )
     lm_eval, HFLM, _ = _harness()
     manager, tasks = loaded or load_tasks(spec)
     with tempfile.TemporaryDirectory(prefix="cem-ablate-eval-") as tmp:
         # A name of its own: Hugging Face caches remote code per folder name, and two
         # evaluations (study workers) must not share one.
         folder = export_run(trained, Path(tmp) / "".join(c if c.isalnum() else "_" for c in Path(tmp).name))
-        model = HFLM(pretrained=str(folder), trust_remote_code=True, dtype="float32", device=spec.device,
-                     batch_size=spec.batch_size, backend="causal")
-        return lm_eval.simple_evaluate(model=model, tasks=tasks, task_manager=manager, limit=spec.limit,
-                                       bootstrap_iters=0, log_samples=log_samples)
+        model = HFLM(
+            pretrained=str(folder),
+            trust_remote_code=True,
+            dtype="float32",
+            device=spec.device,
+            batch_size=spec.batch_size,
+            backend="causal",
+        )
+        return lm_eval.simple_evaluate(
+            model=model, tasks=tasks, task_manager=manager, limit=spec.limit, bootstrap_iters=0, log_samples=log_samples
+        )
 
 
-def evaluate_trained(trained: TrainedRun, spec: EvalSpec, loaded: tuple[object, list] | None = None) -> dict[str, float]:
+def evaluate_trained(
+    trained: TrainedRun, spec: EvalSpec, loaded: tuple[object, list] | None = None
+) -> dict[str, float]:
     return flatten_results(run_harness(trained, spec, loaded)["results"])
 
 
-def evaluate_run(path: str | Path, spec: EvalSpec, *, log: bool = True) -> tuple[TrainedRun, dict[str, float], str | None]:
+def evaluate_run(
+    path: str | Path, spec: EvalSpec, *, log: bool = True
+) -> tuple[TrainedRun, dict[str, float], str | None]:
     """Evaluate RUN_DIR|CHECKPOINT; log the metrics to the run's MLflow run when its
     folder names one. Returns (run, metrics, the MLflow run id logged to or None)."""
     loaded = load_tasks(spec)  # names and data are checked before the model is loaded or exported

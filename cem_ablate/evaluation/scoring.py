@@ -29,7 +29,7 @@ def _sum_logprob(model, ids: list[int], first_target: int) -> float:
     logprobs = torch.log_softmax(model(inputs), dim=-1)[0]
     targets = torch.tensor(ids[1:])
     picked = logprobs[torch.arange(len(targets)), targets]
-    return float(picked[first_target - 1:].sum())
+    return float(picked[first_target - 1 :].sum())
 
 
 def continuation_loglik(model, tokenizer, context: str, continuation: str) -> float:

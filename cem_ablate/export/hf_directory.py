@@ -33,15 +33,23 @@ from cem_ablate.training.trained_run import TrainedRun
 
 HF_CODE = Path(__file__).parent / "hf_code"
 MODEL_TYPE = "cem_ablate"
-AUTO_MAP = {"AutoConfig": "configuration_cem_ablate.CEMAblateConfig",
-            "AutoModelForCausalLM": "modeling_cem_ablate.CEMAblateForCausalLM"}
+AUTO_MAP = {
+    "AutoConfig": "configuration_cem_ablate.CEMAblateConfig",
+    "AutoModelForCausalLM": "modeling_cem_ablate.CEMAblateForCausalLM",
+}
 PROVENANCE_FILE = "cem_ablate_export.json"
 
 
 def is_llama_baseline(model: CEMTransformer) -> bool:
     cfg = model.config
-    return (cfg.attention.name == "llama" and cfg.mlp.name == "llama" and cfg.attention.repeats == 1
-            and cfg.mlp.repeats == 1 and cfg.stream == "residual" and cfg.block == "sequential")
+    return (
+        cfg.attention.name == "llama"
+        and cfg.mlp.name == "llama"
+        and cfg.attention.repeats == 1
+        and cfg.mlp.repeats == 1
+        and cfg.stream == "residual"
+        and cfg.block == "sequential"
+    )
 
 
 def decoding_warning(model: CEMTransformer) -> str | None:
@@ -52,8 +60,10 @@ def decoding_warning(model: CEMTransformer) -> str | None:
     missing = [] if is_llama_baseline(model) else missing_hooks(model)
     if not missing:
         return None
-    return (f"warning: {'; '.join(missing)} (model/protocol.py IncrementalDecoding): the exported model's "
-            "generate(use_cache=True) recomputes the whole prefix for every new token.")
+    return (
+        f"warning: {'; '.join(missing)} (model/protocol.py IncrementalDecoding): the exported model's "
+        "generate(use_cache=True) recomputes the whole prefix for every new token."
+    )
 
 
 def check_target(out: Path) -> None:
@@ -72,10 +82,15 @@ def export_run(run: TrainedRun, out: str | Path) -> Path:
         write_model(run.model, tmp, bundle)
         if run.tokenizer is not None:
             write_tokenizer(run.tokenizer, tmp, run.model.dims.max_seq_len)
-        provenance = {"platform_version": __version__, "run_dir": str(run.folder.path.resolve()),
-                      "checkpoint": str(run.checkpoint.resolve()), "run_name": run.config.name,
-                      "trial_key": run.config.trial_key(), "trained_by_this_code": run.same_code,
-                      "format": "LlamaForCausalLM" if is_llama_baseline(run.model) else "cem_ablate"}
+        provenance = {
+            "platform_version": __version__,
+            "run_dir": str(run.folder.path.resolve()),
+            "checkpoint": str(run.checkpoint.resolve()),
+            "run_name": run.config.name,
+            "trial_key": run.config.trial_key(),
+            "trained_by_this_code": run.same_code,
+            "format": "LlamaForCausalLM" if is_llama_baseline(run.model) else "cem_ablate",
+        }
         (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
         if out.is_dir():
             out.rmdir()  # empty (check_target)
@@ -116,10 +131,17 @@ def write_model(model: CEMTransformer, folder: Path, bundle: Bundle | None = Non
         (folder / name).write_text(text + f'\nEXPORT_SOURCE_DIGEST = "{digest.hexdigest()[:16]}"\n')
     dims = model.dims
     config = {
-        "model_type": MODEL_TYPE, "architectures": ["CEMAblateForCausalLM"], "auto_map": AUTO_MAP,
-        "cem_model": model.config.to_mapping(), "vocab_size": dims.vocab_size, "hidden_size": dims.d_model,
-        "num_hidden_layers": dims.n_layers, "num_attention_heads": dims.n_heads,
-        "max_position_embeddings": dims.max_seq_len, "tie_word_embeddings": False, "use_cache": True,
+        "model_type": MODEL_TYPE,
+        "architectures": ["CEMAblateForCausalLM"],
+        "auto_map": AUTO_MAP,
+        "cem_model": model.config.to_mapping(),
+        "vocab_size": dims.vocab_size,
+        "hidden_size": dims.d_model,
+        "num_hidden_layers": dims.n_layers,
+        "num_attention_heads": dims.n_heads,
+        "max_position_embeddings": dims.max_seq_len,
+        "tie_word_embeddings": False,
+        "use_cache": True,
         "dtype": "float32",
     }
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -138,8 +160,14 @@ def write_tokenizer(tokenizer, folder: Path, max_length: int) -> None:
     from cem_ablate.export.tokenizer_files import backend_of
 
     backend, eos_token = backend_of(tokenizer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=eos_token, bos_token=eos_token,
-                                   unk_token=None, pad_token=eos_token, model_max_length=max_length)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=eos_token,
+        bos_token=eos_token,
+        unk_token=None,
+        pad_token=eos_token,
+        model_max_length=max_length,
+    )
     fast.save_pretrained(folder)
     config_file = folder / "config.json"
     config = json.loads(config_file.read_text())

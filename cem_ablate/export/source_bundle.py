@@ -111,9 +111,12 @@ def _plain_import_target(module: str, alias: ast.alias) -> str:
     """The flat module an `import a.b [as c]` of a bundled package becomes, or a ConfigError:
     only a name bound to the module itself can be rewritten (`import a.b` binds `a`)."""
     if "." in alias.name and not alias.asname:
-        raise ConfigError("export", f"{module} uses `import {alias.name}`, which cannot be rewritten for an export "
-                          f"(it binds `{alias.name.split('.')[0]}`); write `from {alias.name.rpartition('.')[0]} "
-                          f"import {alias.name.rpartition('.')[2]}` or `import {alias.name} as ...`.")
+        raise ConfigError(
+            "export",
+            f"{module} uses `import {alias.name}`, which cannot be rewritten for an export "
+            f"(it binds `{alias.name.split('.')[0]}`); write `from {alias.name.rpartition('.')[0]} "
+            f"import {alias.name.rpartition('.')[2]}` or `import {alias.name} as ...`.",
+        )
     return alias.name
 
 
@@ -149,10 +152,12 @@ def _rewrite(module: str, path: Path, source: str, tree: ast.AST, packages: set[
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             if any(alias.name.split(".")[0] in packages for alias in node.names):
-                statements = [f"from . import {flat_name(alias.name)} as {alias.asname or alias.name}"
-                              if alias.name.split(".")[0] in packages else
-                              f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
-                              for alias in node.names]
+                statements = [
+                    f"from . import {flat_name(alias.name)} as {alias.asname or alias.name}"
+                    if alias.name.split(".")[0] in packages
+                    else f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
+                    for alias in node.names
+                ]
                 indent = lines[node.lineno - 1][: node.col_offset]
                 edits.append((node.lineno, node.end_lineno, indent + ("\n" + indent).join(statements) + "\n"))
             continue
@@ -172,7 +177,7 @@ def _rewrite(module: str, path: Path, source: str, tree: ast.AST, packages: set[
         indent = lines[node.lineno - 1][: node.col_offset]
         edits.append((node.lineno, node.end_lineno, indent + ("\n" + indent).join(statements) + "\n"))
     for start, end, text in sorted(edits, reverse=True):
-        lines[start - 1:end] = [text]
+        lines[start - 1 : end] = [text]
     return "".join(lines)
 
 
@@ -183,8 +188,11 @@ def build_bundle(component_modules: Iterable[str], sibling_modules: Iterable[str
     `config.fingerprint.distribution_modules`) and of the platform and the zoo; or one
     ConfigError naming what cannot be copied."""
     component_modules = tuple(dict.fromkeys(component_modules))
-    packages = ({PLATFORM_PACKAGE, BUILDING_BLOCKS_PACKAGE} | {m.split(".")[0] for m in component_modules}
-                | set(sibling_modules))
+    packages = (
+        {PLATFORM_PACKAGE, BUILDING_BLOCKS_PACKAGE}
+        | {m.split(".")[0] for m in component_modules}
+        | set(sibling_modules)
+    )
     roots = [REGISTRY_MODULE, PROTOCOL_MODULE, *component_modules, ASSEMBLY_MODULE, DECODING_MODULE]
     seen: dict[str, tuple[Path, str, ast.AST]] = {}
     reached_from: dict[str, str] = {}
@@ -196,8 +204,10 @@ def build_bundle(component_modules: Iterable[str], sibling_modules: Iterable[str
             continue
         path = _source_file_or_none(module)
         if path is None:
-            raise ConfigError("export", f"cannot copy {module!r} into the export: it has no Python source file"
-                              f"{_chain(module, reached_from)}.")
+            raise ConfigError(
+                "export",
+                f"cannot copy {module!r} into the export: it has no Python source file{_chain(module, reached_from)}.",
+            )
         source = path.read_text()
         tree = ast.parse(source)
         seen[module] = (path, source, tree)
@@ -205,10 +215,13 @@ def build_bundle(component_modules: Iterable[str], sibling_modules: Iterable[str
         try:
             targets = _targets(module, path, tree, packages)
         except _Unbundled as gap:
-            raise ConfigError("export", f"{gap.module} imports {gap.imported!r}, which the export cannot bundle: it "
-                              f"is not part of {', '.join(sorted(packages - {PLATFORM_PACKAGE}))} nor of the standard "
-                              f"library or {', '.join(OUTSIDE_DEPENDENCIES)}, so the folder would not load where it "
-                              f"is not installed{_chain(gap.module, reached_from)}.") from None
+            raise ConfigError(
+                "export",
+                f"{gap.module} imports {gap.imported!r}, which the export cannot bundle: it "
+                f"is not part of {', '.join(sorted(packages - {PLATFORM_PACKAGE}))} nor of the standard "
+                f"library or {', '.join(OUTSIDE_DEPENDENCIES)}, so the folder would not load where it "
+                f"is not installed{_chain(gap.module, reached_from)}.",
+            ) from None
         for target in targets:
             if target not in seen:
                 reached_from.setdefault(target, module)
@@ -219,7 +232,7 @@ def build_bundle(component_modules: Iterable[str], sibling_modules: Iterable[str
 
 
 def _chain(module: str, reached_from: dict[str, str]) -> str:
-    """" (reached by a -> b -> module)" from the component that imports it, or ""."""
+    """ " (reached by a -> b -> module)" from the component that imports it, or ""."""
     chain = [module]
     while chain[-1] in reached_from:
         chain.append(reached_from[chain[-1]])
@@ -227,15 +240,24 @@ def _chain(module: str, reached_from: dict[str, str]) -> str:
 
 
 def bundle_index(modules: list[str], component_modules: tuple[str, ...]) -> str:
-    lines = ['"""Generated by `cem-ablate export`: the platform modules this model runs (see',
-             'cem_ablate/export/source_bundle.py). Importing it registers the copied components."""', "",
-             f"from . import {flat_name(REGISTRY_MODULE)} as _registry", "",
-             "# No entry points outside the platform: the copied components are the whole zoo.",
-             "_registry._loaded = True", ""]
+    lines = [
+        '"""Generated by `cem-ablate export`: the platform modules this model runs (see',
+        'cem_ablate/export/source_bundle.py). Importing it registers the copied components."""',
+        "",
+        f"from . import {flat_name(REGISTRY_MODULE)} as _registry",
+        "",
+        "# No entry points outside the platform: the copied components are the whole zoo.",
+        "_registry._loaded = True",
+        "",
+    ]
     # The protocol declares the sublayer kinds before the components register (as in the platform).
     for module in [PROTOCOL_MODULE, *component_modules, *sorted(set(modules) - {PROTOCOL_MODULE, *component_modules})]:
         lines.append(f"from .{flat_name(module)} import __name__ as _{flat_name(module)}  # noqa: F401")
-    lines += ["", f"from .{flat_name(ASSEMBLY_MODULE)} import build_model  # noqa: E402,F401",
-              f"from .{flat_name(MODEL_CONFIG_MODULE)} import parse_model_config  # noqa: E402,F401",
-              f"from .{flat_name(DECODING_MODULE)} import decode, missing_hooks, new_cache  # noqa: E402,F401", ""]
+    lines += [
+        "",
+        f"from .{flat_name(ASSEMBLY_MODULE)} import build_model  # noqa: E402,F401",
+        f"from .{flat_name(MODEL_CONFIG_MODULE)} import parse_model_config  # noqa: E402,F401",
+        f"from .{flat_name(DECODING_MODULE)} import decode, missing_hooks, new_cache  # noqa: E402,F401",
+        "",
+    ]
     return "\n".join(lines)

@@ -21,8 +21,7 @@ def _build_sublayer(sub: SublayerConfig, dims, step_scaling: str = "none") -> pr
         # eta / T (model.step_scaling): the T steps of a weight-tied loop move the state as far
         # in total as one step did, the 1/N residual scale of looped transformers
         options = dataclasses.replace(options, step_size=options.step_size / sub.recursion_steps)
-    return protocol.check_built(spec.factory(dims, options, sub.recursion_steps), spec,
-                                f"model.{sub.kind}.name")
+    return protocol.check_built(spec.factory(dims, options, sub.recursion_steps), spec, f"model.{sub.kind}.name")
 
 
 def build_model(config: ModelConfig) -> CEMTransformer:
@@ -37,8 +36,12 @@ def build_model(config: ModelConfig) -> CEMTransformer:
 
 def _build_block(config: ModelConfig, dims) -> Block:
     """One block of `config` (docs/design/energy-lens.md#s11-2-velocity-stream stream options, docs/design/energy-lens.md#s11-3-energy-transformer-block block layout)."""
-    stream = {"stream": config.stream, "stream_momentum": config.stream_momentum,
-              "velocity_norm": config.velocity_norm, "dims": dims}
+    stream = {
+        "stream": config.stream,
+        "stream_momentum": config.stream_momentum,
+        "velocity_norm": config.velocity_norm,
+        "dims": dims,
+    }
     attention = _build_sublayer(config.attention, dims, config.step_scaling)
     mlp = _build_sublayer(config.mlp, dims, config.step_scaling)
     if config.block == "parallel":
@@ -46,9 +49,10 @@ def _build_block(config: ModelConfig, dims) -> Block:
         # The methods were checked on the class at parse; the block normalizes with the
         # attention's `norm`, an attribute of the built module.
         if not isinstance(getattr(attention, "norm", None), nn.Module):
-            raise ConfigError("model.attention.name",
-                              f"attention {config.attention.name!r} ({config.attention.spec.source}) has no "
-                              "`norm` module, which block: parallel normalizes with (docs/design/energy-lens.md#s11-3-energy-transformer-block).")
+            raise ConfigError(
+                "model.attention.name",
+                f"attention {config.attention.name!r} ({config.attention.spec.source}) has no "
+                "`norm` module, which block: parallel normalizes with (docs/design/energy-lens.md#s11-3-energy-transformer-block).",
+            )
         return ParallelBlock(attention, mlp, steps=config.attention.steps, **stream)
-    return Block(attention, mlp, attention_repeats=config.attention.repeats,
-                 mlp_repeats=config.mlp.repeats, **stream)
+    return Block(attention, mlp, attention_repeats=config.attention.repeats, mlp_repeats=config.mlp.repeats, **stream)

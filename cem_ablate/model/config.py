@@ -131,7 +131,9 @@ def format_model_options() -> str:
 
 @dataclass(frozen=True)
 class ModelConfig(ModelOptions):
-    size: str | None = None  # a size preset (SIZE_PRESETS): the paper's 86M-162M (Table 1, docs/design/layers.md#s1-llama-baseline) or tiny/mini/small
+    size: str | None = (
+        None  # a size preset (SIZE_PRESETS): the paper's 86M-162M (Table 1, docs/design/layers.md#s1-llama-baseline) or tiny/mini/small
+    )
     d_model: int | None = None  # residual width D (overrides the preset's)
     n_layers: int | None = None  # blocks (overrides the preset's)
     n_heads: int | None = None  # attention heads; must divide d_model (overrides the preset's)
@@ -139,7 +141,9 @@ class ModelConfig(ModelOptions):
     vocab_size: int | None = None  # None: 32000, or the tokenizer's size when training
     max_seq_len: int = 2048  # longest sequence the model takes (positions)
     norm_eps: float = 1e-5  # RMSNorm epsilon
-    init_std: float = 0.02  # std of the N(0, std^2) init of every matrix (docs/design/experiments.md#s7-training-recipe)
+    init_std: float = (
+        0.02  # std of the N(0, std^2) init of every matrix (docs/design/experiments.md#s7-training-recipe)
+    )
     attention: SublayerConfig = field(default_factory=lambda: SublayerConfig("attention", "llama"))
     mlp: SublayerConfig = field(default_factory=lambda: SublayerConfig("mlp", "llama"))
 
@@ -148,9 +152,7 @@ class ModelConfig(ModelOptions):
         preset = SIZE_PRESETS[self.size] if self.size else (None, None, None, None)
         d_model, n_layers, n_heads, d_mlp = (
             explicit if explicit is not None else default
-            for explicit, default in zip(
-                (self.d_model, self.n_layers, self.n_heads, self.d_mlp), preset
-            )
+            for explicit, default in zip((self.d_model, self.n_layers, self.n_heads, self.d_mlp), preset)
         )
         return ModelDims(
             d_model=d_model,
@@ -174,7 +176,8 @@ class ModelConfig(ModelOptions):
         out = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in ("attention", "mlp") and getattr(self, f.name) is not None
+            if f.name not in ("attention", "mlp")
+            and getattr(self, f.name) is not None
             and not (f.name in MODEL_OPTIONS and getattr(self, f.name) == getattr(defaults, f.name))
         }
         if self.parametrization == "standard":
@@ -236,8 +239,9 @@ def parse_sublayer(kind: str, value: Any, path: str) -> SublayerConfig:
     option_fields = [f.name for f in dataclasses.fields(spec.options)] if spec.options else []
     for key in value:
         if key not in GENERIC_SUBLAYER_KEYS and key not in option_fields:
-            raise unknown(join(path, key), key, [*GENERIC_SUBLAYER_KEYS, *option_fields],
-                          what=f"key for {kind} {name!r}")
+            raise unknown(
+                join(path, key), key, [*GENERIC_SUBLAYER_KEYS, *option_fields], what=f"key for {kind} {name!r}"
+            )
     steps = value.get("steps", 1)
     if isinstance(steps, bool) or not isinstance(steps, int):
         raise ConfigError(join(path, "steps"), f"expected an integer >= 1, got {steps!r}.")
@@ -266,11 +270,15 @@ def parse_model_config(mapping: Any, path: str = "model") -> ModelConfig:
     if fields.size is None:
         for key in ("d_model", "n_layers", "n_heads", "d_mlp"):
             if getattr(fields, key) is None:
-                raise ConfigError(join(path, key), f"is required when no size preset is given "
-                                  f"(presets: {', '.join(SIZE_PRESETS)}).")
+                raise ConfigError(
+                    join(path, key), f"is required when no size preset is given (presets: {', '.join(SIZE_PRESETS)})."
+                )
     cfg = ModelConfig(
-        **{f.name: getattr(fields, f.name) for f in dataclasses.fields(_ModelFields)
-           if f.name not in ("attention", "mlp")},
+        **{
+            f.name: getattr(fields, f.name)
+            for f in dataclasses.fields(_ModelFields)
+            if f.name not in ("attention", "mlp")
+        },
         attention=parse_sublayer("attention", fields.attention, join(path, "attention")),
         mlp=parse_sublayer("mlp", fields.mlp, join(path, "mlp")),
     )
@@ -282,12 +290,18 @@ def parse_model_config(mapping: Any, path: str = "model") -> ModelConfig:
 def _check_model_options(cfg: ModelConfig, path: str) -> None:
     momentum = cfg.stream_momentum
     require(cfg.base_d_model > 0, join(path, "base_d_model"), f"must be a positive integer, got {cfg.base_d_model}.")
-    require(math.isfinite(cfg.readout_init_scale) and cfg.readout_init_scale > 0, join(path, "readout_init_scale"),
-            f"must be a finite number > 0, got {cfg.readout_init_scale} (a zero readout: parametrization: mup "
-            "with mup_readout: zero).")
-    require(0.0 < momentum < 1.0, join(path, "stream_momentum"),
-            f"must be in (0, 1): the learnable mu = sigmoid(a) starts at a = logit({momentum}) "
-            "(docs/design/energy-lens.md#s11-2-velocity-stream); for mu = 0 use stream: residual.")
+    require(
+        math.isfinite(cfg.readout_init_scale) and cfg.readout_init_scale > 0,
+        join(path, "readout_init_scale"),
+        f"must be a finite number > 0, got {cfg.readout_init_scale} (a zero readout: parametrization: mup "
+        "with mup_readout: zero).",
+    )
+    require(
+        0.0 < momentum < 1.0,
+        join(path, "stream_momentum"),
+        f"must be in (0, 1): the learnable mu = sigmoid(a) starts at a = logit({momentum}) "
+        "(docs/design/energy-lens.md#s11-2-velocity-stream); for mu = 0 use stream: residual.",
+    )
     if cfg.block == "parallel":
         _check_parallel(cfg, path)
 
@@ -298,26 +312,40 @@ def _check_parallel(cfg: ModelConfig, path: str) -> None:
         sub_path = join(path, sub.kind)
         missing = protocol.missing_joint_step(sub.spec.factory)  # checked on the class, before building
         if missing:
-            raise ConfigError(join(sub_path, "name"),
-                              f"{sub.kind} {sub.name!r} has no joint step ({', '.join(missing)}), "
-                              "which block: parallel needs (docs/design/energy-lens.md#s11-3-energy-transformer-block).")
-        require(sub.depth_mode == "recursion", join(sub_path, "depth_mode"),
-                "block: parallel takes its T joint steps by recursion (docs/design/energy-lens.md#s11-3-energy-transformer-block); "
-                "plain reuse is not defined for it.")
+            raise ConfigError(
+                join(sub_path, "name"),
+                f"{sub.kind} {sub.name!r} has no joint step ({', '.join(missing)}), "
+                "which block: parallel needs (docs/design/energy-lens.md#s11-3-energy-transformer-block).",
+            )
+        require(
+            sub.depth_mode == "recursion",
+            join(sub_path, "depth_mode"),
+            "block: parallel takes its T joint steps by recursion (docs/design/energy-lens.md#s11-3-energy-transformer-block); "
+            "plain reuse is not defined for it.",
+        )
         # The joint step is plain gradient descent from x^0 = h with the whole graph kept:
         # docs/design/energy-lens.md#s11-3-energy-transformer-block defines no momentum, normalized state or truncation for it.
         options = sub.options
         for key, plain in (("update", "gd"), ("recursion_state", "raw"), ("checkpoint_steps", False)):
             value = getattr(options, key, plain)
-            require(value == plain, join(sub_path, key),
-                    f"must be {plain!r} under block: parallel (docs/design/energy-lens.md#s11-3-energy-transformer-block defines the joint step "
-                    f"as gradient descent from x^0 = h), got {value!r}.")
+            require(
+                value == plain,
+                join(sub_path, key),
+                f"must be {plain!r} under block: parallel (docs/design/energy-lens.md#s11-3-energy-transformer-block defines the joint step "
+                f"as gradient descent from x^0 = h), got {value!r}.",
+            )
         backprop = getattr(options, "backprop_steps", None)
-        require(backprop is None or backprop == sub.steps, join(sub_path, "backprop_steps"),
-                f"block: parallel differentiates every joint step; got {backprop}.")
-    require(cfg.mlp.steps == cfg.attention.steps, join(join(path, "mlp"), "steps"),
-            f"block: parallel takes T = attention steps = {cfg.attention.steps} joint steps; "
-            f"the MLP's steps must be equal, got {cfg.mlp.steps} (docs/design/energy-lens.md#s11-3-energy-transformer-block).")
+        require(
+            backprop is None or backprop == sub.steps,
+            join(sub_path, "backprop_steps"),
+            f"block: parallel differentiates every joint step; got {backprop}.",
+        )
+    require(
+        cfg.mlp.steps == cfg.attention.steps,
+        join(join(path, "mlp"), "steps"),
+        f"block: parallel takes T = attention steps = {cfg.attention.steps} joint steps; "
+        f"the MLP's steps must be equal, got {cfg.mlp.steps} (docs/design/energy-lens.md#s11-3-energy-transformer-block).",
+    )
 
 
 def _check_dims(cfg: ModelConfig, path: str) -> None:

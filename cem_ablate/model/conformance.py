@@ -71,13 +71,26 @@ def check_component(kind: str, name: str) -> ConformanceResult:
     try:
         module = build_component(kind, name)
     except Exception as err:  # noqa: BLE001 - a plugin's constructor: any failure is one line
-        return ConformanceResult(label, (f"{label}: does not build with its default options: "
-                                         f"{type(err).__name__}: {err}".splitlines()[0],), ())
+        return ConformanceResult(
+            label,
+            (f"{label}: does not build with its default options: {type(err).__name__}: {err}".splitlines()[0],),
+            (),
+        )
     decodes = protocol.decodes(module)
-    checks = {"shape": _shape, "causality": _causality, **({"decode": _decode} if decodes else {}),
-              "flops_per_token": _flops}
-    notes = () if decodes else (f"{label}: no decode: generation recomputes the whole prefix for every token "
-                                "(optional; model/protocol.py IncrementalDecoding)",)
+    checks = {
+        "shape": _shape,
+        "causality": _causality,
+        **({"decode": _decode} if decodes else {}),
+        "flops_per_token": _flops,
+    }
+    notes = (
+        ()
+        if decodes
+        else (
+            f"{label}: no decode: generation recomputes the whole prefix for every token "
+            "(optional; model/protocol.py IncrementalDecoding)",
+        )
+    )
     failures = []
     for name, check in checks.items():
         try:
@@ -92,8 +105,9 @@ def check_component(kind: str, name: str) -> ConformanceResult:
 
 
 def _inputs(seed: int, length: int = SEQ_LEN) -> Tensor:
-    return torch.randn(BATCH, length, CHECK_DIMS["d_model"], dtype=torch.float64,
-                       generator=torch.Generator().manual_seed(seed))
+    return torch.randn(
+        BATCH, length, CHECK_DIMS["d_model"], dtype=torch.float64, generator=torch.Generator().manual_seed(seed)
+    )
 
 
 @torch.no_grad()
@@ -101,8 +115,10 @@ def _shape(module) -> str | None:
     h = _inputs(0)
     y = module(h)
     if not isinstance(y, Tensor) or y.shape != h.shape or y.dtype != h.dtype:
-        return (f"forward maps {tuple(h.shape)} {h.dtype} to {getattr(y, 'shape', type(y).__name__)} "
-                f"{getattr(y, 'dtype', '')}; it must return the new residual stream of the input's shape and dtype")
+        return (
+            f"forward maps {tuple(h.shape)} {h.dtype} to {getattr(y, 'shape', type(y).__name__)} "
+            f"{getattr(y, 'dtype', '')}; it must return the new residual stream of the input's shape and dtype"
+        )
     if not torch.isfinite(y).all():
         return "forward returns non-finite values on a random input"
     return None
@@ -118,8 +134,10 @@ def _causality(module) -> str | None:
         moved = (module(changed)[:, :t] - y[:, :t]).abs().amax(dim=(0, 2))
         if moved.max() > CAUSAL_TOLERANCE:
             first = int((moved > CAUSAL_TOLERANCE).nonzero()[0])
-            return (f"not causal: changing the tokens from position {t} on changes the output at position {first} "
-                    f"(max |Δ| {moved.max().item():.3g}); apply the causal mask")
+            return (
+                f"not causal: changing the tokens from position {t} on changes the output at position {first} "
+                f"(max |Δ| {moved.max().item():.3g}); apply the causal mask"
+            )
     return None
 
 
@@ -130,13 +148,15 @@ def _decode(module) -> str | None:
     out, state = protocol.decode(module, h[:, :PREFILL], None, 0)
     outs = [out]
     for t in range(PREFILL, SEQ_LEN):
-        out, state = protocol.decode(module, h[:, t:t + 1], state, t)
+        out, state = protocol.decode(module, h[:, t : t + 1], state, t)
         outs.append(out)
     diff = (torch.cat(outs, dim=1) - full).abs().amax(dim=(0, 2))
     if diff.max() > DECODE_TOLERANCE:
         first = int((diff > DECODE_TOLERANCE).nonzero()[0])
-        return (f"decode differs from forward: at position {first} (max |Δ| {diff.max().item():.3g} over positions, "
-                f"prefill {PREFILL} then one token at a time)")
+        return (
+            f"decode differs from forward: at position {first} (max |Δ| {diff.max().item():.3g} over positions, "
+            f"prefill {PREFILL} then one token at a time)"
+        )
     return None
 
 
@@ -174,6 +194,8 @@ def _flops(module) -> str | None:
     expected = causal_flops_per_token(module, length)
     declared = float(module.flops_per_token(length))
     if not math.isfinite(declared) or abs(declared - expected) > FLOP_TOLERANCE * max(abs(expected), 1.0):
-        return (f"flops_per_token({length}) = {declared:.6g}, but FlopCounterMode counts {expected:.6g} "
-                f"(matrix products per token, causal half of the attention; tolerance {FLOP_TOLERANCE:.0%})")
+        return (
+            f"flops_per_token({length}) = {declared:.6g}, but FlopCounterMode counts {expected:.6g} "
+            f"(matrix products per token, causal half of the attention; tolerance {FLOP_TOLERANCE:.0%})"
+        )
     return None

@@ -65,8 +65,10 @@ class DecodingCache:
         """Keep the batch rows `index` (in that order) of every state."""
         if self.token_ids is not None:
             self.token_ids = self.token_ids.index_select(0, index)
-        self.blocks = [{name: _map(state, lambda t: t.index_select(0, index.to(t.device)))
-                        for name, state in states.items()} for states in self.blocks]
+        self.blocks = [
+            {name: _map(state, lambda t: t.index_select(0, index.to(t.device))) for name, state in states.items()}
+            for states in self.blocks
+        ]
 
 
 def _tensors(state: Any) -> list[Tensor]:

@@ -101,8 +101,9 @@ def parse_class(value: str, where: str) -> ParamClass:
     try:
         return ParamClass(value)
     except ValueError:
-        raise ValueError(f"{where}: unknown parameter class {value!r} "
-                         f"(classes: {', '.join(c.value for c in ParamClass)})") from None
+        raise ValueError(
+            f"{where}: unknown parameter class {value!r} (classes: {', '.join(c.value for c in ParamClass)})"
+        ) from None
 
 
 def inferred_class(shape: torch.Size, d_model: int) -> ParamClass:
@@ -117,8 +118,10 @@ def declared_classes(model: nn.Module) -> dict[str, tuple[ParamClass, str]]:
     for prefix, module in model.named_modules():
         for rel, value in protocol.declared_parameter_classes(module).items():
             name = f"{prefix}.{rel}" if prefix else rel
-            out[name] = (parse_class(value, f"{type(module).__name__}.parameter_classes()[{rel!r}]"),
-                         type(module).__name__)
+            out[name] = (
+                parse_class(value, f"{type(module).__name__}.parameter_classes()[{rel!r}]"),
+                type(module).__name__,
+            )
     return out
 
 
@@ -126,8 +129,9 @@ def classify(model: nn.Module, d_model: int) -> dict[str, tuple[ParamClass, str]
     """{parameter name: (class, source)} for every parameter; source says where the class came
     from: the core (embedding, readout, norms), a component's declaration, or 'inferred'."""
     declared = declared_classes(model)
-    norm_weights = {f"{name}.weight" if name else "weight"
-                    for name, m in model.named_modules() if isinstance(m, RMSNorm)}
+    norm_weights = {
+        f"{name}.weight" if name else "weight" for name, m in model.named_modules() if isinstance(m, RMSNorm)
+    }
     out: dict[str, tuple[ParamClass, str]] = {}
     for name, p in model.named_parameters():
         if name == "embed_tokens.weight":
@@ -165,11 +169,10 @@ def apply_mup_init(model: nn.Module, dims: ModelDims) -> None:
         if exponent is None:
             params[name].zero_()
         elif exponent != 0.0:
-            params[name].mul_(m ** exponent)
+            params[name].mul_(m**exponent)
 
 
-def mup_parameter_groups(model: nn.Module, dims: ModelDims, weight_decay: float,
-                         decayed: set[int]) -> list[dict]:
+def mup_parameter_groups(model: nn.Module, dims: ModelDims, weight_decay: float, decayed: set[int]) -> list[dict]:
     """AdamW groups, one per (class, decayed): each with `lr_multiplier` (read by
     training.optimizer.build_adamw) and its weight decay divided by that multiplier (decoupled:
     the decay per step, lr·wd, is the same at every width)."""
@@ -181,8 +184,14 @@ def mup_parameter_groups(model: nn.Module, dims: ModelDims, weight_decay: float,
     out = []
     for (cls, decay), ps in groups.items():
         mult = lr_multiplier(cls, m)
-        out.append({"params": ps, "lr_multiplier": mult, "param_class": cls.value,
-                    "weight_decay": weight_decay / mult if decay else 0.0})
+        out.append(
+            {
+                "params": ps,
+                "lr_multiplier": mult,
+                "param_class": cls.value,
+                "weight_decay": weight_decay / mult if decay else 0.0,
+            }
+        )
     return out
 
 

@@ -227,8 +227,11 @@ def _hook_name(module: nn.Module, hook: str) -> str:
 def _checked_state(state: Any, module: nn.Module, hook: str) -> Any:
     tensors = state.values() if isinstance(state, dict) else state if isinstance(state, (tuple, list)) else [state]
     if state is not None and not all(isinstance(t, Tensor) for t in tensors):
-        raise DecodingHookError(_hook_name(module, hook), "returned a state that is not None, a tensor or a "
-                                "tuple/list/dict of tensors (model/protocol.py IncrementalDecoding).")
+        raise DecodingHookError(
+            _hook_name(module, hook),
+            "returned a state that is not None, a tensor or a "
+            "tuple/list/dict of tensors (model/protocol.py IncrementalDecoding).",
+        )
     return state
 
 
@@ -241,9 +244,11 @@ def decode(module: nn.Module, h: Tensor, past: Any, position: int) -> tuple[Tens
     except Exception as err:  # a plugin's hook: anything it raises is its failure
         raise DecodingHookError(_hook_name(module, "decode"), f"failed: {type(err).__name__}: {err}") from err
     if not isinstance(y, Tensor) or y.shape != h.shape:
-        raise DecodingHookError(_hook_name(module, "decode"),
-                                f"returned {getattr(y, 'shape', type(y).__name__)} for an input of shape "
-                                f"{tuple(h.shape)}; it must return (the new stream of that shape, a state).")
+        raise DecodingHookError(
+            _hook_name(module, "decode"),
+            f"returned {getattr(y, 'shape', type(y).__name__)} for an input of shape "
+            f"{tuple(h.shape)}; it must return (the new stream of that shape, a state).",
+        )
     return y, _checked_state(state, module, "decode")
 
 
@@ -252,8 +257,7 @@ def decode_context(module: nn.Module, c: Tensor, past: Any, position: int) -> tu
     try:
         ctx, state = module.decode_context(c, past, position)
     except Exception as err:
-        raise DecodingHookError(_hook_name(module, "decode_context"),
-                                f"failed: {type(err).__name__}: {err}") from err
+        raise DecodingHookError(_hook_name(module, "decode_context"), f"failed: {type(err).__name__}: {err}") from err
     return ctx, _checked_state(state, module, "decode_context")
 
 
@@ -277,8 +281,11 @@ def sublayer_contract(spec: registry.ComponentSpec) -> str | None:
         return None
     if not issubclass(factory, nn.Module):
         return f"{factory.__name__} is not a torch.nn.Module"
-    missing = [name for name, inherited in (("forward", nn.Module.forward), ("flops_per_token", None))
-               if getattr(factory, name, inherited) is inherited]
+    missing = [
+        name
+        for name, inherited in (("forward", nn.Module.forward), ("flops_per_token", None))
+        if getattr(factory, name, inherited) is inherited
+    ]
     return f"{factory.__name__} defines no {' and no '.join(missing)}" if missing else None
 
 
@@ -286,8 +293,11 @@ def check_built(module: Any, spec: registry.ComponentSpec, path: str) -> Sublaye
     """The built module follows the contract, or a ConfigError naming where it came from."""
     if isinstance(module, nn.Module) and isinstance(module, Sublayer):
         return module
-    raise ConfigError(path, f"{spec.kind} component {spec.name!r} ({spec.source}) built a "
-                      f"{type(module).__name__}, not an nn.Module with forward and flops_per_token.")
+    raise ConfigError(
+        path,
+        f"{spec.kind} component {spec.name!r} ({spec.source}) built a "
+        f"{type(module).__name__}, not an nn.Module with forward and flops_per_token.",
+    )
 
 
 for _kind in SUBLAYER_KINDS:

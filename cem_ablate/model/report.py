@@ -48,7 +48,9 @@ def _component_of(name: str, module_path: list[str]) -> str:
         return "embedding"
     if name.startswith("lm_head"):
         return "head"
-    if name.endswith("stream_logit"):  # the velocity stream's momenta (docs/design/energy-lens.md#s11-2-velocity-stream)
+    if name.endswith(
+        "stream_logit"
+    ):  # the velocity stream's momenta (docs/design/energy-lens.md#s11-2-velocity-stream)
         return "stream"
     if "attention" in module_path:
         return "attention"
@@ -71,11 +73,15 @@ def model_report(model: nn.Module, seq_len: int) -> ModelReport:
     flops: dict[str, float] = {}
     backward = 0.0
     for i, block in enumerate(model.blocks):
-        for kind, module, repeats in (("attention", block.attention, block.attention_repeats),
-                                      ("mlp", block.mlp, block.mlp_repeats)):
+        for kind, module, repeats in (
+            ("attention", block.attention, block.attention_repeats),
+            ("mlp", block.mlp, block.mlp_repeats),
+        ):
             flops[f"blocks.{i}.{kind}"] = repeats * module.flops_per_token(seq_len)
             backward += repeats * backward_flops_per_token(module, seq_len)
-        stream = block.stream_flops_per_token()  # velocity updates (docs/design/energy-lens.md#s11-2-velocity-stream); 0 on the residual stream
+        stream = (
+            block.stream_flops_per_token()
+        )  # velocity updates (docs/design/energy-lens.md#s11-2-velocity-stream); 0 on the residual stream
         if stream:
             flops[f"blocks.{i}.stream"] = stream
             backward += 2.0 * stream

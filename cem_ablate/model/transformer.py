@@ -43,9 +43,18 @@ class Block(nn.Module):
     application of a sublayer is one stream update with that sublayer's mu_l and norm.
     """
 
-    def __init__(self, attention: nn.Module, mlp: nn.Module, attention_repeats: int = 1, mlp_repeats: int = 1,
-                 *, stream: str = "residual", stream_momentum: float = 0.5, velocity_norm: str = "none",
-                 dims: ModelDims | None = None):
+    def __init__(
+        self,
+        attention: nn.Module,
+        mlp: nn.Module,
+        attention_repeats: int = 1,
+        mlp_repeats: int = 1,
+        *,
+        stream: str = "residual",
+        stream_momentum: float = 0.5,
+        velocity_norm: str = "none",
+        dims: ModelDims | None = None,
+    ):
         super().__init__()
         self.attention = attention
         self.mlp = mlp
@@ -121,8 +130,7 @@ class Block(nn.Module):
         return float(per_update * len(self.stream_steps()))
 
 
-def _decode_application(sublayer: nn.Module, states: dict, name: str, position: int,
-                        h: torch.Tensor) -> torch.Tensor:
+def _decode_application(sublayer: nn.Module, states: dict, name: str, position: int, h: torch.Tensor) -> torch.Tensor:
     h, states[name] = decode(sublayer, h, states.get(name), position)
     return h
 
@@ -246,9 +254,7 @@ class CEMTransformer(nn.Module):
         step sizes are not decayed. Matrices are the weights of nn.Linear and
         nn.Embedding modules; everything else is a vector-like parameter.
         """
-        decay_ids = {
-            id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))
-        }
+        decay_ids = {id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
         if self.dims.parametrization == "mup":  # the same decay rule, groups per muP class
             return mup_parameter_groups(self, self.dims, weight_decay, decay_ids)
         decay = [p for p in self.parameters() if id(p) in decay_ids]

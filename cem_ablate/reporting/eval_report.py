@@ -31,8 +31,12 @@ def higher_is_better(metric: str) -> bool:
 
 
 def read_eval_values(records, tracking_uri: str) -> EvalValues:
-    trials = [(r.name, t) for r in records for t in r.trials
-              if t.status == TrialStatus.FINISHED and t.run_id and t.lr is not None and t.seed is not None]
+    trials = [
+        (r.name, t)
+        for r in records
+        for t in r.trials
+        if t.status == TrialStatus.FINISHED and t.run_id and t.lr is not None and t.seed is not None
+    ]
     metrics = read_run_metrics(tracking_uri, [t.run_id for _, t in trials], EVAL_PREFIX)
     values: EvalValues = defaultdict(lambda: defaultdict(dict))
     for name, t in trials:
@@ -67,9 +71,19 @@ def eval_tests(comparisons, values: EvalValues, metrics: list[str]) -> list[tupl
             sign = -1.0 if higher_is_better(metric) else 1.0
             v = values.get((row.variant, metric), {}).get(test.lr_variant, {})
             b = values.get((row.baseline, metric), {}).get(test.lr_baseline, {})
-            raw.append((row, metric, sign, decide({s: sign * x for s, x in v.items()},
-                                                  {s: sign * x for s, x in b.items()},
-                                                  paired=test.paired, design=design)))
+            raw.append(
+                (
+                    row,
+                    metric,
+                    sign,
+                    decide(
+                        {s: sign * x for s, x in v.items()},
+                        {s: sign * x for s, x in b.items()},
+                        paired=test.paired,
+                        design=design,
+                    ),
+                )
+            )
     decided = adjust([d for *_, d in raw], alpha=design.alpha, correction=comparisons.correction)
     out = []
     for (row, metric, sign, _), d in zip(raw, decided):
@@ -88,24 +102,40 @@ def eval_section(records, comparisons, tracking_uri: str, console=None) -> list[
     if not values:
         return []
     metrics, rows = eval_rows(records, values)
-    header = ["variant", "lr*", *[m[len(EVAL_PREFIX):] for m in metrics]]
-    lines = ["## Downstream tasks (lm-evaluation-harness)", "",
-             "Mean over seeds at each variant's lr* grid point (n: seeds scored).", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    header = ["variant", "lr*", *[m[len(EVAL_PREFIX) :] for m in metrics]]
+    lines = [
+        "## Downstream tasks (lm-evaluation-harness)",
+        "",
+        "Mean over seeds at each variant's lr* grid point (n: seeds scored).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     tests = eval_tests(comparisons, values, metrics)
     if tests:
         cols = ["variant", "baseline", "metric", "at", "Δ [interval]", "p (adjusted)", "verdict"]
-        lines += ["", f"### Δ vs baseline, eval metrics ({len(tests)} test{'s' if len(tests) != 1 else ''}, one family, "
-                      f"{comparisons.correction} at α = {comparisons.design.alpha})", "",
-                  "Δ = variant − baseline in the metric's units; better/worse by the metric's own direction "
-                  "(higher accuracy, lower perplexity).", "",
-                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += [
+            "",
+            f"### Δ vs baseline, eval metrics ({len(tests)} test{'s' if len(tests) != 1 else ''}, one family, "
+            f"{comparisons.correction} at α = {comparisons.design.alpha})",
+            "",
+            "Δ = variant − baseline in the metric's units; better/worse by the metric's own direction "
+            "(higher accuracy, lower perplexity).",
+            "",
+            "| " + " | ".join(cols) + " |",
+            "|" + "---|" * len(cols),
+        ]
         for row, metric, d in tests:
-            interval = f"{fmt(d.delta, '+.4g')} [{fmt(d.low, '+.4g')}, {fmt(d.high, '+.4g')}]" \
-                if d.low is not None else fmt(d.delta, "+.4g")
-            lines.append(f"| {row.variant} | {row.baseline} | {metric[len(EVAL_PREFIX):]} | {row.test.at} | "
-                         f"{interval} | {fmt(d.p_final, '.3g')} | {d.verdict} |")
+            interval = (
+                f"{fmt(d.delta, '+.4g')} [{fmt(d.low, '+.4g')}, {fmt(d.high, '+.4g')}]"
+                if d.low is not None
+                else fmt(d.delta, "+.4g")
+            )
+            lines.append(
+                f"| {row.variant} | {row.baseline} | {metric[len(EVAL_PREFIX) :]} | {row.test.at} | "
+                f"{interval} | {fmt(d.p_final, '.3g')} | {d.verdict} |"
+            )
     if console is not None:
         for line in lines:
             console.print(line, markup=False, highlight=False)

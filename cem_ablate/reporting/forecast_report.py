@@ -46,13 +46,17 @@ def forecast_section(records, expanded, metric: str, console=None) -> list[str]:
     ladders: dict[str, list[Rung]] = {}
     for v in expanded.variants:
         record = by_key.get(v.key)
-        values = tuple(t.value for t in (record.trials if record else [])
-                       if t.status == TrialStatus.FINISHED and t.value is not None)
+        values = tuple(
+            t.value
+            for t in (record.trials if record else [])
+            if t.status == TrialStatus.FINISHED and t.value is not None
+        )
         if values:
             ladders.setdefault(v.family, []).append(Rung(params(v), values))
     family_of = {v.key: v.family for v in expanded.variants}
-    comparisons = sorted({(v.family, family_of[key]) for v in expanded.variants if v.role == "variant"
-                          for key in v.baselines.values()})
+    comparisons = sorted(
+        {(v.family, family_of[key]) for v in expanded.variants if v.role == "variant" for key in v.baselines.values()}
+    )
     targets = {t.family: params(t) for t in expanded.forecast_targets}
     untrusted = [u.text() for u in untrusted_widths(expanded) if u.role == "ladder width"]
     lines = forecast_lines(ladders, targets, comparisons, spec.forecast, metric, untrusted)
@@ -62,9 +66,14 @@ def forecast_section(records, expanded, metric: str, console=None) -> list[str]:
     return lines
 
 
-def forecast_lines(ladders: Mapping[str, Sequence[Rung]], targets: Mapping[str, float],
-                   comparisons: Sequence[tuple[str, str]], config, metric: str,
-                   untrusted: Sequence[str] = ()) -> list[str]:
+def forecast_lines(
+    ladders: Mapping[str, Sequence[Rung]],
+    targets: Mapping[str, float],
+    comparisons: Sequence[tuple[str, str]],
+    config,
+    metric: str,
+    untrusted: Sequence[str] = (),
+) -> list[str]:
     """The section from the measured ladders (family -> rungs with finished trials), each family's
     parameters at the target and the (variant, baseline) family pairs; `untrusted`: the ladder's
     widths outside the trusted range (`study.trusted_widths`), each as its warning names it."""
@@ -73,8 +82,10 @@ def forecast_lines(ladders: Mapping[str, Sequence[Rung]], targets: Mapping[str, 
     lines = ["## Forecast", ""]
     short = sorted(f for f in targets if len(ladders.get(f, ())) < MIN_RUNGS)
     if short:
-        lines.append(f"No forecast: {', '.join(short)} finished fewer than {MIN_RUNGS} of the ladder's widths "
-                     f"(d_model {widths}); rerun the study to finish them.")
+        lines.append(
+            f"No forecast: {', '.join(short)} finished fewer than {MIN_RUNGS} of the ladder's widths "
+            f"(d_model {widths}); rerun the study to finish them."
+        )
         return lines
     if any(v <= 0 for rungs in ladders.values() for r in rungs for v in r.values):
         lines.append(f"No forecast: the law is fitted to log {metric}, and some values are not positive.")
@@ -89,24 +100,36 @@ def forecast_lines(ladders: Mapping[str, Sequence[Rung]], targets: Mapping[str, 
         f"{target_width}, which was not trained: up to {reach:.3g}x the parameters of the widest width trained. "
         f"Intervals are {level} prediction intervals for the seed mean there (the fit's uncertainty and the "
         "rungs' scatter about the law, seeds included); a forecast verdict is each comparison's interval alone "
-        "(no family-wise correction) and holds only as far as the law does.", "",
+        "(no family-wise correction) and holds only as far as the law does.",
+        "",
         f"Fit: {len(fit.variants)} families, {fit.df} residual degrees of freedom; "
-        + (f"a width's seed mean scatters {math.sqrt(fit.unit_var):.3g} about the law (log units) against "
-           f"{math.sqrt(fit.seed_var / fit.seeds):.3g} from the seeds alone, lack-of-fit p {fit.lack_of_fit_p:.2g}"
-           if fit.df > 0 else "no residual, so no interval: add a width to the ladder")
-        + f"; exponent {_exponent_text(fit)}.", ""]
+        + (
+            f"a width's seed mean scatters {math.sqrt(fit.unit_var):.3g} about the law (log units) against "
+            f"{math.sqrt(fit.seed_var / fit.seeds):.3g} from the seeds alone, lack-of-fit p {fit.lack_of_fit_p:.2g}"
+            if fit.df > 0
+            else "no residual, so no interval: add a width to the ladder"
+        )
+        + f"; exponent {_exponent_text(fit)}.",
+        "",
+    ]
     if untrusted:
         # The bias was measured, not modelled: the forecast says so and changes nothing (the
         # correction tried there did not hold), docs/results/forecast.md "The bias of the forecasts".
-        lines += [f"**These forecasts may run low.** The ladder has widths outside the trusted range "
-                  f"({'; '.join(untrusted)}). On the measured ladders of this kind (docs/results/forecast.md, "
-                  f"\"The bias of the forecasts\") every family's forecast {metric} was below the measurement, with a "
-                  "mean error whose interval lay below 0, and by different amounts, so a comparison's Δ can be off "
-                  "too; the intervals below are not widened or shifted for it.", ""]
+        lines += [
+            f"**These forecasts may run low.** The ladder has widths outside the trusted range "
+            f"({'; '.join(untrusted)}). On the measured ladders of this kind (docs/results/forecast.md, "
+            f'"The bias of the forecasts") every family\'s forecast {metric} was below the measurement, with a '
+            "mean error whose interval lay below 0, and by different amounts, so a comparison's Δ can be off "
+            "too; the intervals below are not widened or shifted for it.",
+            "",
+        ]
     errors = [h for h in holdout_errors({f: ladders[f] for f in targets}, FORMS) if h.identifiable]
     if errors:
-        lines += ["Each form forecasting the widest width from the narrower ones on these trials (RMS error, log "
-                  "units): " + ", ".join(f"{h.form} {h.rms:.3g}" for h in errors) + ".", ""]
+        lines += [
+            "Each form forecasting the widest width from the narrower ones on these trials (RMS error, log "
+            "units): " + ", ".join(f"{h.form} {h.rms:.3g}" for h in errors) + ".",
+            "",
+        ]
     lines += [f"| family | parameters at d_model {target_width} | forecast {metric} [{level}] |", "|---|---|---|"]
     for family in fit.variants:
         fc = forecast(fit, family, targets[family], config.level)
@@ -114,8 +137,10 @@ def forecast_lines(ladders: Mapping[str, Sequence[Rung]], targets: Mapping[str, 
     lines += ["", f"| comparison | forecast Δ log-ratio [{level}] | as % | forecast verdict |", "|---|---|---|---|"]
     for variant, baseline in comparisons:
         d = forecast_delta(fit, variant, baseline, targets[variant], targets[baseline], config.level)
-        lines.append(f"| {variant} vs {baseline} | {d.delta:+.3f} [{d.low:+.3f}, {d.high:+.3f}] | "
-                     f"{100 * math.expm1(d.delta):+.1f}% | {d.verdict} |")
+        lines.append(
+            f"| {variant} vs {baseline} | {d.delta:+.3f} [{d.low:+.3f}, {d.high:+.3f}] | "
+            f"{100 * math.expm1(d.delta):+.1f}% | {d.verdict} |"
+        )
     return lines
 
 

@@ -51,8 +51,9 @@ class DepthRow:
     decision: Decision | None  # vs T = 1 of the kernel (None for T = 1)
 
 
-def analyze(design: GPDrawsDesign, stats: Mapping[str, VariantStats], alpha: float = ALPHA,
-            correction: str = "holm") -> list[DepthRow]:
+def analyze(
+    design: GPDrawsDesign, stats: Mapping[str, VariantStats], alpha: float = ALPHA, correction: str = "holm"
+) -> list[DepthRow]:
     """Pure: `stats` variant key -> its statistics."""
     rows, decisions = [], []
     for kernel, depths in design.kernels.items():
@@ -87,31 +88,47 @@ def _iv(m) -> str:
     return f"{m.mean:.4f} [{m.low:.4f}, {m.high:.4f}] (n={m.n})" if m.low is not None else f"{m.mean:.4f} (n={m.n})"
 
 
-def section_lines(rows: list[DepthRow], floors: Mapping[tuple[str, int], float], metric: str,
-                  alpha: float = ALPHA) -> list[str]:
-    lines = ["## GP draws: the function draw as the unit", "",
-             f"Per draw: seed mean of the {metric} at that variant's lr* grid point, 95% t interval over seeds; "
-             "pooled: mean of the per-draw means, 95% t interval over draws; Δ vs T = 1: paired t over the draws "
-             f"of the per-draw seed means, the section's comparisons Holm-adjusted at α = {alpha:g}.", "",
-             "| kernel | T | per draw [95%] | pooled over draws [95%] | Δ vs T=1 over draws [95%] | p | Holm p | "
-             "verdict | lr per draw | lr* at an edge |", "|---|---|---|---|---|---|---|---|---|---|"]
+def section_lines(
+    rows: list[DepthRow], floors: Mapping[tuple[str, int], float], metric: str, alpha: float = ALPHA
+) -> list[str]:
+    lines = [
+        "## GP draws: the function draw as the unit",
+        "",
+        f"Per draw: seed mean of the {metric} at that variant's lr* grid point, 95% t interval over seeds; "
+        "pooled: mean of the per-draw means, 95% t interval over draws; Δ vs T = 1: paired t over the draws "
+        f"of the per-draw seed means, the section's comparisons Holm-adjusted at α = {alpha:g}.",
+        "",
+        "| kernel | T | per draw [95%] | pooled over draws [95%] | Δ vs T=1 over draws [95%] | p | Holm p | "
+        "verdict | lr per draw | lr* at an edge |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         per_draw = "; ".join(f"{d}: {_iv(m)}" for d, m in r.summary.per_draw.items())
         d = r.decision
         if d is None:
             delta = p = ph = verdict = "-"
         else:
-            delta = (f"{d.delta:+.4f} [{d.low:+.4f}, {d.high:+.4f}]" if d.low is not None
-                     else f"{d.delta:+.4f} (n too small)" if d.delta is not None else "-")
+            delta = (
+                f"{d.delta:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
+                if d.low is not None
+                else f"{d.delta:+.4f} (n too small)"
+                if d.delta is not None
+                else "-"
+            )
             p = f"{d.p:.3g}" if d.p is not None else "-"
             ph = f"{d.p_holm:.3g}" if d.p_holm is not None else "-"
             verdict = d.verdict
         lrs = ", ".join(f"{k}: {v:.3g}" for k, v in r.lrs.items())
-        lines.append(f"| {r.kernel} | {r.summary.depth} | {per_draw} | {_iv(r.summary.pooled)} | {delta} | {p} | "
-                     f"{ph} | {verdict} | {lrs} | {', '.join(r.edges) or 'none'} |")
+        lines.append(
+            f"| {r.kernel} | {r.summary.depth} | {per_draw} | {_iv(r.summary.pooled)} | {delta} | {p} | "
+            f"{ph} | {verdict} | {lrs} | {', '.join(r.edges) or 'none'} |"
+        )
     if floors:
-        lines += ["", "Exact-GP floor (posterior mean with the true kernel and noise) per draw: "
-                  + "; ".join(f"{k} draw {d}: {v:.4f}" for (k, d), v in sorted(floors.items()))]
+        lines += [
+            "",
+            "Exact-GP floor (posterior mean with the true kernel and noise) per draw: "
+            + "; ".join(f"{k} draw {d}: {v:.4f}" for (k, d), v in sorted(floors.items())),
+        ]
     return lines
 
 

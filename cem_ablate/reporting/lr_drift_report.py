@@ -54,12 +54,16 @@ def lr_drift_section(records, expanded, metric: str, console=None, published=Non
     published = published if published is not None else publications(records)
     by_key = {r.key: r for r in records}
     widths = sorted({v.config.model.dims.d_model for members in families.values() for v in members})
-    lines = ["## Learning-rate drift across width", "",
-             f"lr* (Akima over the grid, {metric}; 95% interval from 3 seeds on) per width; drift = max / min "
-             "lr* over the family's widths. `edge`: lr* at the grid's edge, not bracketed (the drift is then a "
-             "lower bound).", "",
-             "| family | parametrization | " + " | ".join(f"d {w}" for w in widths) + " | drift |",
-             "|---|---|" + "---|" * len(widths) + "---|"]
+    lines = [
+        "## Learning-rate drift across width",
+        "",
+        f"lr* (Akima over the grid, {metric}; 95% interval from 3 seeds on) per width; drift = max / min "
+        "lr* over the family's widths. `edge`: lr* at the grid's edge, not bracketed (the drift is then a "
+        "lower bound).",
+        "",
+        "| family | parametrization | " + " | ".join(f"d {w}" for w in widths) + " | drift |",
+        "|---|---|" + "---|" * len(widths) + "---|",
+    ]
     for label, members in families.items():
         cells, stars, edged = {}, [], False
         for v in members:
@@ -83,8 +87,9 @@ def lr_drift_section(records, expanded, metric: str, console=None, published=Non
         else:
             drift = "-"
         parametrization = members[0].config.model.parametrization
-        lines.append(f"| {label} | {parametrization} | " + " | ".join(cells.get(w, "") for w in widths)
-                     + f" | {drift} |")
+        lines.append(
+            f"| {label} | {parametrization} | " + " | ".join(cells.get(w, "") for w in widths) + f" | {drift} |"
+        )
     if console is not None:
         for line in lines:
             console.print(line, markup=False, highlight=False)

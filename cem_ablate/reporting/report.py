@@ -27,6 +27,7 @@ from cem_ablate.analysis.optimum import MIN_LRS_FOR_LR_STAR
 from cem_ablate.analysis.scaling import ScalingInput, ScalingSummary, has_size_axis, summarize_scaling
 from cem_ablate.analysis.statistics import VariantStatistics
 from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.figures.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, variant_colors
 from cem_ablate.reporting.seed_report import (
     COMPARISON_COLUMNS,
     COMPARISONS_DEFINITION,
@@ -43,7 +44,6 @@ from cem_ablate.reporting.seed_report import (
     per_lr_lines,
     scaling_lines,
 )
-from cem_ablate.study.plots import SweepSeries, plot_ppl_vs_lr, plot_ppl_vs_params, plot_scaling, variant_colors
 from cem_ablate.study.publication import VariantPublication, publications
 from cem_ablate.study.verdicts import AT_BASELINE, AT_OPTIMA, Test, decide_family, design_from_record, design_of
 from cem_ablate.tracking.readback import VariantRecord
@@ -92,8 +92,11 @@ class Comparisons:
         # without seeds on a side counts for nothing and is said apart
         tested = sum(1 for r in self.rows if r.test.decision.p_design is not None)
         return COMPARISONS_DEFINITION.format(
-            m=metric, design=self.design.describe(), alpha=self.design.alpha,
-            correction=correction_text(self.correction, tested, self.design.n_tests, len(self.rows) - tested))
+            m=metric,
+            design=self.design.describe(),
+            alpha=self.design.alpha,
+            correction=correction_text(self.correction, tested, self.design.n_tests, len(self.rows) - tested),
+        )
 
 
 def _status_text(record: VariantRecord, statistics: VariantStatistics | None) -> str:
@@ -132,13 +135,23 @@ def build_rows(records: list[VariantRecord], published: Publications | None = No
     rows = []
     for r in records:
         statistics = _statistics(r, published)
-        rows.append(ReportRow(r.name, r.role, r.params_total, statistics, _status_text(r, statistics),
-                              r.metrics.get("tokens_per_trial"), r.key in baselines))
+        rows.append(
+            ReportRow(
+                r.name,
+                r.role,
+                r.params_total,
+                statistics,
+                _status_text(r, statistics),
+                r.metrics.get("tokens_per_trial"),
+                r.key in baselines,
+            )
+        )
     return rows
 
 
-def build_comparisons(records: list[VariantRecord], spec=None, pairings=None,
-                      published: Publications | None = None) -> Comparisons:
+def build_comparisons(
+    records: list[VariantRecord], spec=None, pairings=None, published: Publications | None = None
+) -> Comparisons:
     """Every comparison of the report, one family, by the one decision rule.
 
     How: the study file's `statistics` and seed design where given (`spec`), else as
@@ -165,8 +178,11 @@ def build_comparisons(records: list[VariantRecord], spec=None, pairings=None,
                 paired[(r.key, name)] = pairings[(r.key, name)].paired
             else:
                 missing.append(f"{r.name} vs {name}")
-    notes = [f"pairing not recorded (a study run before pairing was checked): Welch for {', '.join(missing)}"] \
-        if missing else []
+    notes = (
+        [f"pairing not recorded (a study run before pairing was checked): Welch for {', '.join(missing)}"]
+        if missing
+        else []
+    )
     baselines = {r.key: {name: base.key for name, base in _baselines(r, by_key)} for r in records}
     tests = decide_family(stats, baselines, paired, design, correction)
     names = {r.key: r.name for r in records}
@@ -181,12 +197,17 @@ def unestimated_lr_notes(rows: list[ComparisonRow], stats_by_name: dict) -> list
     learning rate, not at their tuned optima."""
     notes = []
     for c in rows:
-        short = [f"{name}: {n} learning rate{'s' * (n != 1)}" for name in dict.fromkeys((c.variant, c.baseline))
-                 if (n := sum(1 for r in stats_by_name[name].by_lr if r.n)) < MIN_LRS_FOR_LR_STAR]
+        short = [
+            f"{name}: {n} learning rate{'s' * (n != 1)}"
+            for name in dict.fromkeys((c.variant, c.baseline))
+            if (n := sum(1 for r in stats_by_name[name].by_lr if r.n)) < MIN_LRS_FOR_LR_STAR
+        ]
         if short:
-            notes.append(f"the verdict of {c.variant} vs {c.baseline} rests on no estimated lr* ({'; '.join(short)}; "
-                         f"an lr* needs at least {MIN_LRS_FOR_LR_STAR}): it compares them at a fixed learning rate, "
-                         "not at their tuned optima.")
+            notes.append(
+                f"the verdict of {c.variant} vs {c.baseline} rests on no estimated lr* ({'; '.join(short)}; "
+                f"an lr* needs at least {MIN_LRS_FOR_LR_STAR}): it compares them at a fixed learning rate, "
+                "not at their tuned optima."
+            )
     return notes
 
 
@@ -221,8 +242,14 @@ def columns(metric: str) -> tuple[str, ...]:
 def row_cells(row: ReportRow) -> list[str]:
     n_seeds = str(row.statistics.stats.n_seeds) if row.statistics is not None else "-"
     name = row.name + (" (baseline)" if row.is_baseline else "")
-    return [name, fmt(row.params, ","), n_seeds, lr_star_text(row.optimum), objective_star_text(row.optimum),
-            row.status]
+    return [
+        name,
+        fmt(row.params, ","),
+        n_seeds,
+        lr_star_text(row.optimum),
+        objective_star_text(row.optimum),
+        row.status,
+    ]
 
 
 def print_table(rows: list[ReportRow], comparisons: Comparisons, title: str, console=None) -> None:
@@ -241,8 +268,12 @@ def print_table(rows: list[ReportRow], comparisons: Comparisons, title: str, con
         table.add_row(*map(escape, row_cells(row)))
     console.print(table)
     if comparisons.rows:
-        table = Table(title=escape(f"{title}: Δ vs baseline ({metric}; {comparisons.count_text})"),
-                      title_justify="left", caption=escape(comparisons.definition(metric)), caption_justify="left")
+        table = Table(
+            title=escape(f"{title}: Δ vs baseline ({metric}; {comparisons.count_text})"),
+            title_justify="left",
+            caption=escape(comparisons.definition(metric)),
+            caption_justify="left",
+        )
         for col in COMPARISON_COLUMNS:
             table.add_column(escape(col))
         for c in comparisons.rows:
@@ -265,20 +296,27 @@ def series_for(records: list[VariantRecord], published: Publications | None = No
     baselines = baseline_keys(records)
     out = []
     for r in records:
-        finished = [(t.lr, t.value) for t in r.trials
-                    if t.status == TrialStatus.FINISHED and t.lr and t.value is not None]
+        finished = [
+            (t.lr, t.value) for t in r.trials if t.status == TrialStatus.FINISHED and t.lr and t.value is not None
+        ]
         base = next(iter(_baselines(r, by_key)), None)  # plots and scaling: the first baseline
         statistics = _statistics(r, published)
-        out.append(SweepSeries(
-            name=r.name, is_baseline=r.key in baselines,
-            finished=finished, diverged=[t.lr for t in r.trials if t.status == TrialStatus.DIVERGED and t.lr],
-            fit=statistics.stats.optimum.fit if statistics is not None and statistics.stats.optimum else None,
-            params=r.params_total,
-            tokens=r.metrics.get("tokens_per_trial"), group=r.labels.get("model.size", ""),
-            family=r.labels.get("variant", r.name),
-            baseline_name=base[1].name if base else None,
-            stats=statistics.stats if statistics is not None else None,
-            metric=statistics.objective if statistics is not None else "test perplexity"))
+        out.append(
+            SweepSeries(
+                name=r.name,
+                is_baseline=r.key in baselines,
+                finished=finished,
+                diverged=[t.lr for t in r.trials if t.status == TrialStatus.DIVERGED and t.lr],
+                fit=statistics.stats.optimum.fit if statistics is not None and statistics.stats.optimum else None,
+                params=r.params_total,
+                tokens=r.metrics.get("tokens_per_trial"),
+                group=r.labels.get("model.size", ""),
+                family=r.labels.get("variant", r.name),
+                baseline_name=base[1].name if base else None,
+                stats=statistics.stats if statistics is not None else None,
+                metric=statistics.objective if statistics is not None else "test perplexity",
+            )
+        )
     return out
 
 
@@ -294,15 +332,29 @@ def scaling_inputs(records: list[VariantRecord], published: Publications | None 
             continue
         base = next(iter(_baselines(r, by_key)), None)  # plots and scaling: the first baseline
         family = r.labels.get("variant", r.name)
-        out.append(ScalingInput(r.name, family, base[1].labels.get("variant", base[1].name) if base else None,
-                                float(r.params_total), float(tokens * flops), statistics.stats,
-                                statistics.stats.optimum.fit.method))
+        out.append(
+            ScalingInput(
+                r.name,
+                family,
+                base[1].labels.get("variant", base[1].name) if base else None,
+                float(r.params_total),
+                float(tokens * flops),
+                statistics.stats,
+                statistics.stats.optimum.fit.method,
+            )
+        )
     return out
 
 
-def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
-                 scaling: ScalingSummary | None = None, comparisons: Comparisons | None = None,
-                 lead: str | None = None, published: Publications | None = None) -> Path:
+def write_report(
+    records: list[VariantRecord],
+    study_name: str,
+    out_dir: Path,
+    scaling: ScalingSummary | None = None,
+    comparisons: Comparisons | None = None,
+    lead: str | None = None,
+    published: Publications | None = None,
+) -> Path:
     """report.md and its figures; `lead`: one line set in bold under the title (the
     other-code note)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -312,45 +364,75 @@ def write_report(records: list[VariantRecord], study_name: str, out_dir: Path,
     metric = metric_of(rows)
     series = series_for(records, published)
     palette = variant_colors(series)  # one colour per variant family in every figure
-    fig2 = plot_ppl_vs_params(series, out_dir / "ppl_vs_params.png", title=f"{study_name}: {metric}* vs parameters",
-                              notes=figure_notes(comparisons, metric), palette=palette)
-    fig3 = plot_ppl_vs_lr(series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: {metric} vs learning rate",
-                          palette=palette)
+    fig2 = plot_ppl_vs_params(
+        series,
+        out_dir / "ppl_vs_params.png",
+        title=f"{study_name}: {metric}* vs parameters",
+        notes=figure_notes(comparisons, metric),
+        palette=palette,
+    )
+    fig3 = plot_ppl_vs_lr(
+        series, out_dir / "ppl_vs_lr.png", title=f"{study_name}: {metric} vs learning rate", palette=palette
+    )
     cols = columns(metric)
     lines = [f"# Study `{study_name}`", ""] + ([f"**{lead}**", ""] if lead else [])
     lines += [DEFINITIONS.format(m=metric), "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(row)) + " |" for row in rows]
     if comparisons.rows:
-        lines += ["", f"## Δ vs baseline ({metric}): {comparisons.count_text}", "",
-                  comparisons.definition(metric), "",
-                  "| " + " | ".join(COMPARISON_COLUMNS) + " |", "|" + "---|" * len(COMPARISON_COLUMNS)]
+        lines += [
+            "",
+            f"## Δ vs baseline ({metric}): {comparisons.count_text}",
+            "",
+            comparisons.definition(metric),
+            "",
+            "| " + " | ".join(COMPARISON_COLUMNS) + " |",
+            "|" + "---|" * len(COMPARISON_COLUMNS),
+        ]
         lines += ["| " + " | ".join(comparison_cells(c.variant, c.baseline, c.test)) + " |" for c in comparisons.rows]
     lines += [line for note in comparisons.notes for line in ("", f"Note: {note}")]
-    lines += ["", f"## {metric}: mean ± std over seeds per learning rate", "",
-              "| variant | lr | seeds | mean ± std | per seed |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"## {metric}: mean ± std over seeds per learning rate",
+        "",
+        "| variant | lr | seeds | mean ± std | per seed |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
         if row.statistics is not None:
             lines += per_lr_lines(row.name, row.statistics)
-    figures = [f"![{metric} vs parameters]({fig2.name}) ([SVG]({fig2.with_suffix('.svg').name}))", "",
-               f"![{metric} vs learning rate]({fig3.name}) ([SVG]({fig3.with_suffix('.svg').name}))", ""]
+    figures = [
+        f"![{metric} vs parameters]({fig2.name}) ([SVG]({fig2.with_suffix('.svg').name}))",
+        "",
+        f"![{metric} vs learning rate]({fig3.name}) ([SVG]({fig3.with_suffix('.svg').name}))",
+        "",
+    ]
     if scaling is not None:
         lines += [""] + scaling_lines(scaling, metric)
-        fig4 = plot_scaling(scaling, out_dir / "scaling.png", metric, title=f"{study_name}: scaling per family",
-                            palette=palette)
+        fig4 = plot_scaling(
+            scaling, out_dir / "scaling.png", metric, title=f"{study_name}: scaling per family", palette=palette
+        )
         figures += [f"![scaling]({fig4.name}) ([SVG]({fig4.with_suffix('.svg').name}))", ""]
     lines += ["", "## Trials", "", f"| variant | lr | seed | status | {metric} | reason |", "|---|---|---|---|---|---|"]
     for r in records:
         for t in r.trials:
-            lines.append(f"| {r.name} | {fmt(t.lr, '.3g')} | {t.seed} | {t.status} | {fmt(t.value, '.6g')} | "
-                         f"{t.reason.replace('|', '/')} |")
+            lines.append(
+                f"| {r.name} | {fmt(t.lr, '.3g')} | {t.seed} | {t.status} | {fmt(t.value, '.6g')} | "
+                f"{t.reason.replace('|', '/')} |"
+            )
     lines += ["", "## Figures", ""] + figures
     path = out_dir / "report.md"
     path.write_text("\n".join(lines))
     return path
 
 
-def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys: list[str] | None = None,
-                console=None, expanded=None) -> Path:
+def make_report(
+    tracking_uri: str,
+    study_name: str,
+    out_dir: Path,
+    variant_keys: list[str] | None = None,
+    console=None,
+    expanded=None,
+) -> Path:
     """Read the study from MLflow, print the tables, write markdown and figures.
 
     `expanded` (the study file, validated): its `statistics` and seed design decide, and
@@ -374,8 +456,12 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     published = publications(records)  # each variant's stats.json, parsed once for the whole report
     rows = build_rows(records, published)
     metric = metric_of(rows)
-    comparisons = build_comparisons(records, expanded.spec if expanded is not None else None,
-                                    _missing_pairings(records, expanded, published), published)
+    comparisons = build_comparisons(
+        records,
+        expanded.spec if expanded is not None else None,
+        _missing_pairings(records, expanded, published),
+        published,
+    )
     print_table(rows, comparisons, f"study {study_name}", console)
     inputs = scaling_inputs(records, published)
     scaling = summarize_scaling(inputs) if has_size_axis(inputs) else None
@@ -395,12 +481,14 @@ def make_report(tracking_uri: str, study_name: str, out_dir: Path, variant_keys:
     from cem_ablate.reporting.transfer_report import transfer_section
     from cem_ablate.reporting.width_report import width_section
 
-    extra = (transfer_section(records, expanded, tracking_uri, metric, console)
-             + forecast_section(records, expanded, metric, console)
-             + width_section(records, expanded, tracking_uri, out_dir, metric, console, published)
-             + lr_drift_section(records, expanded, metric, console, published)
-             + gp_draws_section(records, expanded, metric, console, published)
-             + eval_section(records, comparisons, tracking_uri, console))  # a study's `eval:` tasks
+    extra = (
+        transfer_section(records, expanded, tracking_uri, metric, console)
+        + forecast_section(records, expanded, metric, console)
+        + width_section(records, expanded, tracking_uri, out_dir, metric, console, published)
+        + lr_drift_section(records, expanded, metric, console, published)
+        + gp_draws_section(records, expanded, metric, console, published)
+        + eval_section(records, comparisons, tracking_uri, console)
+    )  # a study's `eval:` tasks
     if extra:
         path.write_text(path.read_text() + "\n\n" + "\n".join(extra))
     log_report(tracking_uri, [r.run_id for r in records], out_dir)  # each parent run's page shows it
@@ -421,8 +509,11 @@ def other_code_note(records: list[VariantRecord], expanded) -> str | None:
             variant = expanded.variant(r.key)
         except KeyError:
             continue
-        finished = [t for t in r.trials if t.status == TrialStatus.FINISHED and t.trial_key
-                    and t.lr is not None and t.seed is not None]
+        finished = [
+            t
+            for t in r.trials
+            if t.status == TrialStatus.FINISHED and t.trial_key and t.lr is not None and t.seed is not None
+        ]
         changed = sum(variant.trial_key(t.lr, t.seed) != t.trial_key for t in finished)
         total += len(finished)
         if changed:
@@ -430,17 +521,20 @@ def other_code_note(records: list[VariantRecord], expanded) -> str | None:
             names.append(r.name)
     if not other:
         return None
-    return (f"note: {other} of {total} finished trials ({', '.join(names)}) were trained under another trial key "
-            f"than this checkout gives them (code, data or platform version changed since): the numbers below "
-            f"are theirs, not this code's; `cem-ablate study` on the study file retrains them.")
+    return (
+        f"note: {other} of {total} finished trials ({', '.join(names)}) were trained under another trial key "
+        f"than this checkout gives them (code, data or platform version changed since): the numbers below "
+        f"are theirs, not this code's; `cem-ablate study` on the study file retrains them."
+    )
 
 
 def _missing_pairings(records: list[VariantRecord], expanded, published: Publications | None = None) -> dict | None:
     """Pairings checked on the study file's variants, only where a record lacks them (a
     store written before pairing was recorded): building models is not free."""
     published = publications(records) if published is None else published
-    if expanded is None or all(published.get(r.key) is not None and published[r.key].pairing_recorded
-                               for r in records if r.baselines):
+    if expanded is None or all(
+        published.get(r.key) is not None and published[r.key].pairing_recorded for r in records if r.baselines
+    ):
         return None
     from cem_ablate.study.pairing import pair_study
 
@@ -451,8 +545,9 @@ def print_scaling(summary: ScalingSummary, metric: str, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"scaling: {metric}* vs parameters / training FLOPs (power law per family)",
-                  title_justify="left")
+    table = Table(
+        title=f"scaling: {metric}* vs parameters / training FLOPs (power law per family)", title_justify="left"
+    )
     for col in ("variant", "vs family", "axis", "multiplier [95%]", "reading"):
         table.add_column(col)
     for cells in equivalence_rows(summary):

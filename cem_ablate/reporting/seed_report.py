@@ -19,17 +19,19 @@ DEFINITIONS = (
     "Seeds: every number is over the seeds that finished. mean ± std: sample standard deviation "
     "(n - 1). lr* and {m}*: minimum of the Akima interpolation of the seed-mean {m} over log2(lr) "
     "(docs/design/experiments.md#s8-learning-rate-search), with an interval where its coverage at that number of seeds was checked by simulation, "
-    "else \"n too small\". \"edge\": the optimum sits at an end of a grid of ≥ 2 learning rates, so lr* "
-    "is only a bound.")
+    'else "n too small". "edge": the optimum sits at an end of a grid of ≥ 2 learning rates, so lr* '
+    "is only a bound."
+)
 
 COMPARISONS_DEFINITION = (
     "Δ = variant − baseline ({m}; lower is better), at the grid point nearest (log2 lr) the baseline's lr* "
-    "(\"baseline lr*\"), the variant's own (\"own lr*\", where another one) and each at its own "
-    "(\"optima\": tuned vs tuned, where those differ). Test: paired t over the seeds both finished where the "
+    '("baseline lr*"), the variant\'s own ("own lr*", where another one) and each at its own '
+    '("optima": tuned vs tuned, where those differ). Test: paired t over the seeds both finished where the '
     "platform found the pair paired (identical initial values of every shared parameter and the same data "
     "order under one seed), else Welch's t over every finished seed of each side. Seed design: {design}. "
     "[low, high]: the t-interval at the design's level (95% for one look). p: the test's two-sided p; "
-    "Holm p: {correction}. Verdict: better / worse where that p ≤ α = {alpha:g}, else unresolved.")
+    "Holm p: {correction}. Verdict: better / worse where that p ≤ α = {alpha:g}, else unresolved."
+)
 
 
 def correction_text(correction: str, n_tests: int, design_tests: int, untested: int = 0) -> str:
@@ -39,8 +41,7 @@ def correction_text(correction: str, n_tests: int, design_tests: int, untested: 
     apart = f"; {untested} more without a test (too few seeds), unresolved" if untested else ""
     if correction == "holm":
         return f"{looks}Holm-adjusted over the report's {n_tests} tested comparison(s) (one family{apart})"
-    return (f"{looks}not adjusted for the report's {n_tests} tested comparison(s) "
-            f"(statistics.correction: none{apart})")
+    return f"{looks}not adjusted for the report's {n_tests} tested comparison(s) (statistics.correction: none{apart})"
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -90,7 +91,7 @@ def decimals(*values: float) -> int:
 
 
 def decision_delta_text(d: Decision) -> str:
-    """"-0.4120 [-0.6100, -0.2100]"; the level where it is not 95%; "n too small" without a test."""
+    """ "-0.4120 [-0.6100, -0.2100]"; the level where it is not 95%; "n too small" without a test."""
     if d.delta is None:
         return "no seeds to compare"
     places = decimals(d.delta, d.low, d.high)
@@ -107,8 +108,17 @@ def decision_n_text(d: Decision) -> str:
 
 def comparison_cells(name: str, baseline: str, test: Test) -> list[str]:
     d = test.decision
-    return [name, baseline, at_text(test), decision_delta_text(d), d.test, decision_n_text(d),
-            fmt(d.p, ".3g"), fmt(d.p_holm, ".3g"), d.verdict]
+    return [
+        name,
+        baseline,
+        at_text(test),
+        decision_delta_text(d),
+        d.test,
+        decision_n_text(d),
+        fmt(d.p, ".3g"),
+        fmt(d.p_holm, ".3g"),
+        d.verdict,
+    ]
 
 
 def mean_std_text(row: LrStats) -> str:
@@ -117,28 +127,36 @@ def mean_std_text(row: LrStats) -> str:
 
 def per_lr_lines(name: str, stats: VariantStatistics) -> list[str]:
     """Markdown rows: variant | lr | seeds | mean ± std | per seed."""
-    return [f"| {name} | {row.lr:.3g} | {row.n} | {mean_std_text(row)} | "
-            f"{', '.join(f'{v:.4f}' for v in row.values)} |" for row in stats.stats.by_lr]
+    return [
+        f"| {name} | {row.lr:.3g} | {row.n} | {mean_std_text(row)} | {', '.join(f'{v:.4f}' for v in row.values)} |"
+        for row in stats.stats.by_lr
+    ]
 
 
 def scaling_lines(summary: ScalingSummary, metric: str) -> list[str]:
-    lines = ["## Scaling", "",
-             f"{metric}* (Akima optimum) per family against parameters and training FLOPs (3 × forward "
-             "FLOPs/token × tokens), power law per family: `a·(x/x0)^-b + c` with ≥ 4 sizes (c: the "
-             "irreducible part), else a log-log line `a·(x/x0)^-b` (too few sizes to identify c). "
-             "Multiplier: the variant's own x divided by the x at which its baseline family's law reaches "
-             "the variant's objective; < 1 means the variant matches the baseline with fewer parameters "
-             "(or FLOPs). No interval on the multiplier: the percentile bootstrap over seeds covered "
-             f"85% of simulated multipliers at a stated {LEVEL:.0%} (analysis/scaling.py).", "",
-             "| family | axis | law | a | b | c | sizes |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Scaling",
+        "",
+        f"{metric}* (Akima optimum) per family against parameters and training FLOPs (3 × forward "
+        "FLOPs/token × tokens), power law per family: `a·(x/x0)^-b + c` with ≥ 4 sizes (c: the "
+        "irreducible part), else a log-log line `a·(x/x0)^-b` (too few sizes to identify c). "
+        "Multiplier: the variant's own x divided by the x at which its baseline family's law reaches "
+        "the variant's objective; < 1 means the variant matches the baseline with fewer parameters "
+        "(or FLOPs). No interval on the multiplier: the percentile bootstrap over seeds covered "
+        f"85% of simulated multipliers at a stated {LEVEL:.0%} (analysis/scaling.py).",
+        "",
+        "| family | axis | law | a | b | c | sizes |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (family, axis), law in summary.laws.items():
         form = "a·(x/x0)^-b + c" if law.form == SATURATING else "log-log line"
-        lines.append(f"| {family} | {axis} | {form} | {law.a:.4g} | {law.b:.3g} | {law.c:.4g} | "
-                     f"{fmt(law.x_range[0], '.3g')}–{fmt(law.x_range[1], '.3g')} |")
+        lines.append(
+            f"| {family} | {axis} | {form} | {law.a:.4g} | {law.b:.3g} | {law.c:.4g} | "
+            f"{fmt(law.x_range[0], '.3g')}–{fmt(law.x_range[1], '.3g')} |"
+        )
     lines += ["", "| variant | vs family | axis | multiplier [95%] | reading |", "|---|---|---|---|---|"]
     lines += ["| " + " | ".join(cells) + " |" for cells in equivalence_rows(summary)]
     return lines + [""]
-
 
 
 def equivalence_rows(summary: ScalingSummary) -> list[list[str]]:
@@ -153,6 +171,13 @@ def equivalence_rows(summary: ScalingSummary) -> list[list[str]]:
             reading = f"matches {eq.baseline_family} at {m:.2f}× {what}"
             if summary.extrapolated(eq):
                 reading += " (extrapolated beyond the sampled sizes)"
-        rows.append([eq.variant, eq.baseline_family, eq.axis,
-                     f"{fmt(m, '.3f')} {interval_text(eq.interval, '.3f')}".strip(), reading])
+        rows.append(
+            [
+                eq.variant,
+                eq.baseline_family,
+                eq.axis,
+                f"{fmt(m, '.3f')} {interval_text(eq.interval, '.3f')}".strip(),
+                reading,
+            ]
+        )
     return rows

@@ -33,13 +33,17 @@ def transfer_section(records, expanded, tracking_uri: str, metric: str, console=
     names = {p.key: p.name for p in expanded.proxies}
     by_key = {r.key: r for r in records}
     proxy_text = ", ".join(f"{k}: {v}" for k, v in expanded.spec.lr_search.proxy.items())
-    lines = ["## Transfer", "",
-             f"Each variant's learning rate was tuned on its proxy ({proxy_text}; study `{proxy_name}`, grid "
-             f"{', '.join(f'{lr:g}' for lr in expanded.spec.lr_search.grid)}, Akima) and transferred: the variant "
-             f"trained only at its proxy's lr* (3 significant digits).", "",
-             f"| variant | proxy | proxy lr* [95%] | interval high/low | transferred lr | "
-             f"{metric} at it (mean ± std, seeds) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "## Transfer",
+        "",
+        f"Each variant's learning rate was tuned on its proxy ({proxy_text}; study `{proxy_name}`, grid "
+        f"{', '.join(f'{lr:g}' for lr in expanded.spec.lr_search.grid)}, Akima) and transferred: the variant "
+        f"trained only at its proxy's lr* (3 significant digits).",
+        "",
+        f"| variant | proxy | proxy lr* [95%] | interval high/low | transferred lr | "
+        f"{metric} at it (mean ± std, seeds) |",
+        "|---|---|---|---|---|---|",
+    ]
     widths = []
     for v in expanded.variants:
         proxy = proxy_records.get(v.proxy)
@@ -53,8 +57,11 @@ def transfer_section(records, expanded, tracking_uri: str, metric: str, console=
             if interval is not None and interval.low > 0:
                 widths.append(interval.high / interval.low)
                 span = f"{widths[-1]:.2f}x"
-            star = f"{optimum.lr_star:.3g}" + (f" [{interval.low:.3g}, {interval.high:.3g}]" if interval else
-                                               f" ({optimum.interval_note or 'no interval'})")
+            star = f"{optimum.lr_star:.3g}" + (
+                f" [{interval.low:.3g}, {interval.high:.3g}]"
+                if interval
+                else f" ({optimum.interval_note or 'no interval'})"
+            )
             star += f", at the grid's {optimum.edge} edge" if optimum.edge else ""
         record = by_key.get(v.key)
         values = [t.value for t in (record.trials if record else []) if t.status == TrialStatus.FINISHED]
@@ -67,8 +74,9 @@ def transfer_section(records, expanded, tracking_uri: str, metric: str, console=
             objective = f"{np.mean(values):.4g}{spread} ({len(values)})"
         else:
             objective = "-"
-        lines.append(f"| {v.name} | {names.get(v.proxy, v.proxy)} | {star} | {span} | {lr_text} (transferred) | "
-                     f"{objective} |")
+        lines.append(
+            f"| {v.name} | {names.get(v.proxy, v.proxy)} | {star} | {span} | {lr_text} (transferred) | {objective} |"
+        )
     lines += wide_proxy_note(widths)
     if console is not None:
         for line in lines:
@@ -80,9 +88,12 @@ def wide_proxy_note(widths: list[float]) -> list[str]:
     """The lines under the table when a proxy's lr* interval (high / low) is wide."""
     if not any(w > WIDE_PROXY_INTERVAL for w in widths):
         return []
-    return ["", f"A proxy lr* whose 95% interval spans more than {WIDE_PROXY_INTERVAL:g}x is poorly determined, and "
-            "so is the rate transferred from it: more proxy seeds (`lr_search.proxy_seeds`) narrow it at the "
-            "proxy's price (docs/results/transfer.md: on a lent GPU, d 64 -> d 256, the two families whose "
-            "transferred rate missed the target's full-grid optimum by more than 1% had proxy intervals of 5.7x "
-            "and 2.6x; the three within 1% had 1.5-1.9x; on CPU, CEM MLP T = 1's interval was 6.7x, 2.3x and 1.7x "
-            "with 3, 5 and 8 proxy seeds, its target +3.8%, +2.3% and +0.7% from the optimum)."]
+    return [
+        "",
+        f"A proxy lr* whose 95% interval spans more than {WIDE_PROXY_INTERVAL:g}x is poorly determined, and "
+        "so is the rate transferred from it: more proxy seeds (`lr_search.proxy_seeds`) narrow it at the "
+        "proxy's price (docs/results/transfer.md: on a lent GPU, d 64 -> d 256, the two families whose "
+        "transferred rate missed the target's full-grid optimum by more than 1% had proxy intervals of 5.7x "
+        "and 2.6x; the three within 1% had 1.5-1.9x; on CPU, CEM MLP T = 1's interval was 6.7x, 2.3x and 1.7x "
+        "with 3, 5 and 8 proxy seeds, its target +3.8%, +2.3% and +0.7% from the optimum).",
+    ]

@@ -106,8 +106,13 @@ class WidthSection:
     alpha: float = ALPHA
 
 
-def _inputs(design_widths: Mapping[int, Mapping[str, str]], stats: Mapping[str, VariantStats],
-            paired: Mapping[str, bool], variant_arm: str, baseline_arm: str) -> tuple[list[WidthInput], dict]:
+def _inputs(
+    design_widths: Mapping[int, Mapping[str, str]],
+    stats: Mapping[str, VariantStats],
+    paired: Mapping[str, bool],
+    variant_arm: str,
+    baseline_arm: str,
+) -> tuple[list[WidthInput], dict]:
     items, lrs = [], {}
     for width, arms in design_widths.items():
         v, b = stats.get(arms.get(variant_arm, "")), stats.get(arms.get(baseline_arm, ""))
@@ -117,20 +122,25 @@ def _inputs(design_widths: Mapping[int, Mapping[str, str]], stats: Mapping[str, 
         rows = v.at(lr), b.at(lr)
         if None in rows:
             continue
-        items.append(WidthInput(width, rows[0].by_seed(), rows[1].by_seed(),
-                                paired=paired.get(arms[variant_arm], False)))
+        items.append(
+            WidthInput(width, rows[0].by_seed(), rows[1].by_seed(), paired=paired.get(arms[variant_arm], False))
+        )
         lrs[width] = lr
     return items, lrs
 
 
-def analyze(design: WidthDesign, stats: Mapping[str, VariantStats], t2_paired: Mapping[str, bool],
-            alpha: float = ALPHA, energy: Mapping[str, list[Mapping[str, float]]] | None = None) -> WidthSection:
+def analyze(
+    design: WidthDesign,
+    stats: Mapping[str, VariantStats],
+    t2_paired: Mapping[str, bool],
+    alpha: float = ALPHA,
+    energy: Mapping[str, list[Mapping[str, float]]] | None = None,
+) -> WidthSection:
     """Pure: `stats` variant key -> its statistics; `t2_paired` T2 variant key -> whether
     its T1 pair is paired; `energy` T2 variant key -> energy traces of its trials."""
     trends = []
     for budget, widths in design.budgets.items():
-        for comparison, (va, ba), pairing in ((T2_VS_T1, ("T2", "T1"), t2_paired),
-                                              (T1_VS_LLAMA, ("T1", "llama"), {})):
+        for comparison, (va, ba), pairing in ((T2_VS_T1, ("T2", "T1"), t2_paired), (T1_VS_LLAMA, ("T1", "llama"), {})):
             items, lrs = _inputs(widths, stats, pairing, va, ba)
             deltas = [width_delta(i, alpha) for i in items]
             trends.append(ComparisonTrend(budget, comparison, deltas, lrs, fit_trend(deltas, alpha)))
@@ -167,38 +177,58 @@ def trend_text(t: ComparisonTrend) -> str:
         return f"{t.budget}, {t.comparison}: fewer than 3 widths with results, no fit"
     f = t.trend
     c = f.crossing
-    crossing = (f"zero crossing d0 ≈ {_width_text(c.width)} [{_width_text(c.low)}, {_width_text(c.high)}] "
-                "(extrapolation, Fieller)" if c.low is not None else "zero crossing: none (b's interval contains 0)")
-    return (f"{t.budget}, {t.comparison}: Δ(d) = a + b·log2(d/64) on {len(f.widths)} widths "
-            f"{list(f.widths)}: a = {f.a:+.6f} ({_pct(f.a)} at d 64), b = {f.b:+.6f} "
-            f"[{f.b_low:+.6f}, {f.b_high:+.6f}] per doubling ({f.level:.0%}, t on {f.df} df), p = {f.p:.3g}, "
-            f"Holm p = {t.p_holm:.3g}: {t.verdict}; {crossing}")
+    crossing = (
+        f"zero crossing d0 ≈ {_width_text(c.width)} [{_width_text(c.low)}, {_width_text(c.high)}] "
+        "(extrapolation, Fieller)"
+        if c.low is not None
+        else "zero crossing: none (b's interval contains 0)"
+    )
+    return (
+        f"{t.budget}, {t.comparison}: Δ(d) = a + b·log2(d/64) on {len(f.widths)} widths "
+        f"{list(f.widths)}: a = {f.a:+.6f} ({_pct(f.a)} at d 64), b = {f.b:+.6f} "
+        f"[{f.b_low:+.6f}, {f.b_high:+.6f}] per doubling ({f.level:.0%}, t on {f.df} df), p = {f.p:.3g}, "
+        f"Holm p = {t.p_holm:.3g}: {t.verdict}; {crossing}"
+    )
 
 
 def section_lines(section: WidthSection, metric: str) -> list[str]:
     """Markdown of the section."""
-    lines = ["## Width: does the penalty shrink with width?", "",
-             f"Δ = mean over seeds of ln({metric} variant / {metric} baseline) per width, 95% interval "
-             "(paired t for T=2 vs T=1 as the study recorded the pair, Welch for T=1 vs Llama); the line is "
-             "OLS over the per-width Δ; the slope tests are one family, Holm at "
-             f"α = {section.alpha:g}; a verdict needs the Holm p <= α.", ""]
+    lines = [
+        "## Width: does the penalty shrink with width?",
+        "",
+        f"Δ = mean over seeds of ln({metric} variant / {metric} baseline) per width, 95% interval "
+        "(paired t for T=2 vs T=1 as the study recorded the pair, Welch for T=1 vs Llama); the line is "
+        "OLS over the per-width Δ; the slope tests are one family, Holm at "
+        f"α = {section.alpha:g}; a verdict needs the Holm p <= α.",
+        "",
+    ]
     for t in section.trends:
         lines += [f"- {trend_text(t)}"]
-    lines += ["", "| budget | comparison | width | lr | n | Δ log-ratio [95%] | Δ % | p | second steps lowering E |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| budget | comparison | width | lr | n | Δ log-ratio [95%] | Δ % | p | second steps lowering E |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for t in section.trends:
         for d in t.deltas:
             dec = d.decision
-            interval = (f"{dec.delta:+.4f} [{dec.low:+.4f}, {dec.high:+.4f}]" if dec.low is not None
-                        else f"{dec.delta:+.4f} (n too small)" if dec.delta is not None else "-")
+            interval = (
+                f"{dec.delta:+.4f} [{dec.low:+.4f}, {dec.high:+.4f}]"
+                if dec.low is not None
+                else f"{dec.delta:+.4f} (n too small)"
+                if dec.delta is not None
+                else "-"
+            )
             n = dec.n_pairs if dec.test == "paired t" else min(dec.n_variant, dec.n_baseline)
             energy = "-"
             if t.comparison == T2_VS_T1 and d.width in section.energy.get(t.budget, {}):
                 low, tot = section.energy[t.budget][d.width]
                 energy = f"{low}/{tot}" + (f" ({low / tot:.0%})" if tot else "")
             p = f"{dec.p:.3g}" if dec.p is not None else "-"
-            lines.append(f"| {t.budget} | {t.comparison} | {d.width} | {t.lrs.get(d.width, math.nan):.3g} | {n} | "
-                         f"{interval} | {_pct(dec.delta)} | {p} | {energy} |")
+            lines.append(
+                f"| {t.budget} | {t.comparison} | {d.width} | {t.lrs.get(d.width, math.nan):.3g} | {n} | "
+                f"{interval} | {_pct(dec.delta)} | {p} | {energy} |"
+            )
     return lines
 
 
@@ -216,15 +246,25 @@ def plot_section(section: WidthSection, path: Path, title: str) -> Path:
             shift = 1.0 + 0.03 * i  # budgets side by side
             ws = [d.width * shift for d in t.deltas if d.decision.delta is not None]
             ys = [d.decision.delta for d in t.deltas if d.decision.delta is not None]
-            lo = [d.decision.delta - d.decision.low if d.decision.low is not None else 0.0
-                  for d in t.deltas if d.decision.delta is not None]
-            hi = [d.decision.high - d.decision.delta if d.decision.high is not None else 0.0
-                  for d in t.deltas if d.decision.delta is not None]
+            lo = [
+                d.decision.delta - d.decision.low if d.decision.low is not None else 0.0
+                for d in t.deltas
+                if d.decision.delta is not None
+            ]
+            hi = [
+                d.decision.high - d.decision.delta if d.decision.high is not None else 0.0
+                for d in t.deltas
+                if d.decision.delta is not None
+            ]
             bar = ax.errorbar(ws, ys, yerr=[lo, hi], fmt="o", capsize=3, label=f"{t.budget}: Δ, 95% interval")
             if t.trend is not None:
                 grid = np.geomspace(min(t.trend.widths), max(t.trend.widths), 50)
-                ax.plot(grid, t.trend.a + t.trend.b * np.log2(grid / 64), color=bar[0].get_color(),
-                        label=f"fit: b = {t.trend.b:+.3f} [{t.trend.b_low:+.3f}, {t.trend.b_high:+.3f}]")
+                ax.plot(
+                    grid,
+                    t.trend.a + t.trend.b * np.log2(grid / 64),
+                    color=bar[0].get_color(),
+                    label=f"fit: b = {t.trend.b:+.3f} [{t.trend.b_low:+.3f}, {t.trend.b_high:+.3f}]",
+                )
         ax.axhline(0.0, color="grey", lw=0.8, label="Δ = 0: no difference")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("d_model")
@@ -233,13 +273,14 @@ def plot_section(section: WidthSection, path: Path, title: str) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    from cem_ablate.study.plots import save
+    from cem_ablate.figures.plots import save
 
     return save(fig, path)  # PNG and SVG beside it
 
 
-def width_section(records, expanded, tracking_uri: str, out_dir: Path, metric: str, console=None,
-                  published=None) -> list[str]:
+def width_section(
+    records, expanded, tracking_uri: str, out_dir: Path, metric: str, console=None, published=None
+) -> list[str]:
     """Read what the section needs (statistics, pairing, energy traces), print it, draw it;
     the markdown lines for report.md ([] when the study is not a width study)."""
     design = width_design(expanded)

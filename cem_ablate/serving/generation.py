@@ -53,8 +53,9 @@ def next_token(logits: Tensor, sampling: Sampling, generator: torch.Generator | 
 
 
 @torch.no_grad()
-def generate(model: nn.Module, prompt: Tensor, sampling: Sampling, eos_id: int | None = None,
-             cache: DecodingCache | None = None) -> Iterator[Tensor]:
+def generate(
+    model: nn.Module, prompt: Tensor, sampling: Sampling, eos_id: int | None = None, cache: DecodingCache | None = None
+) -> Iterator[Tensor]:
     """Yield (B,) new token ids one step at a time after `prompt` (B, J): the prompt is
     prefilled in one call, each token then costs one cached decoding step. Stops after
     `max_new_tokens`, or when every sequence has produced `eos_id`."""

@@ -71,24 +71,33 @@ def asked_trials(expanded: ExpandedStudy) -> list[AskedTrial]:
 
     spec = expanded.spec
     if spec.lr_search.method == "grid":
-        return [AskedTrial(v.trial_key(slot.lr, slot.seed), v, slot.seed, "grid") for v in expanded.variants
-                for slot in trial_slots(v.lr_search(spec.lr_search), list(spec.seeds))]
+        return [
+            AskedTrial(v.trial_key(slot.lr, slot.seed), v, slot.seed, "grid")
+            for v in expanded.variants
+            for slot in trial_slots(v.lr_search(spec.lr_search), list(spec.seeds))
+        ]
     grid, out, of_proxy = spec.lr_search.grid, [], {}
     for p in expanded.proxies:
         keys = [(p.trial_key(lr, seed), seed) for lr in grid for seed in proxy_seeds(expanded)]
         of_proxy[p.key] = [k for k, _ in keys]
         out += [AskedTrial(k, p, seed, "proxy") for k, seed in keys]
     role = "ladder" if spec.forecast is not None else "target"
-    return out + [AskedTrial(transfer_target_identity(v, seed, of_proxy[v.proxy], grid[0]), v, seed, role)
-                  for v in expanded.variants for seed in spec.seeds]
+    return out + [
+        AskedTrial(transfer_target_identity(v, seed, of_proxy[v.proxy], grid[0]), v, seed, role)
+        for v in expanded.variants
+        for seed in spec.seeds
+    ]
 
 
 def check_campaign_file(expanded: ExpandedStudy, label: str) -> None:
     """A campaign keys every trial before it runs: sampled learning rates have no key yet."""
     method = expanded.spec.lr_search.method
     if method not in ("grid", "transfer"):
-        raise ConfigError("", f"{label}: lr_search method {method} draws its learning rates as it runs, so its "
-                              "trials have no keys to share before then; a campaign takes grid and transfer studies.")
+        raise ConfigError(
+            "",
+            f"{label}: lr_search method {method} draws its learning rates as it runs, so its "
+            "trials have no keys to share before then; a campaign takes grid and transfer studies.",
+        )
 
 
 @dataclass
@@ -136,17 +145,23 @@ class SeedDesignLine:
         return self.calibrated and self.power >= self.reference_power
 
     def text(self) -> str:
-        test = ("paired t" if self.paired else
-                f"pooled t over {self.groups} points" if self.design.pooled else "Welch t")
-        verdict = ("as calibrated and as powerful or better" if self.meets else
-                   "as calibrated but less powerful" if self.calibrated else "more false positives")
+        test = "paired t" if self.paired else f"pooled t over {self.groups} points" if self.design.pooled else "Welch t"
+        verdict = (
+            "as calibrated and as powerful or better"
+            if self.meets
+            else "as calibrated but less powerful"
+            if self.calibrated
+            else "more false positives"
+        )
         where = f"{', '.join(self.files)}: " if self.files else ""
-        return (f"{where}seed design {self.design.describe()} ({test}): false-positive rate {self.false_positive:.3f}, "
-                f"power {self.power:.3f} at Δ = {self.effect:.3g} × the seed std; {FIXED_REFERENCE_SEEDS} fixed seeds: "
-                f"{self.reference_false_positive:.3f}, {self.reference_power:.3f} "
-                f"({verdict}); a comparison takes "
-                f"{self.expected_seeds:.2f} seeds expected at that Δ, {max(self.design.looks)} at most "
-                f"(simulated, analysis.power)")
+        return (
+            f"{where}seed design {self.design.describe()} ({test}): false-positive rate {self.false_positive:.3f}, "
+            f"power {self.power:.3f} at Δ = {self.effect:.3g} × the seed std; {FIXED_REFERENCE_SEEDS} fixed seeds: "
+            f"{self.reference_false_positive:.3f}, {self.reference_power:.3f} "
+            f"({verdict}); a comparison takes "
+            f"{self.expected_seeds:.2f} seeds expected at that Δ, {max(self.design.looks)} at most "
+            f"(simulated, analysis.power)"
+        )
 
 
 @dataclass
@@ -171,8 +186,9 @@ class CampaignPlan:
         return [t for t in self.trials.values() if t.files[0] == name]
 
 
-def plan_campaign(files: list[CampaignFile], effect: float | None = None,
-                  flops_of: Callable[[Variant], float] | None = None) -> CampaignPlan:
+def plan_campaign(
+    files: list[CampaignFile], effect: float | None = None, flops_of: Callable[[Variant], float] | None = None
+) -> CampaignPlan:
     """Every file's trials, each distinct one once, in queue order (proxies first, then the
     files' order); the expected case for sequential seeds at `effect` (None: the smallest Δ
     `FIXED_REFERENCE_SEEDS` fixed seeds detect with 80% power). `flops_of`: a variant's
@@ -245,8 +261,10 @@ def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
             continue  # proxies, and trials a fixed-seed file asks for, always train
         if trial.seed < min(plan.spec(name).seeds.min for name in sequential):
             continue
-        unstopped = [sum(p for n, p in stopping[pair[2]].items() if n <= trial.seed)
-                     for pair in comparisons.get(trial.variant.variant_key, ())]
+        unstopped = [
+            sum(p for n, p in stopping[pair[2]].items() if n <= trial.seed)
+            for pair in comparisons.get(trial.variant.variant_key, ())
+        ]
         trial.trained = 1.0 - math.prod(unstopped)
 
 
@@ -261,6 +279,14 @@ def seed_design_line(design, paired: bool, effect: float | None = None, groups: 
     if effect is None:
         effect = min_detectable_effect(reference, 0.8, paired)
     stops = stopping_seeds(design, effect, paired, groups=groups)
-    return SeedDesignLine(design, paired, groups, effect, false_positive_rate(design, paired, groups=groups),
-                          power(design, effect, paired, groups=groups), false_positive_rate(reference, paired),
-                          power(reference, effect, paired), tuple(sorted(stops.items())))
+    return SeedDesignLine(
+        design,
+        paired,
+        groups,
+        effect,
+        false_positive_rate(design, paired, groups=groups),
+        power(design, effect, paired, groups=groups),
+        false_positive_rate(reference, paired),
+        power(reference, effect, paired),
+        tuple(sorted(stops.items())),
+    )

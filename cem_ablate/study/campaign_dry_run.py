@@ -33,8 +33,13 @@ def campaign_cost(plan: CampaignPlan, rate: GpuRate) -> CampaignCost:
     for t in trials:
         by_role[t.role] = by_role.get(t.role, 0.0) + hours(t.train_flops)
     alone = sum(hours(t.train_flops) for f in plan.files for t in plan.file_trials(f.name))
-    return CampaignCost(alone, sum(by_role.values()), sum(t.trained * hours(t.train_flops) for t in trials), by_role,
-                        any(t.trained < 1.0 for t in trials))
+    return CampaignCost(
+        alone,
+        sum(by_role.values()),
+        sum(t.trained * hours(t.train_flops) for t in trials),
+        by_role,
+        any(t.trained < 1.0 for t in trials),
+    )
 
 
 def gh(hours: float) -> str:
@@ -56,13 +61,21 @@ def budget_line(cost: CampaignCost, rate: GpuRate, budget: float) -> str:
     case = " expected" if cost.sequential else ""
     if need <= budget:
         return f"budget {gh(budget)} GPU-hours: the campaign fits ({gh(need)}{case}, {gh(budget - need)} to spare)"
-    return (f"budget {gh(budget)} GPU-hours: the campaign misses it by {gh(need - budget)} GPU-hours "
-            f"({gh(need)}{case}, {need / budget:.2f}x the budget); the same FLOPs fit at "
-            f"{rate.mfu * need / budget * 100:.3g}% MFU of {rate.tflops:g} TFLOP/s")
+    return (
+        f"budget {gh(budget)} GPU-hours: the campaign misses it by {gh(need - budget)} GPU-hours "
+        f"({gh(need)}{case}, {need / budget:.2f}x the budget); the same FLOPs fit at "
+        f"{rate.mfu * need / budget * 100:.3g}% MFU of {rate.tflops:g} TFLOP/s"
+    )
 
 
-def print_campaign(plan: CampaignPlan, rate: GpuRate, console, scale: str | None,
-                   settled: dict[str, bool] | None = None, budget: float | None = None) -> CampaignCost:
+def print_campaign(
+    plan: CampaignPlan,
+    rate: GpuRate,
+    console,
+    scale: str | None,
+    settled: dict[str, bool] | None = None,
+    budget: float | None = None,
+) -> CampaignCost:
     """The table and totals of one campaign (module docstring); returns its cost."""
     from rich.table import Table
 
@@ -73,9 +86,15 @@ def print_campaign(plan: CampaignPlan, rate: GpuRate, console, scale: str | None
         table.add_column(col, justify="left" if col in ("file", "study") else "right")
     for f in plan.files:
         mine, owned = plan.file_trials(f.name), plan.owned(f.name)
-        table.add_row(f.label, f.name, str(len(f.expanded.variants)), f"{len(mine):,}",
-                      f"{gh(sum(rate.gpu_hours(t.train_flops) for t in mine))}", f"{len(owned):,}",
-                      f"{gh(sum(rate.gpu_hours(t.train_flops) for t in owned))}")
+        table.add_row(
+            f.label,
+            f.name,
+            str(len(f.expanded.variants)),
+            f"{len(mine):,}",
+            f"{gh(sum(rate.gpu_hours(t.train_flops) for t in mine))}",
+            f"{len(owned):,}",
+            f"{gh(sum(rate.gpu_hours(t.train_flops) for t in owned))}",
+        )
     console.print(table)
     lines = _total_lines(plan, cost, rate, settled) + ([budget_line(cost, rate, budget)] if budget else [])
     for line in lines:
@@ -88,15 +107,21 @@ def _total_lines(plan: CampaignPlan, cost: CampaignCost, rate: GpuRate, settled:
     models = {v.variant_key for v in variants} | {t.variant.variant_key for t in plan.trials.values()}
     asked = sum(len(plan.file_trials(f.name)) for f in plan.files)
     trials = list(plan.trials.values())
-    lines = [f"distinct: {len(trials):,} trials ({_role_counts(trials)}) of {asked:,} the files ask for; "
-             f"{len(variants)} variants, {len(models)} distinct models trained (variant keys, proxies included)"]
+    lines = [
+        f"distinct: {len(trials):,} trials ({_role_counts(trials)}) of {asked:,} the files ask for; "
+        f"{len(variants)} variants, {len(models)} distinct models trained (variant keys, proxies included)"
+    ]
     roles = ", ".join(f"{role} {gh(hours)}" for role, hours in cost.by_role.items())
     worst = " in the worst case (every sequential seed trained)" if cost.sequential else ""
-    lines.append(f"GPU time at {rate.describe()}: the files priced alone {gh(cost.alone)} GPU-hours; the campaign "
-                 f"{gh(cost.worst)} GPU-hours{worst}, each distinct trial once ({roles})")
+    lines.append(
+        f"GPU time at {rate.describe()}: the files priced alone {gh(cost.alone)} GPU-hours; the campaign "
+        f"{gh(cost.worst)} GPU-hours{worst}, each distinct trial once ({roles})"
+    )
     if cost.sequential:
-        lines.append(f"expected case: {gh(cost.expected)} GPU-hours (each seed past min weighted by the chance a "
-                     "comparison of its variant is still unresolved; comparisons taken as independent, before Holm)")
+        lines.append(
+            f"expected case: {gh(cost.expected)} GPU-hours (each seed past min weighted by the chance a "
+            "comparison of its variant is still unresolved; comparisons taken as independent, before Holm)"
+        )
     lines += [design.text() for design in plan.designs]
     if settled is not None:
         lines.append(_settled_line(plan, settled, rate))
@@ -110,9 +135,11 @@ def _settled_line(plan: CampaignPlan, settled: dict[str, bool], rate: GpuRate) -
     hours = sum(t.trained * rate.gpu_hours(t.train_flops) for t in left)
     if not done:
         return "storage: none of these trials is settled in it yet (a run trains them all)"
-    return (f"storage: {len(done):,} of the {len(trials):,} trials are settled in it under this code (finished or "
-            f"diverged, any study): a run trains the other {len(left):,} ({gh(hours)} GPU-hours"
-            f"{', expected' if any(t.trained < 1 for t in left) else ''})")
+    return (
+        f"storage: {len(done):,} of the {len(trials):,} trials are settled in it under this code (finished or "
+        f"diverged, any study): a run trains the other {len(left):,} ({gh(hours)} GPU-hours"
+        f"{', expected' if any(t.trained < 1 for t in left) else ''})"
+    )
 
 
 def settled_trials(plan: CampaignPlan, storage_url: str) -> dict[str, bool] | None:
@@ -139,5 +166,6 @@ def settled_trials(plan: CampaignPlan, storage_url: str) -> dict[str, bool] | No
                 continue
             own = by_study.get((optuna_study_name(f.name, a.variant), a.seed), [])
             out[a.identity] = out.get(a.identity, False) or any(
-                r.lr is not None and r.trial_key == a.variant.trial_key(r.lr, a.seed) for r in own)
+                r.lr is not None and r.trial_key == a.variant.trial_key(r.lr, a.seed) for r in own
+            )
     return out

@@ -116,8 +116,9 @@ class CampaignSession:
         return CampaignPublisher(self.sessions)
 
     def add_seeds(self, publisher: CampaignPublisher) -> list[str]:
-        return [f"{s.spec.name}: {line}" for s, p in zip(self.sessions, publisher.publishers)
-                for line in s.add_seeds(p)]
+        return [
+            f"{s.spec.name}: {line}" for s, p in zip(self.sessions, publisher.publishers) for line in s.add_seeds(p)
+        ]
 
     def close(self) -> None:
         for s in self.sessions:

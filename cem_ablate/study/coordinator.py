@@ -110,8 +110,10 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
     # Once per study run: which comparisons are paired by seed (builds each pair's models once).
     publisher = session.publisher()
     before = snapshot(session)
-    echo(f"{session.title}: {len(session.variants)} variants, {before.total} trials; "
-         f"storage {shown_url(settings.storage.url)}; tracking {shown_url(settings.tracking_uri)}")
+    echo(
+        f"{session.title}: {len(session.variants)} variants, {before.total} trials; "
+        f"storage {shown_url(settings.storage.url)}; tracking {shown_url(settings.tracking_uri)}"
+    )
     servers = _outage_windows(settings)
     if servers:
         echo(f"a server that goes away is waited for: {servers}; longer, the trials in training are queued again")
@@ -134,8 +136,10 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
         echo(f"{after.total - after.done} trials unfinished: rerun the same command to resume them")
         return StudyOutcome(1, False)
     if after.slot_counts[TrialStatus.FAILED]:
-        echo(f"{after.slot_counts[TrialStatus.FAILED]} trials failed (reasons in the report and the worker output); "
-             "rerunning the same command retries them once")
+        echo(
+            f"{after.slot_counts[TrialStatus.FAILED]} trials failed (reasons in the report and the worker output); "
+            "rerunning the same command retries them once"
+        )
         return StudyOutcome(1, True)
     return StudyOutcome(0, True)
 
@@ -163,8 +167,10 @@ def _stopped(session: StudySession, stop: Preempted, echo) -> StudyOutcome:
     """A study stopped by a signal: what is unfinished, the SLURM requeue on SIGUSR1."""
     after = snapshot(session)
     echo(after.line())
-    echo(f"stopped by {stop.signal_name}: {after.total - after.done} trials unfinished, every trial in "
-         "training saved a checkpoint; rerun the same command (or requeue the job) to resume them")
+    echo(
+        f"stopped by {stop.signal_name}: {after.total - after.done} trials unfinished, every trial in "
+        "training saved a checkpoint; rerun the same command (or requeue the job) to resume them"
+    )
     if stop.signal_name == "SIGUSR1":
         from cem_ablate.study.requeue import requeue_slurm_job
 
@@ -235,8 +241,14 @@ class _WorkerPool:
         i = len(self.workers) if i is None else i  # a replacement takes the next unused index
         cmd = [sys.executable, "-m", "cem_ablate.study.worker", str(self.payload), "--index", str(i)]
         log = open(self.log_dir / f"worker-{i}.log", "a")
-        self.workers.append(WorkerProcess(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                                           preexec_fn=die_with_parent), log, i, log.tell()))
+        self.workers.append(
+            WorkerProcess(
+                subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=die_with_parent),
+                log,
+                i,
+                log.tell(),
+            )
+        )
         return i
 
     def running_pids(self) -> list[int]:
@@ -258,8 +270,10 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
 
     def killed_holding_lock(pid: int, db: Path) -> None:
         i = next(w.index for w in pool.workers if w.process.pid == pid)
-        echo(f"worker {i} (pid {pid}) stopped making progress while holding the lock of {db.name}, which every "
-             "other worker waits on: killed it; its trial is retried after the grace period")
+        echo(
+            f"worker {i} (pid {pid}) stopped making progress while holding the lock of {db.name}, which every "
+            "other worker waits on: killed it; its trial is retried after the grace period"
+        )
 
     databases = [sqlite_path(settings.storage.url), sqlite_store_path(settings.tracking_uri)]
     watchdog = LockWatchdog(databases, pool.running_pids, killed_holding_lock)
@@ -288,8 +302,9 @@ def _start_workers(session: StudySession, workers: int, echo) -> _WorkerPool:
     threads = settings.threads or threads_per_worker(workers)
     # One payload per coordinator (machines may share --workdir), removed when its workers end.
     name = f"worker-payload-{session.expanded.study_hash}-{socket.gethostname()}-{os.getpid()}.pkl"
-    payload = write_worker_payload(study_dir / name, session.expanded,
-                                   dataclasses.replace(settings, threads=threads, progress=False))
+    payload = write_worker_payload(
+        study_dir / name, session.expanded, dataclasses.replace(settings, threads=threads, progress=False)
+    )
     pool = _WorkerPool(payload, log_dir, worker_env(threads))
     for i in range(workers):
         pool.start(i)
@@ -297,8 +312,16 @@ def _start_workers(session: StudySession, workers: int, echo) -> _WorkerPool:
     return pool
 
 
-def _follow(session: StudySession, publisher: StudyPublisher, pool: _WorkerPool, killed: Container[int], latch,
-            snap, reported: set[int], echo) -> None:
+def _follow(
+    session: StudySession,
+    publisher: StudyPublisher,
+    pool: _WorkerPool,
+    killed: Container[int],
+    latch,
+    snap,
+    reported: set[int],
+    echo,
+) -> None:
     """Print the study's progress until the workers end, or only stalled ones are left
     once every trial is done (`_watch_stalls`)."""
     # The killed are reaped only at the end: an operator's SIGCONT still finds their pid.
@@ -351,9 +374,11 @@ def _watch_stalls(session, workers: list[WorkerProcess], reported: set[int], com
     for pid, stall in stalls.items():
         if pid not in reported:
             reported.add(pid)
-            echo(f"worker {alive[pid].index} (pid {pid}) stopped making progress: its trial {stall.trial} had no "
-                 f"heartbeat for {session.settings.storage.grace_period} s and is retried; "
-                 "it is stopped when the trials are done")
+            echo(
+                f"worker {alive[pid].index} (pid {pid}) stopped making progress: its trial {stall.trial} had no "
+                f"heartbeat for {session.settings.storage.grace_period} s and is retried; "
+                "it is stopped when the trials are done"
+            )
     if not stalls or len(stalls) < len(alive):
         return False
     if not complete:  # every live worker is stalled: one fresh worker does the rest
@@ -405,9 +430,10 @@ def _outage_windows(settings: StudySettings) -> str:
 
 def _ended(before, after) -> bool:
     """Whether a trial reached a final state between two snapshots."""
-    return any(point.status in FINAL_STATES
-               and (key not in before.trials or before.trials[key][1].status != point.status)
-               for key, (_, point) in after.trials.items())
+    return any(
+        point.status in FINAL_STATES and (key not in before.trials or before.trials[key][1].status != point.status)
+        for key, (_, point) in after.trials.items()
+    )
 
 
 def _error_line(path: Path) -> str | None:

@@ -20,14 +20,23 @@ def answers(tests: list[Test], variant: Variant) -> list[BaselineAnswer]:
     for name in variant.baselines:
         test = headline(tests, variant.key, name)
         d = test.decision if test is not None else None
-        out.append(BaselineAnswer(name, d.delta, d.low, d.high, d.p, d.p_holm, d.verdict) if d is not None
-                   else BaselineAnswer(name, None, None, None, None, None, UNRESOLVED))
+        out.append(
+            BaselineAnswer(name, d.delta, d.low, d.high, d.p, d.p_holm, d.verdict)
+            if d is not None
+            else BaselineAnswer(name, None, None, None, None, None, UNRESOLVED)
+        )
     return out
 
 
-def display_columns(tests: list[Test], variant: Variant, stats: VariantStats,
-                    correction: str) -> tuple[dict[str, float | None], dict[str, str]]:
+def display_columns(
+    tests: list[Test], variant: Variant, stats: VariantStats, correction: str
+) -> tuple[dict[str, float | None], dict[str, str]]:
     """The parent run's display metrics and tags."""
     optimum = stats.optimum
-    return display_record(answers(tests, variant), correction, OBJECTIVE_SHORT[variant.config.data.task],
-                          optimum.lr_star if optimum else None, optimum.objective_star if optimum else None)
+    return display_record(
+        answers(tests, variant),
+        correction,
+        OBJECTIVE_SHORT[variant.config.data.task],
+        optimum.lr_star if optimum else None,
+        optimum.objective_star if optimum else None,
+    )

@@ -51,17 +51,31 @@ def measured_rate(path: str, compiled: bool) -> GpuRate:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ConfigError("--bench", f"{path} is not a results file of cem-ablate bench ({err}).") from None
     mode = "compiled" if compiled else "eager"
-    timed = [r for r in rows if r.mode == mode and r.precision == "bf16" and not r.error and not r.memory_only
-             and r.step_s and r.peak_flops and r.peak_flops == r.peak_flops]
+    timed = [
+        r
+        for r in rows
+        if r.mode == mode
+        and r.precision == "bf16"
+        and not r.error
+        and not r.memory_only
+        and r.step_s
+        and r.peak_flops
+        and r.peak_flops == r.peak_flops
+    ]
     llama = [r for r in timed if r.variant == "llama"]
     if not llama:
-        raise ConfigError("--bench", f"{path} has no timed bf16 {mode} row of llama (the mode the studies train "
-                                     "in: train.compile); run cem-ablate bench on the GPU with that mode.")
+        raise ConfigError(
+            "--bench",
+            f"{path} has no timed bf16 {mode} row of llama (the mode the studies train "
+            "in: train.compile); run cem-ablate bench on the GPU with that mode.",
+        )
     mfu = statistics.median(r.mfu for r in llama)
     others = sorted(r.mfu for r in timed)
     gpu = meta.get("gpu") or meta.get("device") or "its device"
-    source = (f"{gpu}, llama {mode} bf16 at {', '.join(sorted({r.size for r in llama}))}, {path}; every variant "
-              f"there {others[0]:.1%}-{others[-1]:.1%}")
+    source = (
+        f"{gpu}, llama {mode} bf16 at {', '.join(sorted({r.size for r in llama}))}, {path}; every variant "
+        f"there {others[0]:.1%}-{others[-1]:.1%}"
+    )
     return GpuRate(llama[0].peak_flops / 1e12, mfu, source)
 
 
@@ -90,9 +104,14 @@ class VariantEstimate:
 
     def metrics(self) -> dict[str, float]:
         """For the variant's parent run."""
-        out = {"params_total": self.params_total, "llama_baseline_params": self.llama_baseline_params,
-               "flops_per_token": self.flops_per_token, "train_flops_per_token": self.train_flops_per_token,
-               "tokens_per_trial": self.tokens, "steps_per_trial": self.steps}
+        out = {
+            "params_total": self.params_total,
+            "llama_baseline_params": self.llama_baseline_params,
+            "flops_per_token": self.flops_per_token,
+            "train_flops_per_token": self.train_flops_per_token,
+            "tokens_per_trial": self.tokens,
+            "steps_per_trial": self.steps,
+        }
         out.update({f"params_{k}": v for k, v in self.params_by_component.items()})
         return {k: float(v) for k, v in out.items()}
 

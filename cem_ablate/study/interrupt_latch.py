@@ -38,8 +38,10 @@ class InterruptLatch:
             raise KeyboardInterrupt
 
     def __enter__(self) -> InterruptLatch:
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 

@@ -54,8 +54,11 @@ class TrialFacts:
 
     def outcome(self) -> dict[str, Any]:
         """How it ended, as a reuse copies it onto another trial (the fields that are set)."""
-        return {k: getattr(self, k) for k in ("steps", "tokens_seen", "seconds", "diverged_step")
-                if getattr(self, k) is not None}
+        return {
+            k: getattr(self, k)
+            for k in ("steps", "tokens_seen", "seconds", "diverged_step")
+            if getattr(self, k) is not None
+        }
 
 
 _TRIAL_FIELDS = {f.name: f for f in dataclasses.fields(TrialFacts)}
@@ -112,18 +115,31 @@ def study_facts(storage, study_id: int) -> StudyFacts:
     attrs = storage.get_study_user_attrs(study_id)
     seeds = attrs.get("seeds_active")
     return StudyFacts(
-        variant=str(attrs.get("variant", "")), variant_key=str(attrs.get("variant_key", "")),
+        variant=str(attrs.get("variant", "")),
+        variant_key=str(attrs.get("variant_key", "")),
         labels=dict(attrs["labels"]) if isinstance(attrs.get("labels"), Mapping) else {},
         seeds_active=int(seeds) if seeds is not None else None,
-        parents={k[len(PARENT_PREFIX):]: str(v) for k, v in attrs.items() if k.startswith(PARENT_PREFIX) and v})
+        parents={k[len(PARENT_PREFIX) :]: str(v) for k, v in attrs.items() if k.startswith(PARENT_PREFIX) and v},
+    )
 
 
-def record_study(storage, study_id: int, *, variant: str | None = None, variant_key: str | None = None,
-                 labels: Mapping[str, Any] | None = None, seeds_active: int | None = None,
-                 parent: tuple[str, str] | None = None) -> None:
+def record_study(
+    storage,
+    study_id: int,
+    *,
+    variant: str | None = None,
+    variant_key: str | None = None,
+    labels: Mapping[str, Any] | None = None,
+    seeds_active: int | None = None,
+    parent: tuple[str, str] | None = None,
+) -> None:
     """The one writer of an Optuna study's user attributes; `parent`: (store digest, run id)."""
-    values = {"variant": variant, "variant_key": variant_key,
-              "labels": dict(labels) if labels is not None else None, "seeds_active": seeds_active}
+    values = {
+        "variant": variant,
+        "variant_key": variant_key,
+        "labels": dict(labels) if labels is not None else None,
+        "seeds_active": seeds_active,
+    }
     if parent is not None:
         values[PARENT_PREFIX + parent[0]] = parent[1]
     for key, value in values.items():

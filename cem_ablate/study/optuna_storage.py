@@ -93,9 +93,13 @@ def wrapped_rdb_storage(name: str, wrap: Callable[[Callable, str], Callable]) ->
     import optuna
 
     base = optuna.storages.RDBStorage
-    wrapped = {attr: wrap(member, attr) for attr, member in vars(base).items()
-               if callable(member) and (not attr.startswith("_") or attr in STORAGE_METHODS_CALLED_BY_OPTUNA)
-               and not isinstance(member, (staticmethod, classmethod))}
+    wrapped = {
+        attr: wrap(member, attr)
+        for attr, member in vars(base).items()
+        if callable(member)
+        and (not attr.startswith("_") or attr in STORAGE_METHODS_CALLED_BY_OPTUNA)
+        and not isinstance(member, (staticmethod, classmethod))
+    }
     return type(name, (base,), wrapped)
 
 
@@ -110,8 +114,11 @@ def missing_private_names() -> list[str]:
     storage = optuna.storages.InMemoryStorage()
     study_id = storage.create_new_study([StudyDirection.MINIMIZE], PROBE_STUDY)
     study = optuna.Study(PROBE_STUDY, storage, sampler=optuna.samplers.RandomSampler())
-    owners: dict[str, object] = {STUDY: study, RDB_STORAGE: optuna.storages.RDBStorage,
-                                 FROZEN_TRIAL: optuna.trial.create_trial(state=TrialState.WAITING)}
+    owners: dict[str, object] = {
+        STUDY: study,
+        RDB_STORAGE: optuna.storages.RDBStorage,
+        FROZEN_TRIAL: optuna.trial.create_trial(state=TrialState.WAITING),
+    }
     missing = []
     try:
         owners[TRIAL] = trial_for_id(study, storage.create_new_trial(study_id))
@@ -138,4 +145,5 @@ def check_private_api() -> None:
     if missing:
         raise UnsupportedOptuna(
             f"Optuna {optuna.__version__} lacks {'; '.join(missing)}, which cem_ablate.study.optuna_storage "
-            f"relies on; cem-ablate supports optuna{SUPPORTED_OPTUNA}: pip install 'optuna{SUPPORTED_OPTUNA}'")
+            f"relies on; cem-ablate supports optuna{SUPPORTED_OPTUNA}: pip install 'optuna{SUPPORTED_OPTUNA}'"
+        )

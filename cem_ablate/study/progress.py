@@ -33,9 +33,12 @@ class Snapshot:
 
     def line(self) -> str:
         c, s = self.slot_counts, TrialStatus
-        text = (f"[{self.done:>2}/{self.total}] {c[s.FINISHED]} finished, {c[s.DIVERGED]} diverged, "
-                f"{c[s.FAILED]} failed" + (f", {c[s.PRUNED]} pruned" if c[s.PRUNED] else "")
-                + f" | {c[s.RUNNING]} running, {c[s.WAITING] + c[s.MISSING]} queued")
+        text = (
+            f"[{self.done:>2}/{self.total}] {c[s.FINISHED]} finished, {c[s.DIVERGED]} diverged, "
+            f"{c[s.FAILED]} failed"
+            + (f", {c[s.PRUNED]} pruned" if c[s.PRUNED] else "")
+            + f" | {c[s.RUNNING]} running, {c[s.WAITING] + c[s.MISSING]} queued"
+        )
         if self.best is not None:
             name, point = self.best
             text += f" | best: {name} lr={point.lr:.3g} -> {point.value:.4g}"

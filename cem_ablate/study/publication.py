@@ -46,8 +46,9 @@ class VariantPublication:
         if not data:
             return None
         stored = data.get("pairing")
-        pairing = {name: PairingRecord(bool(p["paired"]), str(p.get("reason", "")))
-                   for name, p in (stored or {}).items()}
+        pairing = {
+            name: PairingRecord(bool(p["paired"]), str(p.get("reason", ""))) for name, p in (stored or {}).items()
+        }
         return cls(VariantStatistics.from_dict(dict(data)), pairing, data.get("design"), stored is not None)
 
 

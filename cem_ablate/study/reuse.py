@@ -46,10 +46,19 @@ def finished_trials(storage) -> dict[str, TrialRecord]:
             if key and key not in out and status in SETTLED:
                 lr, seed = t.params.get("lr"), t.params.get("seed")
                 out[key] = TrialRecord(
-                    lr, seed, status, t.value if status == TrialStatus.FINISHED else None,
-                    facts.reason, slot=facts.slot, trial_key=key,
-                    study=study.study_name, number=t.number, run_id=facts.mlflow_run_id,
-                    reused_from=facts.reused_from, attrs=facts.outcome() | {"reason": facts.reason})
+                    lr,
+                    seed,
+                    status,
+                    t.value if status == TrialStatus.FINISHED else None,
+                    facts.reason,
+                    slot=facts.slot,
+                    trial_key=key,
+                    study=study.study_name,
+                    number=t.number,
+                    run_id=facts.mlflow_run_id,
+                    reused_from=facts.reused_from,
+                    attrs=facts.outcome() | {"reason": facts.reason},
+                )
     return out
 
 
@@ -148,17 +157,22 @@ def _own_trials(expanded, storage) -> dict[tuple[str, float, int], list[TrialFac
     return out
 
 
-def _stale_own(expanded, own: dict[tuple[str, float, int], list[TrialFacts]]
-               ) -> tuple[dict[str, int], StaleCause | None]:
+def _stale_own(
+    expanded, own: dict[tuple[str, float, int], list[TrialFacts]]
+) -> tuple[dict[str, int], StaleCause | None]:
     """Variant key -> how many of its points this study holds under other trial keys only."""
     by_key = {v.key: v for v in expanded.variants}
-    stale = {point: trials for point, trials in own.items()
-             if by_key[point[0]].trial_key(point[1], point[2]) not in {f.trial_key for f in trials}}
+    stale = {
+        point: trials
+        for point, trials in own.items()
+        if by_key[point[0]].trial_key(point[1], point[2]) not in {f.trial_key for f in trials}
+    }
     return _counts_and_cause(by_key, stale)
 
 
-def _counts_and_cause(by_key, stale: dict[tuple[str, float, int], list[TrialFacts]]
-                      ) -> tuple[dict[str, int], StaleCause | None]:
+def _counts_and_cause(
+    by_key, stale: dict[tuple[str, float, int], list[TrialFacts]]
+) -> tuple[dict[str, int], StaleCause | None]:
     """Variant key -> how many of `stale`'s points are its, and why their keys differ."""
     counts: dict[str, int] = {}
     for key, _, _ in stale:
@@ -180,8 +194,12 @@ def _not_reused(expanded, storage, covered: set[tuple[str, float, int]]) -> tupl
     spec = expanded.spec
     by_key = {v.key: v for v in expanded.variants}
     own = {optuna_study_name(spec.name, v) for v in expanded.variants}
-    wanted = {(v.key, float(lr), int(seed)) for v in expanded.variants
-              for lr in v.lr_search(spec.lr_search).grid for seed in spec.seeds} - covered
+    wanted = {
+        (v.key, float(lr), int(seed))
+        for v in expanded.variants
+        for lr in v.lr_search(spec.lr_search).grid
+        for seed in spec.seeds
+    } - covered
     found: dict[tuple[str, float, int], list[TrialFacts]] = {}
     for study in storage.get_all_studies():
         key = study.study_name.rpartition("/")[2]

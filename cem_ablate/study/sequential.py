@@ -54,8 +54,10 @@ def add_seeds(session, publisher=None) -> list[str]:
     design = design_of(seeds, session.spec.statistics)
     pairings = publisher.pairings if publisher is not None else {}
     method = session.spec.lr_search.interpolation
-    stats = {v.key: variant_stats(observations(session.trials[v.key].points()), method, n_resamples=0)
-             for v in session.variants}
+    stats = {
+        v.key: variant_stats(observations(session.trials[v.key].points()), method, n_resamples=0)
+        for v in session.variants
+    }
     tests = study_family(session.variants, stats, pairings, design, session.spec.statistics.correction)
     targets: dict[str, int] = {}
     for v in session.variants:

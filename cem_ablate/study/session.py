@@ -58,14 +58,24 @@ class StudySession:
         self._parents: dict[str, str] = {}
         for variant in expanded.variants:
             trials, created = VariantTrials.open(
-                self.storage, settings.storage.url, optuna_study_name(self.spec.name, variant),
-                variant.lr_search(self.spec.lr_search), self.spec.seeds, worker_index,
-                trial_key=variant.trial_key)
+                self.storage,
+                settings.storage.url,
+                optuna_study_name(self.spec.name, variant),
+                variant.lr_search(self.spec.lr_search),
+                self.spec.seeds,
+                worker_index,
+                trial_key=variant.trial_key,
+            )
             self.trials[variant.key] = trials
             self._created[variant.key] = created
             if created:
-                record_study(self.storage, trials.study_id, variant=variant.name, variant_key=variant.key,
-                             labels=variant.axis_values)
+                record_study(
+                    self.storage,
+                    trials.study_id,
+                    variant=variant.name,
+                    variant_key=variant.key,
+                    labels=variant.axis_values,
+                )
 
     def close(self) -> None:
         """Close the storage's connections (the session is done with it)."""
@@ -132,8 +142,12 @@ class StudySession:
         marked = set(self.tracker.stale_runs())
         if not marked:
             return
-        current = {facts.mlflow_run_id for trials in self.trials.values()
-                   for facts in map(trial_facts, trials.current_trials()) if facts.trial_key}
+        current = {
+            facts.mlflow_run_id
+            for trials in self.trials.values()
+            for facts in map(trial_facts, trials.current_trials())
+            if facts.trial_key
+        }
         for run_id in marked & current:
             self.tracker.unmark_stale(run_id)
 
@@ -142,16 +156,22 @@ class StudySession:
         code changed, when the stale trials recorded their code parts)."""
         count = sum(len(slots) for slots in stale.values())
         names = [v.name for v in self.variants if stale.get(v.key)]
-        cause = stale_cause((variant.config.code_fingerprint(), trial_facts(t))
-                            for variant in self.variants if stale.get(variant.key)
-                            for ts in stale[variant.key].values() for t in ts)
+        cause = stale_cause(
+            (variant.config.code_fingerprint(), trial_facts(t))
+            for variant in self.variants
+            if stale.get(variant.key)
+            for ts in stale[variant.key].values()
+            for t in ts
+        )
         trained = f"{count} trial{'s' if count != 1 else ''} {'were' if count != 1 else 'was'} trained"
         variants = f"(variant{'s' if len(names) != 1 else ''}: {', '.join(names)})"
         if not cause.code_changed:  # same code: the data or the platform version changed the key
             return f"trial keys changed since {trained} {variants}: data or platform version; retraining them"
         where = f" in {cause.where()}" if cause.files else ""
-        return (f"code changed since {trained} {variants}: fingerprint {', '.join(sorted(cause.old))} -> "
-                f"{', '.join(sorted(cause.new))}{where}; retraining them")
+        return (
+            f"code changed since {trained} {variants}: fingerprint {', '.join(sorted(cause.old))} -> "
+            f"{', '.join(sorted(cause.new))}{where}; retraining them"
+        )
 
     def finished_elsewhere(self, trial_key: str, optuna_study: str):
         """A finished or diverged trial of `trial_key` in another Optuna study, or None."""
@@ -207,8 +227,13 @@ class StudySession:
         params.update({k: v for k, v in variant.axis_values.items() if k not in params})
         params["lr_search.method"] = self.spec.lr_search.method
         info = VariantRunInfo(
-            key=variant.key, name=variant.name, role=variant.role, labels=dict(variant.axis_values),
-            baselines=dict(variant.baselines), params=params, metrics=estimate(probe).metrics(),
+            key=variant.key,
+            name=variant.name,
+            role=variant.role,
+            labels=dict(variant.axis_values),
+            baselines=dict(variant.baselines),
+            params=params,
+            metrics=estimate(probe).metrics(),
             study_yaml=yaml.safe_dump(self.expanded.mapping, sort_keys=False),
         )
         return self.tracker.create_variant_run(info)

@@ -53,7 +53,9 @@ TRIAL_KEYS = ("train.lr", "train.seed")
 class LrSearchConfig:
     """How learning rates are chosen per variant (docs/design/experiments.md#s8-learning-rate-search)."""
 
-    method: Literal["grid", "tpe", "random", "transfer"] = "grid"  # grid; tpe / random: Optuna samplers; transfer: tune a proxy
+    method: Literal["grid", "tpe", "random", "transfer"] = (
+        "grid"  # grid; tpe / random: Optuna samplers; transfer: tune a proxy
+    )
     grid: list[float] = field(default_factory=lambda: list(PAPER_LR_GRID))  # grid / transfer: the learning rates tried
     # grid: a one-rate grid on purpose, comparing the variants at that rate (the paper's fixed-rate
     # protocol) with no lr* estimated; without it a one-rate grid is refused before anything trains
@@ -67,7 +69,9 @@ class LrSearchConfig:
     high: float | None = None  # tpe / random: the range's upper end
     n_trials: int | None = None  # tpe / random: learning rates drawn per seed
     pruner: Literal["none", "median", "successive_halving"] = "none"  # Optuna pruner stopping unpromising trials early
-    interpolation: Literal["akima", "makima"] = "akima"  # the fit over log2(lr) that gives lr* and ppl* (docs/design/experiments.md#s8-learning-rate-search)
+    interpolation: Literal["akima", "makima"] = (
+        "akima"  # the fit over log2(lr) that gives lr* and ppl* (docs/design/experiments.md#s8-learning-rate-search)
+    )
     sampler_seed: int = 0  # tpe / random: the sampler's seed (plus the worker's index)
 
     def validate(self, path: str) -> None:
@@ -75,40 +79,59 @@ class LrSearchConfig:
             for key in ("proxy", "proxy_seeds"):
                 require(getattr(self, key) is None, join(path, key), "only applies to method transfer.")
         else:
-            require(bool(self.proxy), join(path, "proxy"),
-                    "method transfer needs the run-config overrides of the proxy, e.g. {model.d_model: 64}.")
+            require(
+                bool(self.proxy),
+                join(path, "proxy"),
+                "method transfer needs the run-config overrides of the proxy, e.g. {model.d_model: 64}.",
+            )
             for key in self.proxy:
-                require(isinstance(key, str) and key.split(".")[0] in ("model", "train", "data"),
-                        join(join(path, "proxy"), key),
-                        "must be a dotted key of the run config, starting with model., train. or data.")
-                require(key not in TRIAL_KEYS, join(join(path, "proxy"), key),
-                        "is set per trial: the proxy is tuned over lr_search.grid and the seeds.")
+                require(
+                    isinstance(key, str) and key.split(".")[0] in ("model", "train", "data"),
+                    join(join(path, "proxy"), key),
+                    "must be a dotted key of the run config, starting with model., train. or data.",
+                )
+                require(
+                    key not in TRIAL_KEYS,
+                    join(join(path, "proxy"), key),
+                    "is set per trial: the proxy is tuned over lr_search.grid and the seeds.",
+                )
             if self.proxy_seeds is not None:
                 require(len(self.proxy_seeds) > 0, join(path, "proxy_seeds"), "must hold at least one seed.")
-                require(len(set(self.proxy_seeds)) == len(self.proxy_seeds), join(path, "proxy_seeds"),
-                        f"holds a seed twice: {self.proxy_seeds}.")
+                require(
+                    len(set(self.proxy_seeds)) == len(self.proxy_seeds),
+                    join(path, "proxy_seeds"),
+                    f"holds a seed twice: {self.proxy_seeds}.",
+                )
         require(not self.fixed or self.method == "grid", join(path, "fixed"), "only applies to method grid.")
         if self.method in ("grid", "transfer"):
             require(len(self.grid) > 0, join(path, "grid"), "must hold at least one learning rate.")
             # Akima's lr* needs at least three rates; one rate is a comparison at that rate, said so
-            require(len(self.grid) > 1 or (self.method == "grid" and self.fixed), join(path, "grid"),
-                    f"one learning rate ({self.grid[0]:g}) estimates no lr*: list at least three rates, or "
-                    + ("set lr_search.fixed: true to compare the variants at this rate." if self.method == "grid"
-                       else "tune the proxy over a grid."))
+            require(
+                len(self.grid) > 1 or (self.method == "grid" and self.fixed),
+                join(path, "grid"),
+                f"one learning rate ({self.grid[0]:g}) estimates no lr*: list at least three rates, or "
+                + (
+                    "set lr_search.fixed: true to compare the variants at this rate."
+                    if self.method == "grid"
+                    else "tune the proxy over a grid."
+                ),
+            )
             for i, lr in enumerate(self.grid):
                 require(lr > 0, join(join(path, "grid"), i), f"learning rates must be > 0, got {lr}.")
-            require(len(set(self.grid)) == len(self.grid), join(path, "grid"),
-                    f"holds a learning rate twice: {self.grid}.")
+            require(
+                len(set(self.grid)) == len(self.grid), join(path, "grid"), f"holds a learning rate twice: {self.grid}."
+            )
             for key in ("low", "high", "n_trials"):
-                require(getattr(self, key) is None, join(path, key),
-                        f"only applies to method tpe or random, not {self.method}.")
+                require(
+                    getattr(self, key) is None,
+                    join(path, key),
+                    f"only applies to method tpe or random, not {self.method}.",
+                )
             return
         for key in ("low", "high", "n_trials"):
-            require(getattr(self, key) is not None, join(path, key),
-                    f"is required with method {self.method}.")
+            require(getattr(self, key) is not None, join(path, key), f"is required with method {self.method}.")
         require(self.low > 0, join(path, "low"), f"learning rates must be > 0, got {self.low}.")
-        require(self.high > self.low, join(path, "high"),
-                f"must be greater than low ({self.low}), got {self.high}.")
+        require(self.high > self.low, join(path, "high"), f"must be greater than low ({self.low}), got {self.high}.")
         require(self.n_trials >= 1, join(path, "n_trials"), f"must be >= 1, got {self.n_trials}.")
 
     @property
@@ -131,8 +154,11 @@ class ExecutionConfig:
 
     def validate(self, path: str) -> None:
         require(self.workers >= 1, join(path, "workers"), f"must be at least 1, got {self.workers}.")
-        require(self.threads is None or self.threads >= 1, join(path, "threads"),
-                f"must be at least 1 (or null), got {self.threads}.")
+        require(
+            self.threads is None or self.threads >= 1,
+            join(path, "threads"),
+            f"must be at least 1 (or null), got {self.threads}.",
+        )
 
 
 @dataclass(frozen=True)
@@ -167,8 +193,11 @@ class SequentialSeeds(Sequence):
         return self.max if self.max is not None else self.min
 
     def validate_seeds(self, path: str) -> None:
-        require(self.until is not None, join(path, "until"),
-                "is required in the mapping form of seeds (until: resolved); or give a list of seeds.")
+        require(
+            self.until is not None,
+            join(path, "until"),
+            "is required in the mapping form of seeds (until: resolved); or give a list of seeds.",
+        )
         require(self.max is not None, join(path, "max"), "is required with until: resolved.")
         require(self.min >= 1, join(path, "min"), f"must be at least 1, got {self.min}.")
         require(self.max >= self.min, join(path, "max"), f"must be at least min ({self.min}), got {self.max}.")
@@ -192,7 +221,9 @@ class StatisticsConfig:
 
     alpha: float = 0.05  # the false-positive rate of the whole report
     correction: Literal["holm", "none"] = "holm"  # holm: the comparisons are one family; none: each at alpha
-    variance: Literal["own", "pooled"] = "own"  # own: an unpaired Δ's spread from its two sides (Welch); pooled: one seed variance from every point compared
+    variance: Literal["own", "pooled"] = (
+        "own"  # own: an unpaired Δ's spread from its two sides (Welch); pooled: one seed variance from every point compared
+    )
 
     def validate(self, path: str) -> None:
         # Above 0.5 a "verdict" is closer to a coin flip than to evidence.
@@ -228,7 +259,9 @@ class ForecastConfig:
     # run-config overrides of each width, narrowest first; each sets model.d_model
     # (e.g. [{model.d_model: 64, model.d_mlp: 176}, {model.d_model: 128, model.d_mlp: 344}, ...])
     ladder: list[dict[str, Any]] = field(default_factory=list)
-    target: dict[str, Any] = field(default_factory=dict)  # run-config overrides of the size forecast; sets model.d_model
+    target: dict[str, Any] = field(
+        default_factory=dict
+    )  # run-config overrides of the size forecast; sets model.d_model
     form: FormName = DEFAULT_FORM  # the law of objective against parameters (analysis.forecast)
     level: float = DEFAULT_LEVEL  # the prediction intervals' level; a verdict needs the Δ's to exclude 0
 
@@ -238,38 +271,60 @@ class ForecastConfig:
 
     def validate(self, path: str) -> None:
         ladder = join(path, "ladder")
-        require(len(self.ladder) >= MIN_RUNGS, ladder,
-                f"needs at least {MIN_RUNGS} widths (a law and its residual), got {len(self.ladder)}.")
+        require(
+            len(self.ladder) >= MIN_RUNGS,
+            ladder,
+            f"needs at least {MIN_RUNGS} widths (a law and its residual), got {len(self.ladder)}.",
+        )
         for i, rung in enumerate(self.ladder):
             _check_width_overrides(rung, join(ladder, i))
         widths = self.widths
         for i in range(1, len(widths)):
-            require(widths[i] > widths[i - 1], join(join(ladder, i), "model.d_model"),
-                    f"the ladder's widths must increase, narrowest first: got {widths}.")
+            require(
+                widths[i] > widths[i - 1],
+                join(join(ladder, i), "model.d_model"),
+                f"the ladder's widths must increase, narrowest first: got {widths}.",
+            )
         keys = set(self.ladder[0])
         for i, rung in enumerate(self.ladder):
-            require(set(rung) == keys, join(ladder, i),
-                    f"every width sets the same keys ({', '.join(sorted(keys))}), got {', '.join(sorted(rung))}.")
+            require(
+                set(rung) == keys,
+                join(ladder, i),
+                f"every width sets the same keys ({', '.join(sorted(keys))}), got {', '.join(sorted(rung))}.",
+            )
         _check_width_overrides(self.target, join(path, "target"))
         missing = sorted(keys - set(self.target))
-        require(not missing, join(path, "target"),
-                f"sets the keys every ladder width sets; missing {', '.join(missing)}.")
-        require(self.target["model.d_model"] > widths[-1], join(join(path, "target"), "model.d_model"),
-                f"the target ({self.target['model.d_model']}) must be wider than the ladder's widest width "
-                f"({widths[-1]}): a forecast extrapolates past the ladder.")
+        require(
+            not missing, join(path, "target"), f"sets the keys every ladder width sets; missing {', '.join(missing)}."
+        )
+        require(
+            self.target["model.d_model"] > widths[-1],
+            join(join(path, "target"), "model.d_model"),
+            f"the target ({self.target['model.d_model']}) must be wider than the ladder's widest width "
+            f"({widths[-1]}): a forecast extrapolates past the ladder.",
+        )
         require(0.0 < self.level < 1.0, join(path, "level"), f"must be in (0, 1), got {self.level}.")
 
 
 def _check_width_overrides(overrides: Any, path: str) -> None:
     """A ladder width or the target: run-config overrides of the model that set model.d_model."""
-    require(isinstance(overrides, dict), path,
-            f"expected a mapping of model overrides, e.g. {{model.d_model: 64, model.d_mlp: 176}}, got {overrides!r}.")
+    require(
+        isinstance(overrides, dict),
+        path,
+        f"expected a mapping of model overrides, e.g. {{model.d_model: 64, model.d_mlp: 176}}, got {overrides!r}.",
+    )
     for key in overrides:
-        require(isinstance(key, str) and key.startswith("model."), join(path, key),
-                "must be a dotted key of the model (model.d_model, model.d_mlp, ...): a ladder varies the size only.")
+        require(
+            isinstance(key, str) and key.startswith("model."),
+            join(path, key),
+            "must be a dotted key of the model (model.d_model, model.d_mlp, ...): a ladder varies the size only.",
+        )
     width = overrides.get("model.d_model")
-    require(isinstance(width, int) and not isinstance(width, bool) and width > 0, join(path, "model.d_model"),
-            f"is required: the width, a positive integer (got {width!r}).")
+    require(
+        isinstance(width, int) and not isinstance(width, bool) and width > 0,
+        join(path, "model.d_model"),
+        f"is required: the width, a positive integer (got {width!r}).",
+    )
 
 
 @dataclass(frozen=True)
@@ -278,8 +333,11 @@ class VariantSpec:
     set: dict[str, Any] = field(default_factory=dict)  # dotted run-config keys -> values, over base
 
     def validate(self, path: str) -> None:
-        require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),
-                f"{self.name!r} must be letters, digits, '_', '.' or '-'.")
+        require(
+            bool(NAME_PATTERN.match(self.name)),
+            join(path, "name"),
+            f"{self.name!r} must be letters, digits, '_', '.' or '-'.",
+        )
 
 
 @dataclass(frozen=True)
@@ -299,21 +357,22 @@ class StudySpec:
     forecast: ForecastConfig | None = None  # a width ladder and the size its comparisons are forecast at
 
     def validate(self, path: str) -> None:
-        require(bool(NAME_PATTERN.match(self.name)), join(path, "name"),
-                f"{self.name!r} must be letters, digits, '_', '.' or '-' (it names the "
-                "MLflow experiment and the Optuna studies).")
+        require(
+            bool(NAME_PATTERN.match(self.name)),
+            join(path, "name"),
+            f"{self.name!r} must be letters, digits, '_', '.' or '-' (it names the "
+            "MLflow experiment and the Optuna studies).",
+        )
         names = [v.name for v in self.variants]
         for i, name in enumerate(names):
-            require(name not in names[:i], join(join(path, "variants"), i),
-                    f"variant name {name!r} is used twice.")
+            require(name not in names[:i], join(join(path, "variants"), i), f"variant name {name!r} is used twice.")
         if isinstance(self.seeds, SequentialSeeds):
             self.seeds.validate_seeds(join(path, "seeds"))
         else:
             require(len(self.seeds) > 0, join(path, "seeds"), "must hold at least one seed.")
             for i, seed in enumerate(self.seeds):
                 require(seed >= 0, join(join(path, "seeds"), i), f"seeds must be >= 0, got {seed}.")
-            require(len(set(self.seeds)) == len(self.seeds), join(path, "seeds"),
-                    f"holds a seed twice: {self.seeds}.")
+            require(len(set(self.seeds)) == len(self.seeds), join(path, "seeds"), f"holds a seed twice: {self.seeds}.")
         for key, values in self.axes.items():
             where = join(join(path, "axes"), key)
             require(len(values) > 0, where, "an axis needs at least one value.")
@@ -322,10 +381,16 @@ class StudySpec:
         run_keys += [(f"variants[{i}].set.{k}", k) for i, v in enumerate(self.variants) for k in v.set]
         run_keys += [(f"baselines.{b}.{k}", k) for b, keys in self.baselines.items() for k in keys]
         for where, key in run_keys:
-            require(key not in TRIAL_KEYS, join(path, where),
-                    "is set per trial: use lr_search for the learning rate and seeds for the seed.")
-            require(key.split(".")[0] in ("model", "train", "data"), join(path, where),
-                    "must be a dotted key of the run config, starting with model., train. or data.")
+            require(
+                key not in TRIAL_KEYS,
+                join(path, where),
+                "is set per trial: use lr_search for the learning rate and seeds for the seed.",
+            )
+            require(
+                key.split(".")[0] in ("model", "train", "data"),
+                join(path, where),
+                "must be a dotted key of the run config, starting with model., train. or data.",
+            )
         if self.forecast is not None:
             self._validate_forecast(path, run_keys)
 
@@ -333,14 +398,20 @@ class StudySpec:
         """A forecast trains each width at its proxy's lr*, which holds across width under mup only
         (docs/design/parametrization.md#s12-parametrization); the ladder owns the width."""
         where = join(path, "forecast")
-        require(self.lr_search.method == "transfer", join(path, "lr_search.method"),
-                "a forecast trains every width at its proxy's transferred lr*: it needs method transfer "
-                f"(lr_search: {{method: transfer, proxy: {{model.d_model: ...}}, grid: [...]}}), got {self.lr_search.method}.")
+        require(
+            self.lr_search.method == "transfer",
+            join(path, "lr_search.method"),
+            "a forecast trains every width at its proxy's transferred lr*: it needs method transfer "
+            f"(lr_search: {{method: transfer, proxy: {{model.d_model: ...}}, grid: [...]}}), got {self.lr_search.method}.",
+        )
         model = self.base.get("model") if isinstance(self.base, dict) else None
         base_parametrization = model.get("parametrization", "standard") if isinstance(model, dict) else "standard"
-        require(base_parametrization == "mup", join(path, "base.model.parametrization"),
-                f"a forecast needs parametrization: mup (lr* transfers across width under mup only, docs/design/parametrization.md#s12-parametrization), "
-                f"got {base_parametrization}.")
+        require(
+            base_parametrization == "mup",
+            join(path, "base.model.parametrization"),
+            f"a forecast needs parametrization: mup (lr* transfers across width under mup only, docs/design/parametrization.md#s12-parametrization), "
+            f"got {base_parametrization}.",
+        )
         overrides = list(run_keys) + [(f"forecast.target.{k}", k) for k in self.forecast.target]
         overrides += [(f"forecast.ladder[{i}].{k}", k) for i, rung in enumerate(self.forecast.ladder) for k in rung]
         for place, key in overrides:
@@ -348,21 +419,24 @@ class StudySpec:
                 value = self._override_value(place, key)
                 require(value == "mup", join(path, place), f"a forecast needs parametrization: mup, got {value}.")
         for place, key in run_keys:
-            require(key not in ("model.d_model", "model.size"), join(path, place),
-                    f"the forecast's ladder sets the width ({join(where, 'ladder')}); "
-                    "variants, axes and baselines may not.")
+            require(
+                key not in ("model.d_model", "model.size"),
+                join(path, place),
+                f"the forecast's ladder sets the width ({join(where, 'ladder')}); "
+                "variants, axes and baselines may not.",
+            )
 
     def _override_value(self, place: str, key: str) -> Any:
         head, _, rest = place.partition(".")
         if head == "axes":
             return next((v for v in self.axes[key] if v != "mup"), "mup")
         if head.startswith("variants["):
-            return self.variants[int(head[len("variants["):-1])].set[key]
+            return self.variants[int(head[len("variants[") : -1])].set[key]
         if head == "baselines":
             return self.baselines[rest.split(".")[0]][key]
         if head == "forecast" and rest.startswith("target."):
             return self.forecast.target[key]
-        index = int(rest[len("ladder["):rest.index("]")])
+        index = int(rest[len("ladder[") : rest.index("]")])
         return self.forecast.ladder[index][key]
 
 
@@ -374,8 +448,9 @@ def load_study_mapping(
     if scale is not None:
         scales = raw.get("scale") or {}
         if not scales:  # say so: an unknown-scale error would list no allowed scales ("Allowed: .")
-            raise ConfigError("--scale", f"the study file defines no scales (no `scale:` mapping), "
-                                         f"so there is no {scale!r}.")
+            raise ConfigError(
+                "--scale", f"the study file defines no scales (no `scale:` mapping), so there is no {scale!r}."
+            )
         if not isinstance(scales, dict) or scale not in scales:
             raise unknown("--scale", scale, scales if isinstance(scales, dict) else (), what="scale")
         for key, value in (scales[scale] or {}).items():

@@ -49,5 +49,8 @@ def stalled(session, pids: set[int]) -> dict[int, Stall]:
             pid = int(worker["pid"])
             if pid not in newest or t.datetime_start > newest[pid][0].datetime_start:
                 newest[pid] = (t, trials.study.study_name)
-    return {pid: Stall(pid, f"{name}#{t.number}") for pid, (t, name) in newest.items()
-            if t.state == TrialState.FAIL and trial_facts(t).status is None}
+    return {
+        pid: Stall(pid, f"{name}#{t.number}")
+        for pid, (t, name) in newest.items()
+        if t.state == TrialState.FAIL and trial_facts(t).status is None
+    }

@@ -59,8 +59,10 @@ OUTAGE_RETRY_S = 2.0
 DRIVERS = {
     "postgresql": ("psycopg", "pip install 'cem-ablate[postgres]'"),
     "postgresql+psycopg": ("psycopg", "pip install 'cem-ablate[postgres]'"),
-    "postgresql+psycopg2": ("psycopg2", "pip install psycopg2-binary, or use postgresql:// with "
-                                        "pip install 'cem-ablate[postgres]'"),
+    "postgresql+psycopg2": (
+        "psycopg2",
+        "pip install psycopg2-binary, or use postgresql:// with pip install 'cem-ablate[postgres]'",
+    ),
     "mysql": ("MySQLdb", "pip install mysqlclient"),
     "mysql+pymysql": ("pymysql", "pip install pymysql"),
 }
@@ -130,9 +132,12 @@ def check_server(url: str, attempts: int = CONNECT_ATTEMPTS, wait_s: float = 2.0
                     return
             except sqlalchemy.exc.OperationalError as err:
                 if attempt + 1 == attempts or "authentication failed" in str(err.orig):
-                    raise ConfigError("--storage", f"cannot connect to {shown_url(url)}: "
-                                                   f"{_first_line(err.orig)} (start the database server, or "
-                                                   "check the host, port, user and password of --storage)") from None
+                    raise ConfigError(
+                        "--storage",
+                        f"cannot connect to {shown_url(url)}: "
+                        f"{_first_line(err.orig)} (start the database server, or "
+                        "check the host, port, user and password of --storage)",
+                    ) from None
                 time.sleep(wait_s)
     finally:
         engine.dispose()
@@ -157,8 +162,7 @@ def open_storage(settings: StorageSettings):
             make_private(db)
             with contextlib.closing(sqlite3.connect(db, timeout=SQLITE_TIMEOUT_S)) as conn:
                 conn.execute("PRAGMA journal_mode=WAL")  # persistent: readers never block the writer
-            return _open_schema(optuna.storages.RDBStorage, settings,
-                                {"connect_args": {"timeout": SQLITE_TIMEOUT_S}})
+            return _open_schema(optuna.storages.RDBStorage, settings, {"connect_args": {"timeout": SQLITE_TIMEOUT_S}})
     check_driver(settings.url)
     check_server(settings.url)
     storage = _open_schema(outage_tolerant_storage(), settings, _engine_kwargs(settings.url))
@@ -239,16 +243,25 @@ def _waits_out_outages(method, name: str):
                 window = getattr(self, "outage_s", OUTAGE_S)
                 if first_failure is None:
                     first_failure = now
-                    print(f"storage {shown_url(self.url)} unreachable ({_first_line(err.orig)}); "
-                          f"retrying for up to {window} s", file=sys.stderr, flush=True)
+                    print(
+                        f"storage {shown_url(self.url)} unreachable ({_first_line(err.orig)}); "
+                        f"retrying for up to {window} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 if now - first_failure >= window:
-                    raise ConfigError("--storage", f"lost {shown_url(self.url)} for {window} s ({name}, "
-                                                   f"--outage-wait): {_first_line(err.orig)}") from None
+                    raise ConfigError(
+                        "--storage",
+                        f"lost {shown_url(self.url)} for {window} s ({name}, --outage-wait): {_first_line(err.orig)}",
+                    ) from None
                 time.sleep(OUTAGE_RETRY_S)
                 continue
             if first_failure is not None:
-                print(f"storage {shown_url(self.url)} reachable again after "
-                      f"{time.monotonic() - first_failure:.0f} s", file=sys.stderr, flush=True)
+                print(
+                    f"storage {shown_url(self.url)} reachable again after {time.monotonic() - first_failure:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return result
 
     return call

@@ -63,8 +63,11 @@ class VariantSummary:
 
     @property
     def best_observed(self) -> TrialRecord | None:
-        finished = [p for p in self.points
-                    if p.status == TrialStatus.FINISHED and p.value is not None and math.isfinite(p.value)]
+        finished = [
+            p
+            for p in self.points
+            if p.status == TrialStatus.FINISHED and p.value is not None and math.isfinite(p.value)
+        ]
         return min(finished, key=lambda p: p.value) if finished else None
 
 
@@ -76,9 +79,17 @@ def test_metrics(tests: list[Test], variant_key: str, baseline: str) -> dict[str
         if test is None or test.decision.delta is None:
             continue
         d, p = test.decision, prefix.format(baseline)
-        out |= {p: d.delta, f"{p}/lr": test.lr_variant, f"{p}/n_variant": d.n_variant,
-                f"{p}/n_baseline": d.n_baseline, f"{p}/paired": float(test.paired), f"{p}/p_value": d.p,
-                f"{p}/p_holm": d.p_holm, f"{p}/low": d.low, f"{p}/high": d.high}
+        out |= {
+            p: d.delta,
+            f"{p}/lr": test.lr_variant,
+            f"{p}/n_variant": d.n_variant,
+            f"{p}/n_baseline": d.n_baseline,
+            f"{p}/paired": float(test.paired),
+            f"{p}/p_value": d.p,
+            f"{p}/p_holm": d.p_holm,
+            f"{p}/low": d.low,
+            f"{p}/high": d.high,
+        }
     return out
 
 
@@ -93,8 +104,10 @@ def aggregate_metrics(stats: VariantStats) -> dict[str, float | None]:
         if opt.lr_interval is not None:
             out |= {"lr_star_low": opt.lr_interval.low, "lr_star_high": opt.lr_interval.high}
         if opt.objective_interval is not None:
-            out |= {"objective_star_low": opt.objective_interval.low,
-                    "objective_star_high": opt.objective_interval.high}
+            out |= {
+                "objective_star_low": opt.objective_interval.low,
+                "objective_star_high": opt.objective_interval.high,
+            }
     return out
 
 
@@ -165,9 +178,12 @@ class StudyPublisher:
     def _parent_record(self, summary: VariantSummary, tests: list[Test]) -> tuple[dict, dict]:
         counts, fit, variant = summary.counts, summary.fit, summary.variant
         metrics = {
-            "trials_finished": counts[TrialStatus.FINISHED], "trials_diverged": counts[TrialStatus.DIVERGED],
-            "trials_failed": counts[TrialStatus.FAILED], "trials_pruned": counts[TrialStatus.PRUNED],
-            "lr_akima": fit.lr_star if fit else None, "ppl_akima": fit.ppl_star if fit else None,
+            "trials_finished": counts[TrialStatus.FINISHED],
+            "trials_diverged": counts[TrialStatus.DIVERGED],
+            "trials_failed": counts[TrialStatus.FAILED],
+            "trials_pruned": counts[TrialStatus.PRUNED],
+            "lr_akima": fit.lr_star if fit else None,
+            "ppl_akima": fit.ppl_star if fit else None,
         }
         best = summary.best_observed
         if best is not None:
@@ -176,32 +192,48 @@ class StudyPublisher:
         for name in variant.baselines:
             metrics |= test_metrics(tests, variant.key, name)
         optimum = summary.statistics.stats.optimum
-        tags = {T.AKIMA_EDGE: (optimum.edge or "none") if optimum else "none",
-                T.PROGRESS: "done" if summary.done else "running", T.OBJECTIVE: summary.statistics.objective}
+        tags = {
+            T.AKIMA_EDGE: (optimum.edge or "none") if optimum else "none",
+            T.PROGRESS: "done" if summary.done else "running",
+            T.OBJECTIVE: summary.statistics.objective,
+        }
         tags |= verdict_tags(tests, variant, self.pairings)
         display_metrics, display_tags = display_columns(tests, variant, summary.statistics.stats, self.correction)
         return metrics | display_metrics, tags | display_tags
 
     def _log(self, summary: VariantSummary, metrics: dict, tags: dict, draw: bool) -> None:
-        from cem_ablate.study.plots import SweepSeries, plot_variant_fit, study_colors
+        from cem_ablate.figures.plots import SweepSeries, plot_variant_fit, study_colors
 
         variant, session = summary.variant, self.session
         record = VariantPublication(
             summary.statistics,
             {name: PairingRecord(p.paired, p.reason) for (key, name), p in self.pairings.items() if key == variant.key},
-            design_record(self.design, self.correction)).to_stats()
+            design_record(self.design, self.correction),
+        ).to_stats()
         series = SweepSeries(
-            name=variant.name, is_baseline=variant.role == "baseline",
-            finished=[(p.lr, p.value) for p in summary.points
-                      if p.status == TrialStatus.FINISHED and p.value is not None],
+            name=variant.name,
+            is_baseline=variant.role == "baseline",
+            finished=[
+                (p.lr, p.value) for p in summary.points if p.status == TrialStatus.FINISHED and p.value is not None
+            ],
             diverged=[p.lr for p in summary.points if p.status == TrialStatus.DIVERGED and p.lr is not None],
             fit=summary.fit,
-            stats=summary.statistics.stats, metric=summary.statistics.objective)
+            stats=summary.statistics.stats,
+            metric=summary.statistics.objective,
+        )
         with tempfile.TemporaryDirectory() as tmp:
             plot = None
             if draw and (series.finished or series.diverged):
-                color = study_colors(session.expanded.variants).get(str(variant.axis_values.get("variant", variant.name)))
+                color = study_colors(session.expanded.variants).get(
+                    str(variant.axis_values.get("variant", variant.name))
+                )
                 plot = plot_variant_fit(series, Path(tmp) / "akima.png", color)
             session.tracker.log_variant_summary(
-                session.parent_run_id(variant), metrics, tags, str(plot) if plot else None,
-                done=summary.done, step=summary.counts[TrialStatus.FINISHED], stats=record if draw else None)
+                session.parent_run_id(variant),
+                metrics,
+                tags,
+                str(plot) if plot else None,
+                done=summary.done,
+                step=summary.counts[TrialStatus.FINISHED],
+                stats=record if draw else None,
+            )

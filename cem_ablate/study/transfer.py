@@ -49,8 +49,9 @@ def proxy_study(expanded: ExpandedStudy) -> ExpandedStudy:
     """Phase 1: the proxies on the full grid, an ordinary grid study named `<name>_proxy`."""
     spec = expanded.spec
     search = dataclasses.replace(spec.lr_search, method="grid", proxy=None, proxy_seeds=None)
-    proxy_spec = dataclasses.replace(spec, name=f"{spec.name}_proxy", lr_search=search, seeds=proxy_seeds(expanded),
-                                     forecast=None)  # the proxies are tuned, not forecast
+    proxy_spec = dataclasses.replace(
+        spec, name=f"{spec.name}_proxy", lr_search=search, seeds=proxy_seeds(expanded), forecast=None
+    )  # the proxies are tuned, not forecast
     return ExpandedStudy(proxy_spec, list(expanded.proxies), expanded.mapping)
 
 
@@ -76,15 +77,20 @@ def proxy_optima(proxies: ExpandedStudy, storage) -> dict[str, ProxyOptimum]:
     spec = proxies.spec
     out = {}
     for proxy in proxies.variants:
-        trials, _ = VariantTrials.open(storage, "", optuna_study_name(spec.name, proxy), spec.lr_search,
-                                       spec.seeds, trial_key=proxy.trial_key)
+        trials, _ = VariantTrials.open(
+            storage, "", optuna_study_name(spec.name, proxy), spec.lr_search, spec.seeds, trial_key=proxy.trial_key
+        )
         stats = variant_stats(observations(trials.points()), spec.lr_search.interpolation)
         if stats.optimum is None:
             continue
         interval = stats.optimum.lr_interval
-        out[proxy.key] = ProxyOptimum(proxy.key, stats.optimum.lr_star, round_lr(stats.optimum.lr_star),
-                                      (interval.low, interval.high) if interval is not None else None,
-                                      stats.optimum.edge)
+        out[proxy.key] = ProxyOptimum(
+            proxy.key,
+            stats.optimum.lr_star,
+            round_lr(stats.optimum.lr_star),
+            (interval.low, interval.high) if interval is not None else None,
+            stats.optimum.edge,
+        )
     return out
 
 
@@ -102,7 +108,7 @@ def transfer_lines(expanded: ExpandedStudy, optima: dict[str, ProxyOptimum]) -> 
         if opt is None:
             lines.append(f"{v.name}: proxy {proxies[v.proxy].name} has no finished trial: no lr* to transfer")
             continue
-        interval = (f" [{opt.lr_interval[0]:.3g}, {opt.lr_interval[1]:.3g}]" if opt.lr_interval else "")
+        interval = f" [{opt.lr_interval[0]:.3g}, {opt.lr_interval[1]:.3g}]" if opt.lr_interval else ""
         edge = f" (at the grid's {opt.edge} edge: only a bound)" if opt.edge else ""
         lines.append(f"{v.name}: proxy lr* {opt.lr_star:.3g}{interval}{edge} -> transferred lr {opt.lr:g}")
     return lines

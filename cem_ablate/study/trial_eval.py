@@ -37,8 +37,11 @@ def evaluate_trial(config: EvalConfig, run_dir: Path, tracking_uri: str, run_id:
         metrics = evaluate_trained(load_trained_run(run_dir), eval_spec(config))
     except Exception as err:  # noqa: BLE001 - the trial trained: losing its scores must not lose it
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print(f"warning: eval of {run_dir} failed ({type(err).__name__}: {first}); the trial stays finished "
-              "without eval metrics.", file=sys.stderr)
+        print(
+            f"warning: eval of {run_dir} failed ({type(err).__name__}: {first}); the trial stays finished "
+            "without eval metrics.",
+            file=sys.stderr,
+        )
         return {}
     log_eval_metrics(tracking_uri, run_id, metrics)
     return metrics

@@ -79,11 +79,30 @@ class Attempt:
     def check(self) -> None:
         _check_claim(self.trials, self.trial)
 
-    def record(self, status: TrialStatus, value: float | None, reason: str, seconds: float = 0.0,
-               reused_from: str = "", trial_key: str | None = None) -> TrialRecord:
-        return TrialRecord(self.lr, self.seed, status, value, reason, variant=self.variant.name, slot=self.slot,
-                           trial_key=trial_key or self.trial_key, study=self.trials.study.study_name,
-                           number=self.trial.number, run_id=self.child, seconds=seconds, reused_from=reused_from)
+    def record(
+        self,
+        status: TrialStatus,
+        value: float | None,
+        reason: str,
+        seconds: float = 0.0,
+        reused_from: str = "",
+        trial_key: str | None = None,
+    ) -> TrialRecord:
+        return TrialRecord(
+            self.lr,
+            self.seed,
+            status,
+            value,
+            reason,
+            variant=self.variant.name,
+            slot=self.slot,
+            trial_key=trial_key or self.trial_key,
+            study=self.trials.study.study_name,
+            number=self.trial.number,
+            run_id=self.child,
+            seconds=seconds,
+            reused_from=reused_from,
+        )
 
 
 def _outcome(result, pruned: bool, error: str | None) -> tuple[TrialStatus, float | None, str]:
@@ -127,11 +146,22 @@ def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callba
     except (LeaseLost, UpdateFinishedTrialError) as lost:
         # Stopped past the grace period and retried elsewhere (Optuna refuses a finished
         # trial's writes itself): this attempt writes nothing more.
-        print(f"warning: {variant.name} trial {trial.number}: {lost}; "
-              "this worker wrote nothing more for it", file=sys.stderr, flush=True)
+        print(
+            f"warning: {variant.name} trial {trial.number}: {lost}; this worker wrote nothing more for it",
+            file=sys.stderr,
+            flush=True,
+        )
         if attempt is None:
-            return TrialRecord(None, None, TrialStatus.KILLED, None, f"claim lost: {lost}", variant=variant.name,
-                               study=session.trials[variant.key].study.study_name, number=trial.number)
+            return TrialRecord(
+                None,
+                None,
+                TrialStatus.KILLED,
+                None,
+                f"claim lost: {lost}",
+                variant=variant.name,
+                study=session.trials[variant.key].study.study_name,
+                number=trial.number,
+            )
         return attempt.record(TrialStatus.KILLED, None, f"claim lost: {lost}")
     except Exception as err:
         # The MLflow server away past its retry window, in training or around it: the
@@ -160,13 +190,30 @@ def begin(session, variant: Variant, trial) -> Attempt:
     parent = session.parent_run_id(variant)
     _check_claim(trials, trial)
     child = session.tracker.ensure_trial_run(
-        parent, trial_key, f"{variant.name} lr={lr:.3g} seed={seed}",
-        tags={"lr": repr(lr), "seed": str(seed), T.SLOT: slot, T.RUN_DIR: str(run_dir), T.VARIANT_KEY: variant.key,
-              T.VARIANT: variant.name, "optuna.study": trials.study.study_name, "optuna.trial": str(trial.number)})
+        parent,
+        trial_key,
+        f"{variant.name} lr={lr:.3g} seed={seed}",
+        tags={
+            "lr": repr(lr),
+            "seed": str(seed),
+            T.SLOT: slot,
+            T.RUN_DIR: str(run_dir),
+            T.VARIANT_KEY: variant.key,
+            T.VARIANT: variant.name,
+            "optuna.study": trials.study.study_name,
+            "optuna.trial": str(trial.number),
+        },
+    )
     session.tracker.log_trial_params(child, flatten_dotted(cfg.to_mapping()))
     session.tracker.log_trial_code(child, code.digest, code.parts)
-    trials.record(trial, trial_key=trial_key, code_fingerprint=code.digest, code_parts=dict(code.parts),
-                  mlflow_run_id=child, run_dir=str(run_dir))
+    trials.record(
+        trial,
+        trial_key=trial_key,
+        code_fingerprint=code.digest,
+        code_parts=dict(code.parts),
+        mlflow_run_id=child,
+        run_dir=str(run_dir),
+    )
     return Attempt(variant, trial, trials, slot, lr, seed, cfg, trial_key, run_dir, child)
 
 
@@ -177,8 +224,9 @@ def _claim_name(trials: VariantTrials, trial) -> str:
 def _check_claim(trials: VariantTrials, trial) -> None:
     """Raise `LeaseLost` unless the claim is still live (before a write outside the engine)."""
     if not trials.is_live(trial):
-        raise LeaseLost(f"the claim {_claim_name(trials, trial)} is no longer live (failed as stale, "
-                        "retried elsewhere)")
+        raise LeaseLost(
+            f"the claim {_claim_name(trials, trial)} is no longer live (failed as stale, retried elsewhere)"
+        )
 
 
 def train(session, attempt: Attempt, callbacks: Sequence[Callback]):
@@ -191,10 +239,17 @@ def train(session, attempt: Attempt, callbacks: Sequence[Callback]):
     # System metrics (CPU, memory, GPU with nvidia-ml-py) into the child, by MLflow's own monitor.
     with system_metrics(attempt.child, session.settings.tracking_uri, guard=attempt.check):
         try:
-            result = train_run(attempt.config, run_dir=attempt.run_dir, tracking_uri=session.settings.tracking_uri,
-                               experiment=session.spec.name, mlflow_run_id=attempt.child,
-                               extra_callbacks=callbacks, resume=True,
-                               progress=session.settings.progress, lease=lease)
+            result = train_run(
+                attempt.config,
+                run_dir=attempt.run_dir,
+                tracking_uri=session.settings.tracking_uri,
+                experiment=session.spec.name,
+                mlflow_run_id=attempt.child,
+                extra_callbacks=callbacks,
+                resume=True,
+                progress=session.settings.progress,
+                lease=lease,
+            )
         except Preempted as stop:
             release(session, attempt, stop)
             raise
@@ -229,8 +284,9 @@ def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialR
     metrics["objective"] = value  # None unless finished with a finite objective
     recorded = attempt.trials.finish(attempt.trial, status, value, facts)
     if recorded:
-        session.tracker.log_trial_outcome(attempt.child, status, reason, metrics,
-                                          step=result.steps if result is not None else 0)
+        session.tracker.log_trial_outcome(
+            attempt.child, status, reason, metrics, step=result.steps if result is not None else 0
+        )
         # The parent's statistics and verdicts: the coordinator's (study.summary), not every trial's.
     return attempt.record(status if recorded else TrialStatus.KILLED, value, reason, seconds)
 
@@ -260,11 +316,19 @@ def _reuse(session, attempt: Attempt, original: TrialRecord) -> TrialRecord:
     """Record another study's result of the same trial key instead of training (study.reuse)."""
     reason = f"reused from {original.reference}"
     facts = {k: v for k, v in original.attrs.items() if k in ("steps", "tokens_seen", "seconds", "diverged_step")}
-    facts |= {"reused_from": original.reference, "reason": reason if original.status != TrialStatus.FINISHED
-              else original.attrs.get("reason", "")}
+    facts |= {
+        "reused_from": original.reference,
+        "reason": reason if original.status != TrialStatus.FINISHED else original.attrs.get("reason", ""),
+    }
     recorded = attempt.trials.finish(attempt.trial, original.status, original.value, facts)
     if recorded:
-        session.tracker.record_reused_trial(attempt.child, original.run_id, original.status, reason,
-                                            {"objective": original.value, "lr": attempt.lr})
-    return attempt.record(original.status if recorded else TrialStatus.KILLED, original.value, reason,
-                          reused_from=original.reference, trial_key=original.trial_key)
+        session.tracker.record_reused_trial(
+            attempt.child, original.run_id, original.status, reason, {"objective": original.value, "lr": attempt.lr}
+        )
+    return attempt.record(
+        original.status if recorded else TrialStatus.KILLED,
+        original.value,
+        reason,
+        reused_from=original.reference,
+        trial_key=original.trial_key,
+    )

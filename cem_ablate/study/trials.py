@@ -61,8 +61,14 @@ _LOG = logging.getLogger(__name__)
 # A FAIL's `status` attribute as the study writes it; any other FAIL was killed.
 RECORDED_FAILS = (TrialStatus.DIVERGED, TrialStatus.FAILED, TrialStatus.DUPLICATE)
 # A slot's state is that of its first trial in this order (finished wins over a retry).
-SLOT_PRECEDENCE = (TrialStatus.FINISHED, TrialStatus.DIVERGED, TrialStatus.PRUNED, TrialStatus.RUNNING,
-                   TrialStatus.WAITING, TrialStatus.FAILED)
+SLOT_PRECEDENCE = (
+    TrialStatus.FINISHED,
+    TrialStatus.DIVERGED,
+    TrialStatus.PRUNED,
+    TrialStatus.RUNNING,
+    TrialStatus.WAITING,
+    TrialStatus.FAILED,
+)
 # A slot with a trial in one of these is taken: a second claimed copy is a duplicate.
 TAKEN = (TrialStatus.FINISHED, TrialStatus.DIVERGED, TrialStatus.PRUNED, TrialStatus.RUNNING)
 
@@ -76,8 +82,7 @@ class Slot:
 
 def trial_slots(lr_search: LrSearchConfig, seeds: list[int]) -> list[Slot]:
     if lr_search.method == "grid":
-        return [Slot(f"lr={float(lr)!r},seed={seed}", seed, float(lr))
-                for lr in lr_search.grid for seed in seeds]
+        return [Slot(f"lr={float(lr)!r},seed={seed}", seed, float(lr)) for lr in lr_search.grid for seed in seeds]
     return [Slot(f"seed={seed},draw={i}", seed, None) for seed in seeds for i in range(lr_search.n_trials)]
 
 
@@ -104,8 +109,12 @@ def make_pruner(lr_search: LrSearchConfig):
 def worker_identity() -> dict[str, Any]:
     import psutil
 
-    return {"host": socket.gethostname(), "boot": psutil.boot_time(), "pid": os.getpid(),
-            "created": psutil.Process().create_time()}
+    return {
+        "host": socket.gethostname(),
+        "boot": psutil.boot_time(),
+        "pid": os.getpid(),
+        "created": psutil.Process().create_time(),
+    }
 
 
 def is_dead_here(identity: Any) -> bool:
@@ -165,8 +174,13 @@ class HeartbeatThread:
                     return
                 self._heartbeat_storage.record_heartbeat(self._heartbeat_trial)
             except Exception as err:  # noqa: BLE001  a busy database must not kill the training run
-                _LOG.warning("heartbeat of trial %s not recorded (%s: %s); the next one is in %s s",
-                             self._heartbeat_trial, type(err).__name__, err, interval)
+                _LOG.warning(
+                    "heartbeat of trial %s not recorded (%s: %s); the next one is in %s s",
+                    self._heartbeat_trial,
+                    type(err).__name__,
+                    err,
+                    interval,
+                )
 
     def __enter__(self) -> HeartbeatThread:
         self._thread.start()
@@ -180,8 +194,15 @@ class HeartbeatThread:
 class VariantTrials:
     """The Optuna study of one variant and the slots it must finish."""
 
-    def __init__(self, study, storage_url: str, slots: list[Slot], lr_search: LrSearchConfig,
-                 sequential: SequentialSeeds | None = None, trial_key: Callable[[float, int], str] | None = None):
+    def __init__(
+        self,
+        study,
+        storage_url: str,
+        slots: list[Slot],
+        lr_search: LrSearchConfig,
+        sequential: SequentialSeeds | None = None,
+        trial_key: Callable[[float, int], str] | None = None,
+    ):
         self.study = study
         self._trial_key = trial_key  # (lr, seed) -> the current RunConfig.trial_key(); None: never stale
         self._keys: dict[tuple[float, int], str] = {}
@@ -215,14 +236,26 @@ class VariantTrials:
         return True
 
     @classmethod
-    def open(cls, storage, storage_url: str, study_name: str, lr_search: LrSearchConfig,
-             seeds: list[int], worker_index: int = 0,
-             trial_key: Callable[[float, int], str] | None = None) -> tuple[VariantTrials, bool]:
+    def open(
+        cls,
+        storage,
+        storage_url: str,
+        study_name: str,
+        lr_search: LrSearchConfig,
+        seeds: list[int],
+        worker_index: int = 0,
+        trial_key: Callable[[float, int], str] | None = None,
+    ) -> tuple[VariantTrials, bool]:
         """Create the study (True) or load it (False): creation is atomic in the storage."""
         import optuna
 
-        kwargs = dict(study_name=study_name, storage=storage, direction="minimize",
-                      sampler=make_sampler(lr_search, worker_index), pruner=make_pruner(lr_search))
+        kwargs = dict(
+            study_name=study_name,
+            storage=storage,
+            direction="minimize",
+            sampler=make_sampler(lr_search, worker_index),
+            pruner=make_pruner(lr_search),
+        )
         try:
             study, created = optuna.create_study(load_if_exists=False, **kwargs), True
         except optuna.exceptions.DuplicatedStudyError:
@@ -277,8 +310,20 @@ class VariantTrials:
             value = t.value if status == TrialStatus.FINISHED else None
             ended_otherwise = status not in (TrialStatus.FINISHED, TrialStatus.RUNNING, TrialStatus.WAITING)
             reason = facts.reason if ended_otherwise else ""
-            out.append(TrialRecord(lr, seed, status, value, reason, slot=facts.slot, trial_key=facts.trial_key,
-                                   study=self.study.study_name, number=t.number, run_id=facts.mlflow_run_id))
+            out.append(
+                TrialRecord(
+                    lr,
+                    seed,
+                    status,
+                    value,
+                    reason,
+                    slot=facts.slot,
+                    trial_key=facts.trial_key,
+                    study=self.study.study_name,
+                    number=t.number,
+                    run_id=facts.mlflow_run_id,
+                )
+            )
         return out
 
     def slot_states(self) -> dict[str, TrialStatus]:
@@ -292,8 +337,11 @@ class VariantTrials:
 
     def fit_points(self) -> list[tuple[float, float]]:
         """(lr, test ppl) of every finished trial, for the Akima fit."""
-        return [(p.lr, p.value) for p in self.points()
-                if p.status == TrialStatus.FINISHED and p.value is not None and math.isfinite(p.value)]
+        return [
+            (p.lr, p.value)
+            for p in self.points()
+            if p.status == TrialStatus.FINISHED and p.value is not None and math.isfinite(p.value)
+        ]
 
     # -- queueing and claiming ---------------------------------------------------------
 

@@ -71,6 +71,8 @@ def trust_warning(expanded) -> str | None:
     widths = untrusted_widths(expanded)
     if not widths:
         return None
-    return (f"warning: learning-rate transfer has been shown to hold for d_head >= {MIN_TRUSTED_HEAD_DIM} at or above "
-            f"base_d_model (docs/results/forecast.md); outside that range: {', '.join(w.text() for w in widths)}: "
-            "its lr* may depart from the proxy's, and a forecast's narrowest rung with it")
+    return (
+        f"warning: learning-rate transfer has been shown to hold for d_head >= {MIN_TRUSTED_HEAD_DIM} at or above "
+        f"base_d_model (docs/results/forecast.md); outside that range: {', '.join(w.text() for w in widths)}: "
+        "its lr* may depart from the proxy's, and a forecast's narrowest rung with it"
+    )

@@ -56,8 +56,7 @@ class Variant:
         transfer target trains at its proxy's lr* only), else the study's."""
         if self.lr_grid is None:
             return study_search
-        return dataclasses.replace(study_search, method="grid", grid=list(self.lr_grid), proxy=None,
-                                   proxy_seeds=None)
+        return dataclasses.replace(study_search, method="grid", grid=list(self.lr_grid), proxy=None, proxy_seeds=None)
 
     def trial_key(self, lr: float, seed: int) -> str:
         """The identity of this variant's trial at (lr, seed) under the running code
@@ -77,8 +76,9 @@ class ExpandedStudy:
     def study_hash(self) -> str:
         grids = [list(v.lr_grid) for v in self.variants if v.lr_grid is not None]
         search = {k: v for k, v in to_dict(self.spec.lr_search).items() if k != "fixed"}  # says, trains nothing
-        return digest([v.variant_key for v in self.variants] + [search, list(self.spec.seeds)]
-                      + ([grids] if grids else []))
+        return digest(
+            [v.variant_key for v in self.variants] + [search, list(self.spec.seeds)] + ([grids] if grids else [])
+        )
 
     def variant(self, key: str) -> Variant:
         for v in self.variants:
@@ -104,8 +104,9 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
-def _apply(mapping: dict[str, Any], overrides: dict[str, Any], origins: dict[str, str] | None = None,
-           label: str = "") -> dict[str, Any]:
+def _apply(
+    mapping: dict[str, Any], overrides: dict[str, Any], origins: dict[str, str] | None = None, label: str = ""
+) -> dict[str, Any]:
     out = copy.deepcopy(mapping)
     for key, value in overrides.items():
         try:
@@ -150,8 +151,13 @@ def _drafts(spec: StudySpec) -> Iterator[_Draft]:
                 width = rung["model.d_model"]
                 rung_origins = origins | {k: f"forecast.ladder[{j}].{k}" for k in rung}
                 rung_name = f"{name},d_model={width}"
-                yield _Draft(rung_name, _apply(run, rung, rung_origins, rung_name), rung_origins,
-                             labels | {"model.d_model": str(width)}, family=name)
+                yield _Draft(
+                    rung_name,
+                    _apply(run, rung, rung_origins, rung_name),
+                    rung_origins,
+                    labels | {"model.d_model": str(width)},
+                    family=name,
+                )
 
 
 def _baseline_draft(draft: _Draft, name: str, overrides: dict[str, Any]) -> _Draft:
@@ -160,8 +166,11 @@ def _baseline_draft(draft: _Draft, name: str, overrides: dict[str, Any]) -> _Dra
     axis_part = [f"{short_key(k)}={v}" for k, v in labels.items()]
     origins = draft.origins | {k: f"baselines.{name}.{k}" for k in overrides}
     label = ",".join([name] + axis_part)
-    family = None if draft.family is None else ",".join(
-        [name] + [f"{short_key(k)}={v}" for k, v in labels.items() if k != "model.d_model"])
+    family = (
+        None
+        if draft.family is None
+        else ",".join([name] + [f"{short_key(k)}={v}" for k, v in labels.items() if k != "model.d_model"])
+    )
     return _Draft(label, _apply(draft.run, overrides, origins, label), origins, {"variant": name} | labels, family)
 
 
@@ -170,6 +179,7 @@ def _named_by_what_it_keeps(draft: _Draft, overrides: dict[str, Any]) -> _Draft:
     variants that set d_model themselves give one baseline per width, all `llama` by the
     axis-only name, and a name that stands for several configs merged them in the report
     read by study name, the plots' legends and the tables."""
+
     def overridden(key: str) -> bool:
         return any(key == o or key.startswith(o + ".") for o in overrides)
 
@@ -213,10 +223,13 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
         config = _validate(draft, probe_lr, probe_seed)
         key = config.variant_key()
         if key in by_key:
-            raise ConfigError("variants" if spec.variants else "axes",
-                              f"variant {draft.name!r} has the same run config as {by_key[key].name!r}.")
-        by_key[key] = Variant(draft.name, f"{slug(draft.name)}-{key}", config, draft.labels, {}, "variant",
-                              family=draft.family)
+            raise ConfigError(
+                "variants" if spec.variants else "axes",
+                f"variant {draft.name!r} has the same run config as {by_key[key].name!r}.",
+            )
+        by_key[key] = Variant(
+            draft.name, f"{slug(draft.name)}-{key}", config, draft.labels, {}, "variant", family=draft.family
+        )
         variants.append(by_key[key])
         drafts_by_key[by_key[key].key] = draft
     # Baselines after all variants, so a baseline equal to a listed variant reuses it.
@@ -237,8 +250,15 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
         if key not in by_key:
             if len(configs_of[base_draft.name]) > 1 or base_draft.name in listed:
                 base_draft = _named_by_what_it_keeps(base_draft, overrides)
-            by_key[key] = Variant(base_draft.name, f"{slug(base_draft.name)}-{key}", config,
-                                  base_draft.labels, {}, "baseline", family=base_draft.family)
+            by_key[key] = Variant(
+                base_draft.name,
+                f"{slug(base_draft.name)}-{key}",
+                config,
+                base_draft.labels,
+                {},
+                "baseline",
+                family=base_draft.family,
+            )
             variants.append(by_key[key])
             drafts_by_key[by_key[key].key] = base_draft
         # a variant is not its own baseline, nor compared twice with one variant (reuse at
@@ -247,13 +267,16 @@ def expand(spec: StudySpec, mapping: dict[str, Any] | None = None) -> ExpandedSt
             variant.baselines[name] = by_key[key].key
     if spec.lr_search.pruner != "none":
         _check_pruning_runs_in_process(variants)
-    proxies = _proxies(spec, variants, drafts_by_key, probe_lr, probe_seed) if spec.lr_search.method == "transfer" else []
+    proxies = (
+        _proxies(spec, variants, drafts_by_key, probe_lr, probe_seed) if spec.lr_search.method == "transfer" else []
+    )
     targets = _forecast_targets(spec, variants, drafts_by_key, probe_lr, probe_seed) if spec.forecast else []
     return ExpandedStudy(spec, variants, mapping if mapping is not None else to_dict(spec), proxies, targets)
 
 
-def _forecast_targets(spec: StudySpec, variants: list[Variant], drafts: dict[str, _Draft], probe_lr: float,
-                      probe_seed: int) -> list[Variant]:
+def _forecast_targets(
+    spec: StudySpec, variants: list[Variant], drafts: dict[str, _Draft], probe_lr: float, probe_seed: int
+) -> list[Variant]:
     """`forecast:` each family (a variant or baseline across the ladder) at the target size,
     validated like any variant (its parameters are counted, it is never trained)."""
     overrides = spec.forecast.target
@@ -263,16 +286,29 @@ def _forecast_targets(spec: StudySpec, variants: list[Variant], drafts: dict[str
             continue
         draft = drafts[variant.key]
         origins = draft.origins | {k: f"forecast.target.{k}" for k in overrides}
-        target = _Draft(f"{variant.family}@target", _apply(draft.run, overrides, origins, variant.family), origins,
-                        draft.labels, variant.family)
+        target = _Draft(
+            f"{variant.family}@target",
+            _apply(draft.run, overrides, origins, variant.family),
+            origins,
+            draft.labels,
+            variant.family,
+        )
         config = _validate(target, probe_lr, probe_seed)
-        out[variant.family] = Variant(target.name, f"{slug(variant.family)}-target-{config.variant_key()}", config,
-                                      draft.labels, {}, "forecast_target", family=variant.family)
+        out[variant.family] = Variant(
+            target.name,
+            f"{slug(variant.family)}-target-{config.variant_key()}",
+            config,
+            draft.labels,
+            {},
+            "forecast_target",
+            family=variant.family,
+        )
     return list(out.values())
 
 
-def _proxies(spec: StudySpec, variants: list[Variant], drafts: dict[str, _Draft], probe_lr: float,
-             probe_seed: int) -> list[Variant]:
+def _proxies(
+    spec: StudySpec, variants: list[Variant], drafts: dict[str, _Draft], probe_lr: float, probe_seed: int
+) -> list[Variant]:
     """lr_search method transfer: every variant (baselines included) with the proxy overrides
     applied, validated here like any variant; variants whose proxies coincide share one."""
     overrides = spec.lr_search.proxy
@@ -280,13 +316,15 @@ def _proxies(spec: StudySpec, variants: list[Variant], drafts: dict[str, _Draft]
     for index, variant in enumerate(variants):
         draft = drafts[variant.key]
         origins = draft.origins | {k: f"lr_search.proxy.{k}" for k in overrides}
-        proxy_draft = _Draft(f"{draft.name}@proxy", _apply(draft.run, overrides, origins, draft.name), origins,
-                             draft.labels)
+        proxy_draft = _Draft(
+            f"{draft.name}@proxy", _apply(draft.run, overrides, origins, draft.name), origins, draft.labels
+        )
         config = _validate(proxy_draft, probe_lr, probe_seed)
         key = config.variant_key()
         if key not in by_key:
-            by_key[key] = Variant(proxy_draft.name, f"{slug(draft.name)}-proxy-{key}", config, draft.labels, {},
-                                  "proxy")
+            by_key[key] = Variant(
+                proxy_draft.name, f"{slug(draft.name)}-proxy-{key}", config, draft.labels, {}, "proxy"
+            )
         variants[index] = dataclasses.replace(variant, proxy=by_key[key].key)
     proxy_of = {v.key: v.proxy for v in variants}
     for variant in variants:  # a proxy is compared with its baselines' proxies
@@ -302,5 +340,8 @@ def _check_pruning_runs_in_process(variants: list[Variant]) -> None:
     launch process of its own, where Optuna is out of reach."""
     for v in variants:
         if v.config.train.world_size > 1:
-            raise ConfigError("lr_search.pruner", f"pruning needs single-process trials, but variant {v.name!r} "
-                              "trains on several devices (DDP runs in its own launch process); use pruner: none.")
+            raise ConfigError(
+                "lr_search.pruner",
+                f"pruning needs single-process trials, but variant {v.name!r} "
+                "trains on several devices (DDP runs in its own launch process); use pruner: none.",
+            )

@@ -58,22 +58,46 @@ def design_of(seeds, statistics) -> Design:
 
 def design_record(design: Design, correction: str) -> dict:
     """How the verdicts were decided, for stats.json (a report of the stored study reads it)."""
-    return {"looks": list(design.looks), "tests_per_look": design.tests_per_look, "alpha": design.alpha,
-            "correction": correction, "pooled": design.pooled}
+    return {
+        "looks": list(design.looks),
+        "tests_per_look": design.tests_per_look,
+        "alpha": design.alpha,
+        "correction": correction,
+        "pooled": design.pooled,
+    }
 
 
 def design_from_record(record: Mapping) -> tuple[Design, str]:
-    return (Design(tuple(record["looks"]), int(record["tests_per_look"]), float(record["alpha"]),
-                   bool(record.get("pooled", False))), str(record["correction"]))
+    return (
+        Design(
+            tuple(record["looks"]),
+            int(record["tests_per_look"]),
+            float(record["alpha"]),
+            bool(record.get("pooled", False)),
+        ),
+        str(record["correction"]),
+    )
 
 
-def decide_at(variant: VariantStats, baseline: VariantStats, lr_variant: float, lr_baseline: float,
-              paired: bool, design: Design, pooled: PooledVariance | None = None) -> Decision:
+def decide_at(
+    variant: VariantStats,
+    baseline: VariantStats,
+    lr_variant: float,
+    lr_baseline: float,
+    paired: bool,
+    design: Design,
+    pooled: PooledVariance | None = None,
+) -> Decision:
     """One Δ: the variant at `lr_variant` vs the baseline at `lr_baseline`; paired only
     at one learning rate of a paired pair; `pooled`: the family's pooled seed variance."""
     v, b = variant.at(lr_variant), baseline.at(lr_baseline)
-    return decide(v.by_seed() if v else {}, b.by_seed() if b else {},
-                  paired=paired and lr_variant == lr_baseline, design=design, pooled=pooled)
+    return decide(
+        v.by_seed() if v else {},
+        b.by_seed() if b else {},
+        paired=paired and lr_variant == lr_baseline,
+        design=design,
+        pooled=pooled,
+    )
 
 
 def comparison_points(variant: VariantStats, baseline: VariantStats) -> list[tuple[str, float, float]]:
@@ -98,25 +122,35 @@ def _only_elsewhere(stats: VariantStats, lr: float) -> bool:
     return len(stats.by_lr) == 1 and stats.by_lr[0].lr != lr
 
 
-def decide_family(stats: Mapping[str, VariantStats], baselines: Mapping[str, Mapping[str, str]],
-                  paired: Mapping[tuple[str, str], bool], design: Design, correction: str) -> list[Test]:
+def decide_family(
+    stats: Mapping[str, VariantStats],
+    baselines: Mapping[str, Mapping[str, str]],
+    paired: Mapping[tuple[str, str], bool],
+    design: Design,
+    correction: str,
+) -> list[Test]:
     """Every test of the study (variants in `baselines`' order), Holm-adjusted together.
 
     `stats`: variant key -> its statistics; `baselines`: variant key -> {baseline name:
     baseline's variant key}; `paired`: (variant key, baseline name) -> whether the pair
     is paired (missing: not paired, Welch)."""
-    points = [(key, name, base_key, paired.get((key, name), False), at, lr_v, lr_b)
-              for key, named in baselines.items() if key in stats
-              for name, base_key in named.items() if base_key in stats
-              for at, lr_v, lr_b in comparison_points(stats[key], stats[base_key])]
+    points = [
+        (key, name, base_key, paired.get((key, name), False), at, lr_v, lr_b)
+        for key, named in baselines.items()
+        if key in stats
+        for name, base_key in named.items()
+        if base_key in stats
+        for at, lr_v, lr_b in comparison_points(stats[key], stats[base_key])
+    ]
     pooled = _pooled(stats, points) if design.pooled else None
     tests = []
     for key, name, base_key, is_paired, at, lr_v, lr_b in points:
         decision = decide_at(stats[key], stats[base_key], lr_v, lr_b, is_paired, design, pooled)
         tests.append(Test(key, name, at, lr_v, lr_b, is_paired and lr_v == lr_b, decision))
     adjusted = adjust([t.decision for t in tests], alpha=design.alpha, correction=correction)
-    return [Test(t.variant, t.baseline, t.at, t.lr_variant, t.lr_baseline, t.paired, d)
-            for t, d in zip(tests, adjusted)]
+    return [
+        Test(t.variant, t.baseline, t.at, t.lr_variant, t.lr_baseline, t.paired, d) for t, d in zip(tests, adjusted)
+    ]
 
 
 def pooled_points(variants) -> int:
@@ -138,13 +172,19 @@ def _pooled(stats: Mapping[str, VariantStats], points: list[tuple]) -> PooledVar
     return pool(list(groups.values()))
 
 
-def study_family(variants, stats: Mapping[str, VariantStats], pairings: Mapping, design: Design,
-                 correction: str) -> list[Test]:
+def study_family(
+    variants, stats: Mapping[str, VariantStats], pairings: Mapping, design: Design, correction: str
+) -> list[Test]:
     """`decide_family` over a study's variants (`.key`, `.baselines`) with the pairings
     checked for it (`(variant key, baseline name) -> study.pairing.Pairing`; missing:
     Welch): the family the coordinator publishes and the sequential seeds stop on."""
-    return decide_family(stats, {v.key: v.baselines for v in variants},
-                         {pair: p.paired for pair, p in pairings.items()}, design, correction)
+    return decide_family(
+        stats,
+        {v.key: v.baselines for v in variants},
+        {pair: p.paired for pair, p in pairings.items()},
+        design,
+        correction,
+    )
 
 
 def headline(tests: list[Test], variant: str, baseline: str, at: str = AT_BASELINE) -> Test | None:

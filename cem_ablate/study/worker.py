@@ -42,13 +42,18 @@ PREEMPTED = "preempted: "  # the first words of a worker's line for a preempted 
 
 def preempted_line(outcome: TrialRecord) -> str:
     """One line: which trial stopped on a signal, at which step (its reason says), and that it waits again."""
-    return (f"{PREEMPTED}{outcome.variant} {outcome.slot} (trial {outcome.number}) "
-            f"{outcome.reason.removeprefix('preempted ')}: checkpoint saved, trial queued again")
+    return (
+        f"{PREEMPTED}{outcome.variant} {outcome.slot} (trial {outcome.number}) "
+        f"{outcome.reason.removeprefix('preempted ')}: checkpoint saved, trial queued again"
+    )
 
 
-def work(session, worker_index: int = 0,
-         on_start: Callable[[str, object], None] | None = None,
-         on_end: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
+def work(
+    session,
+    worker_index: int = 0,
+    on_start: Callable[[str, object], None] | None = None,
+    on_end: Callable[[TrialRecord], None] | None = None,
+) -> list[TrialRecord]:
     """Claim and run trials until none is queued or running, or until a stop signal (then
     the trial in training is queued again with its checkpoint, `STOP.received` says which
     signal). `session.queue()` gives the (study session, variant) pairs in tiers, an
@@ -134,8 +139,10 @@ def write_worker_payload(path: Path, expanded, settings) -> Path:
 def main(argv: list[str] | None = None) -> int:
     from cem_ablate.study.campaign_session import open_session
 
-    parser = argparse.ArgumentParser(prog="python -m cem_ablate.study.worker",
-                                     description="One study worker over a payload written by `cem-ablate study`.")
+    parser = argparse.ArgumentParser(
+        prog="python -m cem_ablate.study.worker",
+        description="One study worker over a payload written by `cem-ablate study`.",
+    )
     parser.add_argument("payload", help="the payload file (<workdir>/<study>/worker-payload-<hash>-<host>-<pid>.pkl)")
     parser.add_argument("--index", type=int, default=0, help="worker index (spreads the variants' order)")
     args = parser.parse_args(argv)
@@ -154,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             if outcome.status == TrialStatus.WAITING:
                 print(preempted_line(outcome), flush=True)
                 continue
-            print(f"{outcome.variant} {outcome.slot}: {outcome.status} {outcome.value or ''} "
-                  f"{outcome.reason} ({outcome.seconds:.0f} s)", flush=True)
+            print(
+                f"{outcome.variant} {outcome.slot}: {outcome.status} {outcome.value or ''} "
+                f"{outcome.reason} ({outcome.seconds:.0f} s)",
+                flush=True,
+            )
         if STOP.signum is not None:
             exit_soon()
             return 128 + STOP.signum  # stopped by a signal: the shell's convention

@@ -96,14 +96,25 @@ class BaselineAnswer:
     verdict: str
 
 
-def display_record(answers: Iterable[BaselineAnswer], correction: str, objective_short: str,
-                   lr_star: float | None, objective_star: float | None) -> tuple[dict[str, float | None], dict[str, str]]:
+def display_record(
+    answers: Iterable[BaselineAnswer],
+    correction: str,
+    objective_short: str,
+    lr_star: float | None,
+    objective_star: float | None,
+) -> tuple[dict[str, float | None], dict[str, str]]:
     """The display metrics and tags of one parent run (metrics None: not logged)."""
-    metrics: dict[str, float | None] = {LR_OPT: rounded(lr_star), objective_name(objective_short): rounded(objective_star)}
+    metrics: dict[str, float | None] = {
+        LR_OPT: rounded(lr_star),
+        objective_name(objective_short): rounded(objective_star),
+    }
     tags: dict[str, str] = {}
     for a in answers:
-        metrics |= {delta_name(a.baseline): rounded(a.delta), adjusted_name(a.baseline, correction): rounded(a.p_adjusted),
-                    p_name(a.baseline): rounded(a.p)}
+        metrics |= {
+            delta_name(a.baseline): rounded(a.delta),
+            adjusted_name(a.baseline, correction): rounded(a.p_adjusted),
+            p_name(a.baseline): rounded(a.p),
+        }
         tags |= {interval_name(a.baseline): interval_text(a.low, a.high), verdict_name(a.baseline): a.verdict}
     return metrics, tags
 
@@ -126,8 +137,12 @@ def view_columns(baselines: Iterable[str], metric_keys: Collection[str], tag_key
     adjusted = adjusted or list(ADJUSTED.values())
     columns: list[str] = []
     for b in baselines:
-        columns += [f"metrics.`{delta_name(b)}`", f"tags.`{interval_name(b)}`",
-                    *(f"metrics.`{n} {b}`" for n in adjusted), f"tags.`{verdict_name(b)}`"]
+        columns += [
+            f"metrics.`{delta_name(b)}`",
+            f"tags.`{interval_name(b)}`",
+            *(f"metrics.`{n} {b}`" for n in adjusted),
+            f"tags.`{verdict_name(b)}`",
+        ]
     columns += [f"metrics.`{k}`" for k in sorted(metric_keys) if k.endswith(OPT_SUFFIX) and k != LR_OPT]
     columns += [f"metrics.`{LR_OPT}`"] + [f"metrics.`{p_name(b)}`" for b in baselines]
     return columns

@@ -54,18 +54,26 @@ def out_of_space(err: BaseException, places: Iterable[Path] = ()) -> bool:
 def out_of_space_message(err: BaseException, places: Iterable[Path]) -> str:
     """One line: the file (or else the folder) on the disk with the least space left,
     how much that is, and what to do."""
-    named = [Path(name) for e in _chain(err) if isinstance(e, OSError)
-             for name in (getattr(e, "filename2", None), e.filename) if name]  # shutil.move: src -> dst
-    candidates = [(p, named_first) for named_first, group in ((0, named), (1, [Path(p) for p in places]))
-                  for p in group]
+    named = [
+        Path(name)
+        for e in _chain(err)
+        if isinstance(e, OSError)
+        for name in (getattr(e, "filename2", None), e.filename)
+        if name
+    ]  # shutil.move: src -> dst
+    candidates = [
+        (p, named_first) for named_first, group in ((0, named), (1, [Path(p) for p in places])) for p in group
+    ]
     measured = [(free, order, p) for p, order in candidates if (free := _free_bytes(p)) is not None]
     if measured:
         free, _, path = min(measured, key=lambda m: (m[0], m[1]))
         where = f"{path} ({_size(free)} free on its disk)"
     else:
         where = ", ".join(str(p) for p, _ in candidates) or os.getcwd()
-    return (f"disk full writing {where}: free space there and rerun the same command "
-            "(finished trials are kept; the interrupted trial is queued again)")
+    return (
+        f"disk full writing {where}: free space there and rerun the same command "
+        "(finished trials are kept; the interrupted trial is queued again)"
+    )
 
 
 def _size(n: int) -> str:

@@ -99,5 +99,7 @@ def check_readable(db: Path, option: str, what: str) -> None:
 
 
 def damaged_message(db: Path, what: str, problem: str) -> str:
-    return (f"{db} is not a readable {what} database ({problem}); nothing was written to it. "
-            f"Restore it from a backup, or move it aside (mv {db} {db}.damaged) to start an empty one")
+    return (
+        f"{db} is not a readable {what} database ({problem}); nothing was written to it. "
+        f"Restore it from a backup, or move it aside (mv {db} {db}.damaged) to start an empty one"
+    )

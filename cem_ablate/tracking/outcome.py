@@ -18,8 +18,9 @@ from cem_ablate.tracking import tags as T
 MAX_REASON_CHARS = 5000
 
 
-def record_outcome(client, run_id: str, status: TrialStatus, reason: str | None,
-                   metrics: Mapping[str, float | None], step: int = 0) -> None:
+def record_outcome(
+    client, run_id: str, status: TrialStatus, reason: str | None, metrics: Mapping[str, float | None], step: int = 0
+) -> None:
     """Log the finite `metrics` at `step`, tag status (its stored string) + reason and end
     the run (FAILED for `failed`, FINISHED otherwise: diverged and pruned are results).
     A metric the run's curves already hold at `step` (the engine logged the final test

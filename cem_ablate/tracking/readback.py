@@ -66,8 +66,12 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
     runs = []
     page = None
     while True:
-        batch = client.search_runs([experiment.experiment_id], page_token=page, max_results=1000,
-                                   filter_string=f"tags.`{T.STUDY}` = '{experiment_name}'")
+        batch = client.search_runs(
+            [experiment.experiment_id],
+            page_token=page,
+            max_results=1000,
+            filter_string=f"tags.`{T.STUDY}` = '{experiment_name}'",
+        )
         runs.extend(batch)
         page = batch.token
         if not page:
@@ -89,14 +93,24 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
         tags = r.data.tags
         seed = _float(tags.get("seed"))
         status = TrialStatus.read(tags.get(T.STATUS), default=TrialStatus.RUNNING)
-        by_parent.setdefault(tags.get(T.PARENT, ""), []).append(TrialRecord(
-            lr=_float(tags.get("lr")), seed=int(seed) if seed is not None else None, status=status,
-            # GP / MQAR trials have no perplexity: their objective (RMSE, recall error) stands in.
-            value=(r.data.metrics.get("test_ppl", r.data.metrics.get("objective"))
-                   if status == TrialStatus.FINISHED else None),
-            reason=tags.get(T.REASON, ""), variant=tags.get(T.VARIANT, ""), slot=tags.get(T.SLOT, ""),
-            trial_key=tags.get(T.TRIAL_KEY, ""), run_id=r.info.run_id,
-        ))
+        by_parent.setdefault(tags.get(T.PARENT, ""), []).append(
+            TrialRecord(
+                lr=_float(tags.get("lr")),
+                seed=int(seed) if seed is not None else None,
+                status=status,
+                # GP / MQAR trials have no perplexity: their objective (RMSE, recall error) stands in.
+                value=(
+                    r.data.metrics.get("test_ppl", r.data.metrics.get("objective"))
+                    if status == TrialStatus.FINISHED
+                    else None
+                ),
+                reason=tags.get(T.REASON, ""),
+                variant=tags.get(T.VARIANT, ""),
+                slot=tags.get(T.SLOT, ""),
+                trial_key=tags.get(T.TRIAL_KEY, ""),
+                run_id=r.info.run_id,
+            )
+        )
 
     out = []
     for r in parents:
@@ -104,14 +118,22 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
         labels = {k: tags[k] for k in json.loads(tags.get(T.AXES, "[]")) if k in tags}
         baselines = T.baselines_of(tags)
         edge = tags.get(T.AKIMA_EDGE)
-        out.append(VariantRecord(
-            run_id=r.info.run_id, key=tags.get(T.VARIANT_KEY, ""), name=tags.get(T.VARIANT, r.info.run_name),
-            role=tags.get(T.ROLE, "variant"), status=tags.get(T.PROGRESS, ""), labels=labels, baselines=baselines,
-            metrics=dict(r.data.metrics), edge=None if edge in (None, "none") else edge,
-            start_time=r.info.start_time or 0,
-            trials=sorted(by_parent.get(r.info.run_id, []), key=lambda t: (t.lr or 0.0, t.seed or 0)),
-            stats=_read_json(client, r.info.run_id, STATS_ARTIFACT),
-        ))
+        out.append(
+            VariantRecord(
+                run_id=r.info.run_id,
+                key=tags.get(T.VARIANT_KEY, ""),
+                name=tags.get(T.VARIANT, r.info.run_name),
+                role=tags.get(T.ROLE, "variant"),
+                status=tags.get(T.PROGRESS, ""),
+                labels=labels,
+                baselines=baselines,
+                metrics=dict(r.data.metrics),
+                edge=None if edge in (None, "none") else edge,
+                start_time=r.info.start_time or 0,
+                trials=sorted(by_parent.get(r.info.run_id, []), key=lambda t: (t.lr or 0.0, t.seed or 0)),
+                stats=_read_json(client, r.info.run_id, STATS_ARTIFACT),
+            )
+        )
     return out
 
 
@@ -145,5 +167,7 @@ def read_run_metrics(tracking_uri: str, run_ids: list[str], prefix: str = "") ->
     if not run_ids:
         return {}
     client = make_client(tracking_uri)
-    return {run_id: {k: float(v) for k, v in client.get_run(run_id).data.metrics.items() if k.startswith(prefix)}
-            for run_id in run_ids}
+    return {
+        run_id: {k: float(v) for k, v in client.get_run(run_id).data.metrics.items() if k.startswith(prefix)}
+        for run_id in run_ids
+    }

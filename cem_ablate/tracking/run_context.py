@@ -26,7 +26,11 @@ from pathlib import Path
 from cem_ablate.tracking import tags as T
 
 SAMPLING_S = 5.0
-GIT_COMMIT, GIT_BRANCH, GIT_REPO_URL = "mlflow.source.git.commit", "mlflow.source.git.branch", "mlflow.source.git.repoURL"
+GIT_COMMIT, GIT_BRANCH, GIT_REPO_URL = (
+    "mlflow.source.git.commit",
+    "mlflow.source.git.branch",
+    "mlflow.source.git.repoURL",
+)
 
 
 @functools.cache
@@ -37,8 +41,11 @@ def source_tags() -> dict[str, str]:
     tags = dict(resolve_tags({}))
     package = str(Path(__file__).resolve().parents[1])
     if GIT_COMMIT not in tags:
-        for key, read in ((GIT_COMMIT, git_utils.get_git_commit), (GIT_BRANCH, git_utils.get_git_branch),
-                          (GIT_REPO_URL, git_utils.get_git_repo_url)):
+        for key, read in (
+            (GIT_COMMIT, git_utils.get_git_commit),
+            (GIT_BRANCH, git_utils.get_git_branch),
+            (GIT_REPO_URL, git_utils.get_git_repo_url),
+        ):
             value = read(package)
             if value:
                 tags[key] = value
@@ -53,16 +60,16 @@ def git_dirty(folder: str) -> bool | None:
     """True if the repository holding `folder` has uncommitted changes (`git status
     --porcelain`: modified, staged or untracked files); None without git or a repository."""
     try:
-        out = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True, text=True,
-                             timeout=30, check=True).stdout
+        out = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=folder, capture_output=True, text=True, timeout=30, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     return bool(out.strip())
 
 
 @contextlib.contextmanager
-def system_metrics(run_id: str, tracking_uri: str, resume: bool = True,
-                   guard: Callable[[], None] | None = None):
+def system_metrics(run_id: str, tracking_uri: str, resume: bool = True, guard: Callable[[], None] | None = None):
     """Log system metrics (`system/...`) into `run_id` while the block runs. `guard` is
     called before every write and raises when this process lost its claim on the run
     (`training.lease`): then the samples are dropped, not logged."""
@@ -71,8 +78,9 @@ def system_metrics(run_id: str, tracking_uri: str, resume: bool = True,
     from cem_ablate.tracking.credentials import with_password
 
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
-    monitor = SystemMetricsMonitor(run_id, sampling_interval=SAMPLING_S, resume_logging=resume,
-                                   tracking_uri=with_password(tracking_uri))
+    monitor = SystemMetricsMonitor(
+        run_id, sampling_interval=SAMPLING_S, resume_logging=resume, tracking_uri=with_password(tracking_uri)
+    )
     if guard is not None:  # every write of the monitor is a flush of its batch logger
         monitor.mlflow_logger = _guarded_batch_logger(run_id, tracking_uri, guard)
     monitor.start()
@@ -107,5 +115,6 @@ def _publish_last_window(monitor) -> None:
             monitor.publish_metrics(metrics)
             monitor.mlflow_logger.flush()
     except Exception as err:  # noqa: BLE001  system metrics never fail a run
-        logging.getLogger(__name__).warning("the last window of system metrics was not logged (%s: %s)",
-                                            type(err).__name__, err)
+        logging.getLogger(__name__).warning(
+            "the last window of system metrics was not logged (%s: %s)", type(err).__name__, err
+        )

@@ -68,19 +68,24 @@ def study_views(store, study: str | None = None) -> dict[str, dict]:
     experiments = store.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=MAX_STUDIES)
     out = {}
     for experiment in (e for e in experiments if T.STUDY in e.tags and study in (None, e.name)):
-        parents = store.search_runs([experiment.experiment_id], f"tags.`{T.KIND}` = 'variant'",
-                                    ViewType.ACTIVE_ONLY, max_results=100)
+        parents = store.search_runs(
+            [experiment.experiment_id], f"tags.`{T.KIND}` = 'variant'", ViewType.ACTIVE_ONLY, max_results=100
+        )
         metrics = {k for r in parents for k in r.data.metrics}
         tag_keys = {k for r in parents for k in r.data.tags}
-        baselines = sorted(k[len(T.VERDICT_PREFIX):] for k in tag_keys if k.startswith(T.VERDICT_PREFIX))
+        baselines = sorted(k[len(T.VERDICT_PREFIX) :] for k in tag_keys if k.startswith(T.VERDICT_PREFIX))
         columns = view_columns(baselines, metrics, tag_keys)
         if not columns:
             continue
         widths = {c: column_width(c, parents) for c in columns}
-        widths[RUN_NAME] = _width([r.info.run_name or "" for r in parents] + ["Run Name"], HEADER_CHAR_PX,
-                                  RUN_NAME_PAD_PX)
-        out[experiment.experiment_id] = {"selectedColumns": columns, "columnOrder": [RUN_NAME, *columns, DURATION],
-                                         "columnWidths": widths}
+        widths[RUN_NAME] = _width(
+            [r.info.run_name or "" for r in parents] + ["Run Name"], HEADER_CHAR_PX, RUN_NAME_PAD_PX
+        )
+        out[experiment.experiment_id] = {
+            "selectedColumns": columns,
+            "columnOrder": [RUN_NAME, *columns, DURATION],
+            "columnWidths": widths,
+        }
     return out
 
 
@@ -101,4 +106,6 @@ def share_views(tracking_uri: str, study: str | None = None) -> dict[str, str]:
 
 def shared_view_url(server_url: str, experiment_id: str) -> str:
     """The study's runs table on its shared view, in MLflow's model-training page."""
-    return f"{server_url}/#/experiments/{experiment_id}/runs?viewStateShareKey={SHARE_KEY}&workflowType=machine_learning"
+    return (
+        f"{server_url}/#/experiments/{experiment_id}/runs?viewStateShareKey={SHARE_KEY}&workflowType=machine_learning"
+    )

@@ -20,8 +20,9 @@ UI_APP = "cem-ablate"  # the mlflow.app entry point of tracking.ui_app: the UI o
 
 
 class TrackingServer:
-    def __init__(self, backend_uri: str, host: str, port: int, artifacts: str, stdout=None,
-                 app_name: str | None = None):
+    def __init__(
+        self, backend_uri: str, host: str, port: int, artifacts: str, stdout=None, app_name: str | None = None
+    ):
         """`app_name`: an `mlflow.app` entry point, e.g. UI_APP (tracking.ui_app)."""
         self.backend_uri, self.host, self.port, self.artifacts = backend_uri, host, port, artifacts
         self.stdout, self.app_name = stdout, app_name
@@ -35,9 +36,22 @@ class TrackingServer:
         env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true")
         from cem_ablate.tracking.credentials import with_password
 
-        command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", with_password(self.backend_uri),
-                   "--default-artifact-root", self.artifacts, "--host", self.host, "--port", str(self.port),
-                   "--workers", "1"] + (["--app-name", self.app_name] if self.app_name else [])
+        command = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            with_password(self.backend_uri),
+            "--default-artifact-root",
+            self.artifacts,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ] + (["--app-name", self.app_name] if self.app_name else [])
         self.proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=self.stdout)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:

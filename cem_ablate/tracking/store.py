@@ -45,8 +45,10 @@ class TrackingServerLost(ConfigError):
     """The MLflow server stayed away longer than the client's retry window."""
 
     def __init__(self, uri: str, window_s: float, error: str):
-        super().__init__("--tracking-uri", f"lost the MLflow server {shown_url(uri)} for more than {window_s:.0f} s "
-                                           f"(--outage-wait): {error}")
+        super().__init__(
+            "--tracking-uri",
+            f"lost the MLflow server {shown_url(uri)} for more than {window_s:.0f} s (--outage-wait): {error}",
+        )
 
 
 def default_tracking_uri(root: Path | None = None) -> str:
@@ -56,7 +58,7 @@ def default_tracking_uri(root: Path | None = None) -> str:
 
 def sqlite_store_path(uri: str) -> Path | None:
     if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///"):])
+        return Path(uri[len("sqlite:///") :])
     return None
 
 
@@ -160,8 +162,9 @@ def _check_login(uri: str) -> None:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1",
-                                     headers=basic_auth_header())
+    request = urllib.request.Request(
+        uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1", headers=basic_auth_header()
+    )
     try:
         with urllib.request.urlopen(request, timeout=SERVER_TIMEOUT_S):
             return
@@ -169,9 +172,12 @@ def _check_login(uri: str) -> None:
         if err.code not in (401, 403):
             return  # not a login problem: MLflow's client reports it with its own message
         who = "the credentials of MLFLOW_TRACKING_USERNAME" if basic_auth_header() else "a request without credentials"
-        raise ConfigError("--tracking-uri", f"the MLflow server {shown_url(uri)} refused {who} (HTTP {err.code}): "
-                                            "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or give "
-                                            "http://user:password@host:port") from None
+        raise ConfigError(
+            "--tracking-uri",
+            f"the MLflow server {shown_url(uri)} refused {who} (HTTP {err.code}): "
+            "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or give "
+            "http://user:password@host:port",
+        ) from None
     except OSError:
         return  # answered /health a moment ago: let MLflow's client retry
 
@@ -194,8 +200,9 @@ def set_mlflow_outage_window(seconds: float, env=None) -> float:
     The window in force."""
     env = os.environ if env is None else env
     if MLFLOW_RETRIES_VAR not in env and MLFLOW_BACKOFF_VAR not in env:
-        retries = next((n for n in range(2, _MAX_RETRIES + 1) if mlflow_retry_window(n, _BACKOFF) >= seconds),
-                       _MAX_RETRIES)
+        retries = next(
+            (n for n in range(2, _MAX_RETRIES + 1) if mlflow_retry_window(n, _BACKOFF) >= seconds), _MAX_RETRIES
+        )
         factor = _BACKOFF
         while mlflow_retry_window(retries, factor) < seconds and factor < _MAX_WAIT_S:
             factor += 1

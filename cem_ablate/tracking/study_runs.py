@@ -75,8 +75,11 @@ class StudyTracker:
 
         experiment = self.client.get_experiment_by_name(self.experiment_name)
         if experiment is None:
-            tags = {T.STUDY: self.experiment_name, T.NOTE: description or self.experiment_name,
-                    T.EXPERIMENT_KIND: T.TRAINING_KIND}
+            tags = {
+                T.STUDY: self.experiment_name,
+                T.NOTE: description or self.experiment_name,
+                T.EXPERIMENT_KIND: T.TRAINING_KIND,
+            }
             root = default_artifact_root(self.tracking_uri)
             location = (root / "artifacts" / self.experiment_name).as_uri() if root is not None else None
             try:
@@ -100,8 +103,14 @@ class StudyTracker:
         return self._experiment_id
 
     def _search(self, filter_string: str) -> list:
-        return list(self.client.search_runs([self.experiment_id()], filter_string=filter_string,
-                                            order_by=["attributes.start_time ASC"], max_results=1000))
+        return list(
+            self.client.search_runs(
+                [self.experiment_id()],
+                filter_string=filter_string,
+                order_by=["attributes.start_time ASC"],
+                max_results=1000,
+            )
+        )
 
     def run_is_active(self, run_id: str | None) -> bool:
         if not run_id:
@@ -124,8 +133,12 @@ class StudyTracker:
         from mlflow.entities import Metric, Param
 
         tags = {
-            T.STUDY: self.experiment_name, T.KIND: "variant", T.VARIANT_KEY: info.key,
-            T.VARIANT: info.name, T.ROLE: info.role, T.AXES: json.dumps(sorted(info.labels)),
+            T.STUDY: self.experiment_name,
+            T.KIND: "variant",
+            T.VARIANT_KEY: info.key,
+            T.VARIANT: info.name,
+            T.ROLE: info.role,
+            T.AXES: json.dumps(sorted(info.labels)),
             T.PROGRESS: "running",
         } | source_tags()
         tags.update({f"{T.BASELINE_PREFIX}{name}": key for name, key in info.baselines.items()})
@@ -135,7 +148,7 @@ class StudyTracker:
         params = {k: _text(v) for k, v in info.params.items()} | {k: _text(v) for k, v in info.labels.items()}
         items = [Param(k, v) for k, v in sorted(params.items())]
         for i in range(0, len(items), BATCH):
-            self.client.log_batch(run_id, params=items[i:i + BATCH])
+            self.client.log_batch(run_id, params=items[i : i + BATCH])
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, 0) for k, v in info.metrics.items() if v is not None]
         if metrics:
@@ -155,14 +168,22 @@ class StudyTracker:
             if current.get(name) != key:
                 self.client.set_tag(run_id, f"{T.BASELINE_PREFIX}{name}", key)
 
-    def log_variant_summary(self, run_id: str, metrics: Mapping[str, float | None], tags: Mapping[str, str],
-                            plot_path: str | None, done: bool, step: int = 0,
-                            stats: Mapping[str, Any] | None = None) -> None:
+    def log_variant_summary(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float | None],
+        tags: Mapping[str, str],
+        plot_path: str | None,
+        done: bool,
+        step: int = 0,
+        stats: Mapping[str, Any] | None = None,
+    ) -> None:
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
-                 if v is not None and math.isfinite(float(v))]
+        batch = [
+            Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None and math.isfinite(float(v))
+        ]
         self.client.log_batch(run_id, metrics=batch, tags=[RunTag(k, _text(v)) for k, v in tags.items()])
         if plot_path:
             self.client.log_artifact(run_id, plot_path)
@@ -182,8 +203,11 @@ class StudyTracker:
             return run_id
         # No status tag yet: a child without one is running (readback), and the outcome
         # writer (tracking.outcome) is the only place that sets it.
-        all_tags = {T.STUDY: self.experiment_name, T.KIND: "trial", T.TRIAL_KEY: trial_key,
-                    T.PARENT: parent_id} | source_tags() | dict(tags)
+        all_tags = (
+            {T.STUDY: self.experiment_name, T.KIND: "trial", T.TRIAL_KEY: trial_key, T.PARENT: parent_id}
+            | source_tags()
+            | dict(tags)
+        )
         return self.client.create_run(self.experiment_id(), tags=all_tags, run_name=name).info.run_id
 
     def log_trial_params(self, run_id: str, params: Mapping[str, Any]) -> None:
@@ -194,16 +218,23 @@ class StudyTracker:
         existing = self.client.get_run(run_id).data.params
         items = [Param(k, _text(v)) for k, v in sorted(params.items()) if k not in existing]
         for i in range(0, len(items), BATCH):
-            self.client.log_batch(run_id, params=items[i:i + BATCH])
+            self.client.log_batch(run_id, params=items[i : i + BATCH])
 
-    def log_trial_outcome(self, run_id: str, status: TrialStatus, reason: str, metrics: Mapping[str, float | None],
-                          step: int = 0) -> None:
+    def log_trial_outcome(
+        self, run_id: str, status: TrialStatus, reason: str, metrics: Mapping[str, float | None], step: int = 0
+    ) -> None:
         from cem_ablate.tracking.outcome import record_outcome
 
         record_outcome(self.client, run_id, status, reason, metrics, step)
 
-    def record_reused_trial(self, run_id: str, original_run_id: str | None, status: TrialStatus, reason: str,
-                            metrics: Mapping[str, float | None]) -> None:
+    def record_reused_trial(
+        self,
+        run_id: str,
+        original_run_id: str | None,
+        status: TrialStatus,
+        reason: str,
+        metrics: Mapping[str, float | None],
+    ) -> None:
         """A trial answered by another study's run: link it and carry its final metrics."""
         from mlflow.exceptions import MlflowException
 
@@ -221,8 +252,11 @@ class StudyTracker:
     def log_trial_code(self, run_id: str, fingerprint: str, parts: Mapping[str, str]) -> None:
         """The code fingerprint of a trial: a tag, and its per-file digests as an artifact."""
         self.client.set_tag(run_id, T.CODE_FINGERPRINT, fingerprint)
-        self.client.log_text(run_id, json.dumps({"fingerprint": fingerprint, "parts": dict(parts)},
-                                                indent=1, sort_keys=True), T.CODE_ARTIFACT)
+        self.client.log_text(
+            run_id,
+            json.dumps({"fingerprint": fingerprint, "parts": dict(parts)}, indent=1, sort_keys=True),
+            T.CODE_ARTIFACT,
+        )
 
     def mark_stale(self, run_id: str, reason: str) -> None:
         """A child whose trial is retrained under new code: kept for history, left out of reports."""

@@ -38,4 +38,4 @@ NOTE = "mlflow.note.content"
 
 def baselines_of(tags) -> dict[str, str]:
     """A parent run's baselines from its tags: baseline name -> the baseline's variant key."""
-    return {k[len(BASELINE_PREFIX):]: v for k, v in tags.items() if k.startswith(BASELINE_PREFIX)}
+    return {k[len(BASELINE_PREFIX) :]: v for k, v in tags.items() if k.startswith(BASELINE_PREFIX)}

@@ -25,8 +25,9 @@ from cem_ablate.tracking.run_context import source_tags
 from cem_ablate.tracking.store import make_client, quiet_mlflow
 
 
-def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str | None,
-                guard: Callable[[], None] | None = None):
+def open_logger(
+    tracking_uri: str, experiment: str, run_name: str, run_id: str | None, guard: Callable[[], None] | None = None
+):
     """An MLFlowLogger on an existing run (`run_id`) or a new one in `experiment`.
 
     `guard` is called before every write (it raises when this process lost its claim on
@@ -43,7 +44,7 @@ def open_logger(tracking_uri: str, experiment: str, run_name: str, run_id: str |
     guard()
     artifact_location = None
     if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri[len("sqlite:///"):])
+        db = Path(tracking_uri[len("sqlite:///") :])
         make_client(tracking_uri)  # the store's file and schema, made once under its lock (tracking.store)
         artifact_location = (db.parent / "artifacts" / experiment).as_uri()
     logger = _guarded_logger_class()(
@@ -123,8 +124,9 @@ def log_params(logger, params: Mapping[str, Any]) -> None:
             warnings.warn(f"MLflow params not logged: {err}", stacklevel=2)
 
 
-def log_outcome(logger, status: TrialStatus, reason: str | None, metrics: Mapping[str, float | None],
-                step: int) -> None:
+def log_outcome(
+    logger, status: TrialStatus, reason: str | None, metrics: Mapping[str, float | None], step: int
+) -> None:
     """The outcome of a run the engine opened itself (`cem-ablate train`)."""
     from cem_ablate.tracking.outcome import record_outcome
 

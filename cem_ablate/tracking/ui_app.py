@@ -43,14 +43,16 @@ VIEW_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"
 
 def startup_script(views: dict[str, dict]) -> str:
     views = {VIEW_KEY.format(ids=json.dumps([eid])).replace(" ", ""): json.dumps(view) for eid, view in views.items()}
-    return ("<script>(function(){try{var s=window.localStorage;"
-            f"if(s.getItem({json.dumps(WORKFLOW_KEY)})===null)"
-            f"s.setItem({json.dumps(WORKFLOW_KEY)},{json.dumps(json.dumps('machine_learning'))});"
-            f"if(s.getItem({json.dumps(ASSISTANT_OPENED_KEY)})===null)"
-            f"s.setItem({json.dumps(ASSISTANT_OPENED_KEY)},'true');"
-            f"var v={json.dumps(views)};"
-            "for(var k in v){if(s.getItem(k)===null)s.setItem(k,v[k]);}"
-            "}catch(e){}})();</script>")
+    return (
+        "<script>(function(){try{var s=window.localStorage;"
+        f"if(s.getItem({json.dumps(WORKFLOW_KEY)})===null)"
+        f"s.setItem({json.dumps(WORKFLOW_KEY)},{json.dumps(json.dumps('machine_learning'))});"
+        f"if(s.getItem({json.dumps(ASSISTANT_OPENED_KEY)})===null)"
+        f"s.setItem({json.dumps(ASSISTANT_OPENED_KEY)},'true');"
+        f"var v={json.dumps(views)};"
+        "for(var k in v){if(s.getItem(k)===null)s.setItem(k,v[k]);}"
+        "}catch(e){}})();</script>"
+    )
 
 
 def serve_index() -> Response:

@@ -49,8 +49,10 @@ class Budget:
         else:
             rule = " (chinchilla: 20 x Llama-baseline parameters)" if self.rule == "chinchilla" else ""
             head = f"{self.requested_tokens:,} tokens{rule}; trains {self.tokens:,}"
-        return (f"{head} = {self.steps:,} steps x {self.effective_batch} sequences x {seq} tokens, "
-                f"accumulation {self.accumulation}, warmup {self.warmup_steps} steps")
+        return (
+            f"{head} = {self.steps:,} steps x {self.effective_batch} sequences x {seq} tokens, "
+            f"accumulation {self.accumulation}, warmup {self.warmup_steps} steps"
+        )
 
 
 def chinchilla_tokens(model: ModelConfig) -> int:

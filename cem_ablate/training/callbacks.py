@@ -36,8 +36,15 @@ class ThroughputMonitor(L.Callback):
     sublayer differentiates only its last k steps, docs/design/layers.md#s2-cem-attention).
     """
 
-    def __init__(self, tokens_per_micro_batch: int, tokens_per_step: int, train_flops_per_token: float,
-                 peak_flops: float, log_every_n_steps: int = 1, ckpt_every_n_steps: int | None = None):
+    def __init__(
+        self,
+        tokens_per_micro_batch: int,
+        tokens_per_step: int,
+        train_flops_per_token: float,
+        peak_flops: float,
+        log_every_n_steps: int = 1,
+        ckpt_every_n_steps: int | None = None,
+    ):
         self.tokens_per_micro_batch = tokens_per_micro_batch  # all ranks together
         self.tokens_per_step = tokens_per_step
         self.train_flops_per_token = train_flops_per_token

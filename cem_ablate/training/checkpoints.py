@@ -105,7 +105,7 @@ class CheckpointFiles:
         known = self.recorded()
         newest = known[:1] if self.last.exists() else []
         record = self.folder / f"{DIGESTS}.{os.getpid()}.tmp"
-        steps = [step, self.newest_step()][:len(newest) + 1]
+        steps = [step, self.newest_step()][: len(newest) + 1]
         record.write_text(json.dumps({"sha256": [digest, *newest], "step": steps}))
         os.replace(record, self.digests_file)
         if self.last.exists():
@@ -144,26 +144,41 @@ class CheckpointFiles:
         run = self.folder.parent
         if requested is not None:
             if not known:
-                return requested, (f"{requested} is read unverified: its run folder records no "
-                                   f"checkpoint digests ({self.digests_file} is missing)")
+                return requested, (
+                    f"{requested} is read unverified: its run folder records no "
+                    f"checkpoint digests ({self.digests_file} is missing)"
+                )
             if file_digest(requested) in known:
                 return requested, None
-            raise ConfigError("CHECKPOINT", f"{requested} does not match the digests recorded in "
-                                            f"{self.digests_file}: it was altered or truncated after it was written; "
-                                            f"read {run} (its newest verified checkpoint) instead")
+            raise ConfigError(
+                "CHECKPOINT",
+                f"{requested} does not match the digests recorded in "
+                f"{self.digests_file}: it was altered or truncated after it was written; "
+                f"read {run} (its newest verified checkpoint) instead",
+            )
         if not self.last.is_file() and not self.previous.is_file():
-            raise ConfigError("RUN_DIR", f"{run} has no checkpoint ({self.last}): is it the run folder of a "
-                                         "finished `cem-ablate train` or study trial?")
+            raise ConfigError(
+                "RUN_DIR",
+                f"{run} has no checkpoint ({self.last}): is it the run folder of a "
+                "finished `cem-ablate train` or study trial?",
+            )
         if not known:
             newest = self.last if self.last.is_file() else self.previous
-            return newest, (f"{newest} is read unverified: its run folder records no checkpoint "
-                            f"digests ({self.digests_file} is missing)")
+            return newest, (
+                f"{newest} is read unverified: its run folder records no checkpoint "
+                f"digests ({self.digests_file} is missing)"
+            )
         chosen = self.verified(warn=False)
         if chosen is None:
-            raise ConfigError("RUN_DIR", f"no checkpoint in {self.folder} matches its recorded digest (altered or "
-                                         "truncated after it was written): rerun the trial (or `cem-ablate "
-                                         "train`) to write it again")
+            raise ConfigError(
+                "RUN_DIR",
+                f"no checkpoint in {self.folder} matches its recorded digest (altered or "
+                "truncated after it was written): rerun the trial (or `cem-ablate "
+                "train`) to write it again",
+            )
         if chosen != self.last:
-            return chosen, (f"checkpoint {self.last} does not match its recorded digest (altered or "
-                            f"truncated); reading {chosen}, the one written before it")
+            return chosen, (
+                f"checkpoint {self.last} does not match its recorded digest (altered or "
+                f"truncated); reading {chosen}, the one written before it"
+            )
         return chosen, None

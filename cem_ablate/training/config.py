@@ -47,12 +47,20 @@ class TrainConfig:
     batch_size: int = 8  # sequences per device per micro-batch
     effective_batch: int | None = None  # sequences per optimizer step; null: batch_size x devices x nodes
     eval_batch_size: int | None = None  # null: batch_size
-    token_budget: int | str | None = None  # tokens, e.g. 2e6, or "chinchilla" (docs/design/experiments.md#s7-training-recipe)
+    token_budget: int | str | None = (
+        None  # tokens, e.g. 2e6, or "chinchilla" (docs/design/experiments.md#s7-training-recipe)
+    )
     max_steps: int | None = None  # optimizer steps; exclusive with token_budget
-    warmup_frac: float = 0.05  # linear warmup over this fraction of the steps (docs/design/experiments.md#s7-training-recipe)
+    warmup_frac: float = (
+        0.05  # linear warmup over this fraction of the steps (docs/design/experiments.md#s7-training-recipe)
+    )
     final_lr_frac: float = 0.1  # the cosine decays to lr x this at the last step
-    weight_decay: float = 0.1  # AdamW's, on matrices and embeddings only (docs/design/experiments.md#s7-training-recipe)
-    decay_preconditioner: bool = False  # weight decay on preconditioner p, U, V too (docs/design/experiments.md#s7-training-recipe: not decayed)
+    weight_decay: float = (
+        0.1  # AdamW's, on matrices and embeddings only (docs/design/experiments.md#s7-training-recipe)
+    )
+    decay_preconditioner: bool = (
+        False  # weight decay on preconditioner p, U, V too (docs/design/experiments.md#s7-training-recipe: not decayed)
+    )
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW's (beta1, beta2)
     eps: float = 1e-9  # AdamW's epsilon
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
@@ -82,8 +90,15 @@ class TrainConfig:
     def validate(self, path: str) -> None:
         p = f"{path}." if path else ""
         require(self.lr > 0, f"{p}lr", f"must be positive, got {self.lr}.")
-        for name in ("batch_size", "devices", "num_nodes", "val_every_n_steps", "val_batches",
-                     "ckpt_every_n_steps", "log_every_n_steps"):
+        for name in (
+            "batch_size",
+            "devices",
+            "num_nodes",
+            "val_every_n_steps",
+            "val_batches",
+            "ckpt_every_n_steps",
+            "log_every_n_steps",
+        ):
             value = getattr(self, name)
             require(value >= 1, f"{p}{name}", f"must be at least 1, got {value}.")
         for name in ("effective_batch", "eval_batch_size", "max_steps", "test_batches", "threads"):
@@ -96,9 +111,12 @@ class TrainConfig:
         require(self.eps > 0, f"{p}eps", "must be positive.")
         require(self.grad_clip >= 0, f"{p}grad_clip", "must be non-negative (0 disables clipping).")
         # fused AdamW unscales fp16 gradients inside its kernel: nothing can clip them before it
-        require(not (self.optimizer_kernel == "fused" and self.precision == "16-mixed" and self.grad_clip > 0),
-                f"{p}optimizer_kernel", "fused AdamW unscales fp16 gradients inside its kernel, so they cannot "
-                "be clipped before it; use optimizer_kernel foreach, precision bf16-mixed, or grad_clip 0.")
+        require(
+            not (self.optimizer_kernel == "fused" and self.precision == "16-mixed" and self.grad_clip > 0),
+            f"{p}optimizer_kernel",
+            "fused AdamW unscales fp16 gradients inside its kernel, so they cannot "
+            "be clipped before it; use optimizer_kernel foreach, precision bf16-mixed, or grad_clip 0.",
+        )
         require(
             self.token_budget is None or self.max_steps is None,
             f"{p}token_budget",
@@ -108,10 +126,14 @@ class TrainConfig:
             try:
                 tokens = float(self.token_budget)
             except ValueError:
-                raise ConfigError(f"{p}token_budget", f"must be a number of tokens or 'chinchilla', "
-                                  f"got {self.token_budget!r}.") from None
-            require(tokens >= 1 and tokens.is_integer(), f"{p}token_budget",
-                    f"must be a positive whole number of tokens, got {self.token_budget!r}.")
+                raise ConfigError(
+                    f"{p}token_budget", f"must be a number of tokens or 'chinchilla', got {self.token_budget!r}."
+                ) from None
+            require(
+                tokens >= 1 and tokens.is_integer(),
+                f"{p}token_budget",
+                f"must be a positive whole number of tokens, got {self.token_budget!r}.",
+            )
         if isinstance(self.token_budget, int):
             require(self.token_budget >= 1, f"{p}token_budget", "must be positive.")
 
@@ -144,8 +166,12 @@ class RunConfig:
     def with_trial(self, lr: float, seed: int, name: str | None = None, threads: int | None = None) -> RunConfig:
         """This config at one learning rate and seed (a study's trial); `threads` only
         fills an unset `train.threads` (an execution setting: identity is unchanged)."""
-        train = dataclasses.replace(self.train, lr=float(lr), seed=int(seed),
-                                    threads=self.train.threads if self.train.threads is not None else threads)
+        train = dataclasses.replace(
+            self.train,
+            lr=float(lr),
+            seed=int(seed),
+            threads=self.train.threads if self.train.threads is not None else threads,
+        )
         return dataclasses.replace(self, train=train, name=self.name if name is None else name)
 
     def variant_mapping(self) -> dict[str, Any]:
@@ -172,9 +198,16 @@ class RunConfig:
         from cem_ablate import __version__
         from cem_ablate.data.sources import data_fingerprint
 
-        return digest({"variant": self.variant_key(), "lr": repr(float(self.train.lr)), "seed": self.train.seed,
-                       "data": data_fingerprint(self.data), "platform": __version__,
-                       "code": self.code_fingerprint().digest})
+        return digest(
+            {
+                "variant": self.variant_key(),
+                "lr": repr(float(self.train.lr)),
+                "seed": self.train.seed,
+                "data": data_fingerprint(self.data),
+                "platform": __version__,
+                "code": self.code_fingerprint().digest,
+            }
+        )
 
     def code_fingerprint(self) -> CodeFingerprint:
         """The platform's model/training/data/config source plus the modules of every
@@ -229,8 +262,14 @@ TOP_LEVEL_KEYS = ("name", "model", "train", "data")
 TRIAL_KEYS = ("lr", "seed")  # what varies between the trials of one variant
 # how, not what, a run computes (loss_impl, optimizer_kernel, compile_backend: the same step to rounding,
 # like threads)
-EXECUTION_KEYS = ("threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl", "optimizer_kernel",
-                  "compile_backend")
+EXECUTION_KEYS = (
+    "threads",
+    "ckpt_every_n_steps",
+    "log_every_n_steps",
+    "loss_impl",
+    "optimizer_kernel",
+    "compile_backend",
+)
 
 
 def parse_run_config(mapping: Any, path: str = "") -> RunConfig:
@@ -288,5 +327,8 @@ def _check_consistency(cfg: RunConfig, path: str) -> None:
             f"{train.effective_batch} is not a multiple of batch_size x devices x num_nodes = {per_step}.",
         )
     if data.streaming:
-        require(data.num_workers == 0, join(path, "data.num_workers"),
-                "must be 0 for a streamed source (the stream is read in the main process).")
+        require(
+            data.num_workers == 0,
+            join(path, "data.num_workers"),
+            "must be 0 for a streamed source (the stream is read in the main process).",
+        )

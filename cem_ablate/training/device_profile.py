@@ -65,17 +65,25 @@ class DeviceProfile:
     def choices(self) -> str:
         clip = f"clip norm {self.grad_clip:g}" if self.grad_clip else "no clipping"
         ddp = f"{self.strategy} ({self.ddp_backend})" if self.ddp_backend else "one process"
-        return (f"{self.device_type} ({self.accelerator}), precision {self.precision}, "
-                f"AdamW {self.optimizer_kernel}, {clip}, "
-                f"compile {f'on ({self.compile_backend})' if self.compile else 'off'}, "
-                f"head + loss {self.loss_impl}, host reads the loss on {self.host_sync}, {ddp}")
+        return (
+            f"{self.device_type} ({self.accelerator}), precision {self.precision}, "
+            f"AdamW {self.optimizer_kernel}, {clip}, "
+            f"compile {f'on ({self.compile_backend})' if self.compile else 'off'}, "
+            f"head + loss {self.loss_impl}, host reads the loss on {self.host_sync}, {ddp}"
+        )
 
     def forcing(self, train: TrainConfig) -> TrainConfig:
         """`train` with every choice of this profile set explicitly (no `auto` left), to run
         a profile's choices on another device (the CPU rehearsal of the CUDA profile)."""
-        return dataclasses.replace(train, precision=self.precision, optimizer_kernel=self.optimizer_kernel,
-                                   compile=self.compile, compile_backend=self.compile_backend,
-                                   loss_impl=self.loss_impl, grad_clip=self.grad_clip)
+        return dataclasses.replace(
+            train,
+            precision=self.precision,
+            optimizer_kernel=self.optimizer_kernel,
+            compile=self.compile,
+            compile_backend=self.compile_backend,
+            loss_impl=self.loss_impl,
+            grad_clip=self.grad_clip,
+        )
 
 
 def device_type_of(train: TrainConfig) -> str:
@@ -85,8 +93,9 @@ def device_type_of(train: TrainConfig) -> str:
     return "cuda" if train.accelerator == "gpu" else train.accelerator
 
 
-def resolve_device_profile(train: TrainConfig, device_type: str | None = None, *,
-                           device_has_bf16: bool | None = None) -> DeviceProfile:
+def resolve_device_profile(
+    train: TrainConfig, device_type: str | None = None, *, device_has_bf16: bool | None = None
+) -> DeviceProfile:
     """Every choice `train` leaves to the device, resolved for `device_type` (default: the
     device `train.accelerator` gives on this machine). `device_has_bf16` says whether that
     device multiplies bf16 natively (default: ask this machine's GPU; a CPU is never given
@@ -162,6 +171,7 @@ def profile_params(profile: DeviceProfile, model: nn.Module | None = None) -> di
     """MLflow params of a run's profile, with the attention kernels its model runs."""
     params: dict[str, Any] = profile.params()
     if model is not None:
-        params |= {f"device.attention.{name}": kernel
-                   for name, kernel in attention_kernels(model, profile.device_type).items()}
+        params |= {
+            f"device.attention.{name}": kernel for name, kernel in attention_kernels(model, profile.device_type).items()
+        }
     return params

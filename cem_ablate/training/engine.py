@@ -104,22 +104,40 @@ def train_run(
     if resume and (ended := folder.finished_result(cfg)) is not None:
         return ended
     if cfg.train.world_size > 1 and not ddp_in_process:
-        return _train_in_subprocess(cfg, folder, tracking_uri, experiment, mlflow_run_id,
-                                    extra_callbacks, resume, progress)
+        return _train_in_subprocess(
+            cfg, folder, tracking_uri, experiment, mlflow_run_id, extra_callbacks, resume, progress
+        )
     if is_rank_zero_process():
         folder.claim(cfg, resume)
     from cem_ablate.tracking.store import default_tracking_uri
 
     with STOP.listen():
-        return _Session(cfg, folder, tracking_uri or default_tracking_uri(), experiment or cfg.name,
-                        mlflow_run_id, list(extra_callbacks), resume, progress).run()
+        return _Session(
+            cfg,
+            folder,
+            tracking_uri or default_tracking_uri(),
+            experiment or cfg.name,
+            mlflow_run_id,
+            list(extra_callbacks),
+            resume,
+            progress,
+        ).run()
 
 
 class _Session:
     """One process's part of a run (every DDP rank runs one)."""
 
-    def __init__(self, cfg: RunConfig, folder: RunDirectory, tracking_uri: str, experiment: str,
-                 mlflow_run_id: str | None, extra_callbacks: list, resume: bool, progress: bool):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        folder: RunDirectory,
+        tracking_uri: str,
+        experiment: str,
+        mlflow_run_id: str | None,
+        extra_callbacks: list,
+        resume: bool,
+        progress: bool,
+    ):
         self.cfg, self.folder = cfg, folder
         self.tracking_uri, self.experiment, self.mlflow_run_id = tracking_uri, experiment, mlflow_run_id
         self.extra_callbacks, self.resume, self.progress = extra_callbacks, resume, progress
@@ -202,7 +220,8 @@ class _Session:
             tokens_per_step=budget.tokens_per_step,
             train_flops_per_token=task.report.train_flops_per_token,
             peak_flops=total_peak_flops(profile.device_type, profile.precision, train.devices, train.num_nodes),
-            log_every_n_steps=train.log_every_n_steps, ckpt_every_n_steps=train.ckpt_every_n_steps,
+            log_every_n_steps=train.log_every_n_steps,
+            ckpt_every_n_steps=train.ckpt_every_n_steps,
         )
         files = self.folder.checkpoints  # one object: a stop at a periodic step reuses its checkpoint
         self.stopper = StopAtStepBoundary(files)
@@ -211,8 +230,13 @@ class _Session:
         if self.progress and not bar:
             callbacks.append(PrintProgress(budget.steps, train.log_every_n_steps))
         self.trainer = trainer = build_trainer(
-            train, budget, profile, default_root_dir=str(self.folder.path), logger=self.logger,
-            callbacks=callbacks + self.extra_callbacks, progress_bar=bar,
+            train,
+            budget,
+            profile,
+            default_root_dir=str(self.folder.path),
+            logger=self.logger,
+            callbacks=callbacks + self.extra_callbacks,
+            progress_bar=bar,
         )
         ckpt = self.folder.resume_checkpoint(warn=self.rank_zero) if self.resume else None
         with warnings.catch_warnings():
@@ -220,8 +244,9 @@ class _Session:
             warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch.*")
             trainer.fit(task.module, datamodule=task.datamodule, ckpt_path=ckpt)
         if task.module.diverged:
-            return self._result(TrialStatus.DIVERGED,
-                                error=f"non-finite training loss after {task.module.diverged_step} steps")
+            return self._result(
+                TrialStatus.DIVERGED, error=f"non-finite training loss after {task.module.diverged_step} steps"
+            )
         if trainer.interrupted:
             raise KeyboardInterrupt
         files.save(trainer)
@@ -270,8 +295,9 @@ class _Session:
         from cem_ablate.training.device_profile import profile_params
 
         run_id = self.mlflow_run_id or (self.folder.tracked_run(self.tracking_uri) if self.resume else None)
-        self.logger = open_logger(self.tracking_uri, self.experiment, self.cfg.name, run_id,
-                                  guard=self.folder.may_write)
+        self.logger = open_logger(
+            self.tracking_uri, self.experiment, self.cfg.name, run_id, guard=self.folder.may_write
+        )
         self.folder.remember_run(self.tracking_uri, self.logger.run_id)
         if self.owns_run:
             log_params(self.logger, run_params(self.cfg, self.budget, self.task.report, self.task.data_facts))
@@ -279,8 +305,9 @@ class _Session:
         # where and how the run executes, also on a study's trial: only the engine knows
         log_params(self.logger, profile_params(self.profile, self.task.module.model))
 
-    def _result(self, status: TrialStatus, metrics: Mapping[str, float] | None = None,
-                error: str | None = None) -> TrainResult:
+    def _result(
+        self, status: TrialStatus, metrics: Mapping[str, float] | None = None, error: str | None = None
+    ) -> TrainResult:
         metrics = metrics or {}
         module = self.task.module if self.task else None  # None: the run failed before its module was built
         diverged_step = module.diverged_step if module is not None else None
@@ -325,12 +352,17 @@ def run_params(cfg: RunConfig, budget: Budget, report: ModelReport, data_facts: 
     from cem_ablate.config.loading import flatten_dotted
 
     params = flatten_dotted(cfg.to_mapping())
-    params.update({
-        "budget.tokens": budget.tokens, "budget.steps": budget.steps,
-        "budget.accumulation": budget.accumulation, "budget.effective_batch": budget.effective_batch,
-        "budget.rule": budget.rule, "params_total": report.params_total,
-        "flops_per_token": report.flops_per_token,
-    })
+    params.update(
+        {
+            "budget.tokens": budget.tokens,
+            "budget.steps": budget.steps,
+            "budget.accumulation": budget.accumulation,
+            "budget.effective_batch": budget.effective_batch,
+            "budget.rule": budget.rule,
+            "params_total": report.params_total,
+            "flops_per_token": report.flops_per_token,
+        }
+    )
     params.update({f"params.{k}": v for k, v in report.params_by_component.items()})
     params.update({f"data.{k}": v for k, v in data_facts.items()})
     return params
@@ -346,9 +378,16 @@ def _floats(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
-def _train_in_subprocess(cfg: RunConfig, folder: RunDirectory, tracking_uri: str | None,
-                         experiment: str | None, mlflow_run_id: str | None, extra_callbacks: Sequence,
-                         resume: bool, progress: bool) -> TrainResult:
+def _train_in_subprocess(
+    cfg: RunConfig,
+    folder: RunDirectory,
+    tracking_uri: str | None,
+    experiment: str | None,
+    mlflow_run_id: str | None,
+    extra_callbacks: Sequence,
+    resume: bool,
+    progress: bool,
+) -> TrainResult:
     """DDP for library callers: `python -m cem_ablate.training.launch`, result read back."""
     import subprocess
 
@@ -357,9 +396,16 @@ def _train_in_subprocess(cfg: RunConfig, folder: RunDirectory, tracking_uri: str
     if extra_callbacks:
         warnings.warn("extra_callbacks are not passed to a DDP run launched as a subprocess", stacklevel=3)
     folder.claim(cfg, resume)
-    command = [sys.executable, "-m", "cem_ablate.training.launch", str(folder.path),
-               "--tracking-uri", tracking_uri or default_tracking_uri(),
-               "--experiment", experiment or cfg.name]
+    command = [
+        sys.executable,
+        "-m",
+        "cem_ablate.training.launch",
+        str(folder.path),
+        "--tracking-uri",
+        tracking_uri or default_tracking_uri(),
+        "--experiment",
+        experiment or cfg.name,
+    ]
     if mlflow_run_id:
         command += ["--mlflow-run-id", mlflow_run_id]
     if not resume:
@@ -373,6 +419,10 @@ def _train_in_subprocess(cfg: RunConfig, folder: RunDirectory, tracking_uri: str
         raise Preempted(STOP.received or "a stop signal", folder.checkpoints.newest_step())
     result = folder.read_result()
     if result is None:
-        return TrainResult(TrialStatus.FAILED, error=f"the DDP training process exited with code {code} and no result",
-                           run_dir=str(folder.path), mlflow_run_id=mlflow_run_id)
+        return TrainResult(
+            TrialStatus.FAILED,
+            error=f"the DDP training process exited with code {code} and no result",
+            run_dir=str(folder.path),
+            mlflow_run_id=mlflow_run_id,
+        )
     return result

@@ -32,8 +32,9 @@ class GPRegressionModule(RecipeModule):
 
     def _log_stage(self, stage: str) -> None:
         rmse = self.rmse[stage].compute()
-        self.log_dict({f"{stage}_rmse": rmse, f"{stage}_loss": rmse.square()}, prog_bar=stage == "val",
-                      sync_dist=True)  # already synced by torchmetrics: silences the DDP hint
+        self.log_dict(
+            {f"{stage}_rmse": rmse, f"{stage}_loss": rmse.square()}, prog_bar=stage == "val", sync_dist=True
+        )  # already synced by torchmetrics: silences the DDP hint
         self.rmse[stage].reset()
 
     def on_validation_epoch_end(self) -> None:

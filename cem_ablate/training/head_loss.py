@@ -59,9 +59,16 @@ def _upcast(logits: torch.Tensor) -> torch.Tensor:
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 
-def head_loss(hidden: torch.Tensor, norm: nn.Module, weight: torch.Tensor, targets: torch.Tensor, *,
-              impl: str = "plain", chunk_tokens: int = CHUNK_TOKENS,
-              ignore_index: int = TORCH_IGNORE_INDEX) -> torch.Tensor:
+def head_loss(
+    hidden: torch.Tensor,
+    norm: nn.Module,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    impl: str = "plain",
+    chunk_tokens: int = CHUNK_TOKENS,
+    ignore_index: int = TORCH_IGNORE_INDEX,
+) -> torch.Tensor:
     """Mean next-token cross-entropy of `lm_head(norm(hidden))` against `targets`.
 
     hidden (..., D), targets (...) of the same leading shape, weight (vocab, D) (the
@@ -93,9 +100,9 @@ def _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with
     grad_x_parts: list[torch.Tensor] = []
     grad_w = None
     for start in range(0, x.shape[0], chunk_tokens):
-        xc = x[start:start + chunk_tokens]
-        tc = safe_targets[start:start + chunk_tokens, None]
-        vc = valid[start:start + chunk_tokens]
+        xc = x[start : start + chunk_tokens]
+        tc = safe_targets[start : start + chunk_tokens, None]
+        vc = valid[start : start + chunk_tokens]
         logits = F.linear(xc, weight)
         z = _upcast(logits)
         lse = torch.logsumexp(z, dim=-1)
@@ -121,8 +128,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, targets, chunk_tokens, ignore_index):
-        loss, grad_x, grad_w = _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index,
-                                                       with_grads=True)
+        loss, grad_x, grad_w = _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with_grads=True)
         ctx.save_for_backward(grad_x, grad_w)
         return loss
 
@@ -135,8 +141,15 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 HeadLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def head_loss_unit(model: nn.Module, impl: str, *, compile: bool = False, chunk_tokens: int = CHUNK_TOKENS,
-                   ignore_index: int = TORCH_IGNORE_INDEX, backend: str = "inductor") -> HeadLoss:
+def head_loss_unit(
+    model: nn.Module,
+    impl: str,
+    *,
+    compile: bool = False,
+    chunk_tokens: int = CHUNK_TOKENS,
+    ignore_index: int = TORCH_IGNORE_INDEX,
+    backend: str = "inductor",
+) -> HeadLoss:
     """`(hidden, targets) -> loss` over `model.norm` and `model.lm_head` (impl resolved).
 
     `compile=True` compiles the unit as one graph (`fullgraph=True`, static shapes, as
@@ -149,7 +162,14 @@ def head_loss_unit(model: nn.Module, impl: str, *, compile: bool = False, chunk_
         raise ValueError("head_loss expects a bias-free LM head (docs/design/layers.md#s1-llama-baseline)")
 
     def unit(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return head_loss(hidden, model.norm, model.lm_head.weight, targets, impl=impl, chunk_tokens=chunk_tokens,
-                         ignore_index=ignore_index)
+        return head_loss(
+            hidden,
+            model.norm,
+            model.lm_head.weight,
+            targets,
+            impl=impl,
+            chunk_tokens=chunk_tokens,
+            ignore_index=ignore_index,
+        )
 
     return torch.compile(unit, fullgraph=True, dynamic=False, backend=backend) if compile else unit

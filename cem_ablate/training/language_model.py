@@ -31,17 +31,22 @@ STAGES = ("val", "test")
 
 
 class LanguageModelModule(RecipeModule):
-    def __init__(self, model: nn.Module, train: TrainConfig, budget: Budget, *, recall_metric: bool = False,
-                 profile: DeviceProfile | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        train: TrainConfig,
+        budget: Budget,
+        *,
+        recall_metric: bool = False,
+        profile: DeviceProfile | None = None,
+    ):
         super().__init__(model, train, budget, profile)
         vocab_size = model.dims.vocab_size
         self.metrics = nn.ModuleDict()
         for stage in STAGES:
             metrics = {"ppl": Perplexity(ignore_index=IGNORE_INDEX)}
             if recall_metric:
-                metrics["recall_acc"] = MulticlassAccuracy(
-                    vocab_size, average="micro", ignore_index=IGNORE_INDEX
-                )
+                metrics["recall_acc"] = MulticlassAccuracy(vocab_size, average="micro", ignore_index=IGNORE_INDEX)
             self.metrics[stage] = MetricCollection(metrics, prefix=f"{stage}_")
         self.track_energy = bool(getattr(model, "cem_sublayers", dict)())
         self.energy: dict[str, float] = {}
@@ -54,9 +59,13 @@ class LanguageModelModule(RecipeModule):
         """The head + loss unit for the device the model trains on."""
         if self._head_loss is None:
             profile = self.device_profile
-            self._head_loss = head_loss_unit(self.model, profile.loss_impl, compile=profile.compile,
-                                             backend=profile.compile_backend,
-                                             ignore_index=IGNORE_INDEX)
+            self._head_loss = head_loss_unit(
+                self.model,
+                profile.loss_impl,
+                compile=profile.compile,
+                backend=profile.compile_backend,
+                ignore_index=IGNORE_INDEX,
+            )
         return self._head_loss
 
     def training_step(self, batch, batch_idx):
@@ -89,8 +98,9 @@ class LanguageModelModule(RecipeModule):
         values = self.metrics[stage].compute()  # synced across ranks
         ppl = values[f"{stage}_ppl"]
         values[f"{stage}_loss"] = ppl.log()
-        self.log_dict(values, prog_bar=stage == "val",
-                      sync_dist=True)  # already synced by torchmetrics: silences the DDP hint
+        self.log_dict(
+            values, prog_bar=stage == "val", sync_dist=True
+        )  # already synced by torchmetrics: silences the DDP hint
         self.metrics[stage].reset()
 
     def on_validation_epoch_end(self) -> None:

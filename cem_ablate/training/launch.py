@@ -32,9 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     folder = RunDirectory(args.run_dir)
     try:
         result = train_run(
-            parse_run_config(load_yaml(folder.config_file)), run_dir=folder.path, tracking_uri=args.tracking_uri,
-            experiment=args.experiment, mlflow_run_id=args.mlflow_run_id,
-            resume=not args.fresh, progress=not args.no_progress, ddp_in_process=True,
+            parse_run_config(load_yaml(folder.config_file)),
+            run_dir=folder.path,
+            tracking_uri=args.tracking_uri,
+            experiment=args.experiment,
+            mlflow_run_id=args.mlflow_run_id,
+            resume=not args.fresh,
+            progress=not args.no_progress,
+            ddp_in_process=True,
         )
     except Preempted:
         return PREEMPTED_EXIT  # its checkpoint is saved; the caller reports it (training.engine)

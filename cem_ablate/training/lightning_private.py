@@ -45,5 +45,6 @@ def _check(fit_loop: Any) -> None:
 
         raise UnsupportedLightning(
             f"Lightning {lightning.__version__} has no {type(fit_loop).__name__}.{SHOULD_ACCUMULATE}(), which "
-            f"training reads (cem_ablate/training/lightning_private.py); install lightning{SUPPORTED_LIGHTNING}.")
+            f"training reads (cem_ablate/training/lightning_private.py); install lightning{SUPPORTED_LIGHTNING}."
+        )
     _checked = True

@@ -52,5 +52,6 @@ def describe_network(cfg: RunConfig) -> tuple[ModelReport, ModelConfig | None]:
         _DESCRIPTIONS[key] = (network_report(cfg, model), model_config)
     report, model_config = _DESCRIPTIONS[key]
     # a copy: callers own their report (its dicts are mutable)
-    return dataclasses.replace(report, params_by_component=dict(report.params_by_component),
-                               flops_by_module=dict(report.flops_by_module)), model_config
+    return dataclasses.replace(
+        report, params_by_component=dict(report.params_by_component), flops_by_module=dict(report.flops_by_module)
+    ), model_config

@@ -20,8 +20,9 @@ import torch
 from cem_ablate.training.device_profile import adamw_kernel_options
 
 
-def build_adamw(groups: Iterable[dict], *, lr: float, betas: tuple[float, float], eps: float,
-                kernel: str) -> torch.optim.AdamW:
+def build_adamw(
+    groups: Iterable[dict], *, lr: float, betas: tuple[float, float], eps: float, kernel: str
+) -> torch.optim.AdamW:
     """AdamW over parameter groups (each with its own weight decay), with the resolved
     `kernel` (fused | foreach | single, `device_profile.resolve_optimizer_kernel`).
 

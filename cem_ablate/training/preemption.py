@@ -127,6 +127,7 @@ class StopRequest:
         """While the block runs, a stop signal is recorded and sent on to `process` (a
         training subprocess, which stops the same way; a SIGINT this process listens to
         goes on as SIGTERM, which the subprocess stops on); main thread only."""
+
         def relay(signum, frame):
             self._handle(signum, frame)
             with contextlib.suppress(ProcessLookupError):

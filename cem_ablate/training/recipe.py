@@ -104,8 +104,9 @@ class RecipeModule(L.LightningModule):
         on a host copy (made on this logging step, which syncs anyway) it is free. The
         bar only gets them when there is a bar."""
         bar = self.trainer.progress_bar_callback is not None
-        self.log_dict({"train_loss": loss, "lr": torch.tensor(self.current_lr())}, on_step=True, on_epoch=False,
-                      prog_bar=bar)
+        self.log_dict(
+            {"train_loss": loss, "lr": torch.tensor(self.current_lr())}, on_step=True, on_epoch=False, prog_bar=bar
+        )
         extra = self.extra_training_metrics(loss)
         if extra:
             self.log_dict(extra, on_step=True, on_epoch=False)
@@ -148,8 +149,12 @@ class RecipeModule(L.LightningModule):
         if not self._last_micro_batch():
             return False
         step, t = self._completing_step(), self.train_cfg
-        return (step % t.log_every_n_steps == 0 or step % t.val_every_n_steps == 0
-                or step % t.ckpt_every_n_steps == 0 or step >= self.budget.steps)
+        return (
+            step % t.log_every_n_steps == 0
+            or step % t.val_every_n_steps == 0
+            or step % t.ckpt_every_n_steps == 0
+            or step >= self.budget.steps
+        )
 
     def on_validation_end(self) -> None:
         if not self.trainer.sanity_checking:
@@ -167,8 +172,11 @@ class RecipeModule(L.LightningModule):
 
 def preconditioner_parameters(model: nn.Module) -> list[nn.Parameter]:
     """p, U, V of every registered preconditioner module in `model` (docs/design/layers.md#s4-preconditioners)."""
-    kinds = tuple(spec.factory for spec in registry.all_specs()
-                  if spec.kind == "preconditioner" and isinstance(spec.factory, type))
+    kinds = tuple(
+        spec.factory
+        for spec in registry.all_specs()
+        if spec.kind == "preconditioner" and isinstance(spec.factory, type)
+    )
     return [p for m in model.modules() if isinstance(m, kinds) for p in m.parameters(recurse=False)]
 
 

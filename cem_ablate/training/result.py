@@ -47,9 +47,14 @@ class TrainResult:
 
     def summary_metrics(self) -> dict[str, float | None]:
         """What a run adds to its own curves when it ends (size and throughput)."""
-        return {"params": self.params, "flops_per_token": self.flops_per_token,
-                "tokens_per_sec_mean": self.tokens_per_sec, "mfu_mean": self.mfu, "steps": self.steps,
-                "diverged_step": self.diverged_step}
+        return {
+            "params": self.params,
+            "flops_per_token": self.flops_per_token,
+            "tokens_per_sec_mean": self.tokens_per_sec,
+            "mfu_mean": self.mfu,
+            "steps": self.steps,
+            "diverged_step": self.diverged_step,
+        }
 
     def outcome_metrics(self) -> dict[str, float | None]:
         """The final numbers of a study's trial record (non-finite ones are dropped by
@@ -57,8 +62,13 @@ class TrainResult:
         trial's child run answers the report without reading curves."""
         return self.summary_metrics() | {
             "objective": self.objective if self.status == TrialStatus.FINISHED else None,
-            "test_ppl": self.test_ppl, "val_ppl": self.val_ppl, "test_loss": self.test_loss,
-            "val_loss": self.val_loss, "test_rmse": self.rmse, "test_recall_acc": self.recall_accuracy}
+            "test_ppl": self.test_ppl,
+            "val_ppl": self.val_ppl,
+            "test_loss": self.test_loss,
+            "val_loss": self.val_loss,
+            "test_rmse": self.rmse,
+            "test_recall_acc": self.recall_accuracy,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN becomes None, the status its stored string."""

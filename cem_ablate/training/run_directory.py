@@ -103,8 +103,9 @@ class RunDirectory:
             self.path.mkdir(parents=True, exist_ok=True)
             write_atomically(self.lease_file, self.lease.token + "\n")
         if resume and self.holds(cfg) is False:
-            raise ConfigError("", f"{self.path} holds a run of a different config; "
-                                  "pass another run directory or start fresh.")
+            raise ConfigError(
+                "", f"{self.path} holds a run of a different config; pass another run directory or start fresh."
+            )
         if not resume:
             for stale in (self.checkpoint_dir, self.result_file, self.tracking_file):
                 if stale.is_dir():
@@ -159,7 +160,10 @@ def locate_trained(target: str | Path) -> tuple[RunDirectory, Path, str | None]:
     else:
         raise ConfigError("RUN_DIR", f"{path}: no such run folder or checkpoint file.")
     if not folder.config_file.is_file():
-        raise ConfigError("RUN_DIR", f"{folder.path} has no config.yaml beside its checkpoints; a checkpoint is "
-                                     "read inside its run folder (<run_dir>/checkpoints/*.ckpt).")
+        raise ConfigError(
+            "RUN_DIR",
+            f"{folder.path} has no config.yaml beside its checkpoints; a checkpoint is "
+            "read inside its run folder (<run_dir>/checkpoints/*.ckpt).",
+        )
     checkpoint, warning = folder.checkpoints.for_reading(requested)
     return folder, checkpoint, warning

@@ -48,8 +48,9 @@ def build_task(cfg: RunConfig, budget: Budget, profile: DeviceProfile) -> Task:
     else:
         from cem_ablate.data.gp import GPDataModule
 
-        datamodule = GPDataModule(cfg.data.gp, cache_dir=cfg.data.cache_dir, num_workers=cfg.data.num_workers,
-                                  **loader_options)
+        datamodule = GPDataModule(
+            cfg.data.gp, cache_dir=cfg.data.cache_dir, num_workers=cfg.data.num_workers, **loader_options
+        )
         vocab_size = None
     model, _ = build_network(cfg, vocab_size)
     report = network_report(cfg, model)

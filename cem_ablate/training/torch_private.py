@@ -23,8 +23,10 @@ def cpu_has_native_bf16() -> bool:
     try:
         probe = getattr(torch.ops.mkldnn, MKLDNN_BF16)
     except (AttributeError, RuntimeError):
-        warnings.warn(f"torch {torch.__version__} has no torch.ops.mkldnn.{MKLDNN_BF16}: this CPU's bf16 counts as "
-                      f"emulated (cem_ablate/training/torch_private.py; supported torch{SUPPORTED_TORCH})",
-                      stacklevel=2)
+        warnings.warn(
+            f"torch {torch.__version__} has no torch.ops.mkldnn.{MKLDNN_BF16}: this CPU's bf16 counts as "
+            f"emulated (cem_ablate/training/torch_private.py; supported torch{SUPPORTED_TORCH})",
+            stacklevel=2,
+        )
         return False
     return bool(probe())

@@ -67,14 +67,20 @@ def load_trained_run(path: str | Path, *, warn: Callable[[str], None] | None = p
     try:
         cfg = parse_run_config(load_yaml(folder.config_file))
     except ConfigError as err:
-        raise ConfigError("RUN_DIR", f"{folder.config_file} does not parse with this code version "
-                          f"({err.path}: {err.message})") from None
+        raise ConfigError(
+            "RUN_DIR", f"{folder.config_file} does not parse with this code version ({err.path}: {err.message})"
+        ) from None
     if cfg.data.task == "gp":
         raise ConfigError("RUN_DIR", f"{folder.path} is a GP regression run: it has no language model to load.")
     same_code = folder.holds(cfg) is not False
-    other_code = "" if same_code else (
-        f"{folder.path} was trained under other code (trial key {folder.trial_key_file.read_text().strip()}, "
-        f"this code's {cfg.trial_key()}: a platform module or one of its components changed)")
+    other_code = (
+        ""
+        if same_code
+        else (
+            f"{folder.path} was trained under other code (trial key {folder.trial_key_file.read_text().strip()}, "
+            f"this code's {cfg.trial_key()}: a platform module or one of its components changed)"
+        )
+    )
     tokenizer = run_tokenizer(cfg)
     vocab = tokenizer.vocab_size if tokenizer is not None else cfg.data.mqar.vocab_size
     from cem_ablate.model.assembly import build_model
@@ -94,17 +100,23 @@ def load_weights(model: nn.Module, checkpoint: Path, other_code: str = "") -> No
     weights = state.get("state_dict", state) if isinstance(state, dict) else None
     if not isinstance(weights, dict):
         raise ConfigError("CHECKPOINT", f"{checkpoint} holds no state_dict.")
-    ours = {k[len(MODULE_PREFIX):]: v for k, v in weights.items() if k.startswith(MODULE_PREFIX)}
+    ours = {k[len(MODULE_PREFIX) :]: v for k, v in weights.items() if k.startswith(MODULE_PREFIX)}
     expected = model.state_dict()
     missing = sorted(set(expected) - set(ours))
     unexpected = sorted(set(ours) - set(expected))
     wrong = sorted(k for k in set(ours) & set(expected) if ours[k].shape != expected[k].shape)
     if missing or unexpected or wrong:
-        parts = [f"{what} {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
-                 for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape of", wrong)) if keys]
+        parts = [
+            f"{what} {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
+            for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape of", wrong))
+            if keys
+        ]
         cause = f"; {other_code}" if other_code else "; load it with the version that trained it"
-        raise ConfigError("CHECKPOINT", f"{checkpoint} does not fit the model its config.yaml builds with this "
-                          f"code version ({'; '.join(parts)}){cause}.")
+        raise ConfigError(
+            "CHECKPOINT",
+            f"{checkpoint} does not fit the model its config.yaml builds with this "
+            f"code version ({'; '.join(parts)}){cause}.",
+        )
     model.load_state_dict(ours, strict=True)
 
 
@@ -120,5 +132,6 @@ def run_tokenizer(cfg: RunConfig) -> TextTokenizer | None:
 
     data = cfg.data
     corpus = source_fingerprint(data) if BPE_SPEC.match(data.tokenizer) else ""
-    return load_tokenizer(data.tokenizer, data.cache_root, corpus,
-                          lambda: (row["text"] for row in open_text_source(data).splits["train"]))
+    return load_tokenizer(
+        data.tokenizer, data.cache_root, corpus, lambda: (row["text"] for row in open_text_source(data).splits["train"])
+    )

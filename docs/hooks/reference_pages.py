@@ -56,8 +56,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     def render(match: re.Match) -> str:
         name = match.group(1)
         if name not in GENERATORS:
-            raise ValueError(f"{page.file.src_uri}: unknown generated part {name!r} "
-                             f"(known: {', '.join(sorted(GENERATORS))})")
+            raise ValueError(
+                f"{page.file.src_uri}: unknown generated part {name!r} (known: {', '.join(sorted(GENERATORS))})"
+            )
         return GENERATORS[name]()
 
     warn_links_to_excluded(markdown, page, files)
@@ -76,8 +77,10 @@ def warn_links_to_excluded(markdown: str, page: Any, files: Any) -> None:
             continue
         file = files.get_file_from_path(posixpath.normpath(posixpath.join(folder, target)))
         if file is not None and file.inclusion.is_excluded():
-            log.warning(f"Doc file '{page.file.src_uri}' links to '{target}', which is excluded from the "
-                        "site (exclude_docs in mkdocs.yml): link a page or an asset instead.")
+            log.warning(
+                f"Doc file '{page.file.src_uri}' links to '{target}', which is excluded from the "
+                "site (exclude_docs in mkdocs.yml): link a page or an asset instead."
+            )
 
 
 # -- cells -------------------------------------------------------------------------------
@@ -125,8 +128,9 @@ def type_name(tp: Any) -> str:
     if tp is type(None):
         return "null"
     if origin is Literal:
-        return " | ".join(yaml_value(a) if a is None else f'"{a}"' if isinstance(a, str) else yaml_value(a)
-                          for a in args)
+        return " | ".join(
+            yaml_value(a) if a is None else f'"{a}"' if isinstance(a, str) else yaml_value(a) for a in args
+        )
     if origin in (Union, types.UnionType):
         return " | ".join(type_name(a) for a in args)
     if origin in (list, tuple) or tp in (list, tuple):
@@ -138,7 +142,8 @@ def type_name(tp: Any) -> str:
     if dataclasses.is_dataclass(tp):
         return "mapping"
     return {"str": "string", "float": "number", "bool": "boolean", "int": "integer"}.get(
-        getattr(tp, "__name__", ""), getattr(tp, "__name__", str(tp)))
+        getattr(tp, "__name__", ""), getattr(tp, "__name__", str(tp))
+    )
 
 
 # -- a dataclass's keys --------------------------------------------------------------------
@@ -174,8 +179,13 @@ def field_comments(cls: type) -> dict[str, str]:
                 line -= 1
             inline = [comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
             after = body[i + 1] if i + 1 < len(body) else None
-            doc = ([after.value.value] if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                   and isinstance(after.value.value, str) else [])
+            doc = (
+                [after.value.value]
+                if isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+                else []
+            )
             text = " ".join(part for part in [*above, *inline, *doc] if part)
             if text:
                 out[node.target.id] = text
@@ -209,8 +219,12 @@ def default_text(f: dataclasses.Field) -> str:
     return "required"
 
 
-def dataclass_keys(cls: type, meanings: dict[str, str] | None = None, sections: dict[str, str] | None = None,
-                   order: tuple[str, ...] = ()) -> list[Key]:
+def dataclass_keys(
+    cls: type,
+    meanings: dict[str, str] | None = None,
+    sections: dict[str, str] | None = None,
+    order: tuple[str, ...] = (),
+) -> list[Key]:
     """The keys a user writes for dataclass `cls`, in declaration order (`order` first).
 
     `meanings` overrides a key's comment; `sections` names the anchor of the section
@@ -272,13 +286,19 @@ def cli_markdown() -> str:
     from cem_ablate.cli.main import SUBCOMMANDS, build_parser, subcommand_parser
 
     top = build_parser()
-    parts = [f"```text\n{top.format_usage().strip()}\n```", "",
-             "| command | what it does |", "|---|---|"]
+    parts = [f"```text\n{top.format_usage().strip()}\n```", "", "| command | what it does |", "|---|---|"]
     parts += [f"| [`{name}`](#{name}) | {cell(text)} |" for name, text in SUBCOMMANDS.items()]
     for name in SUBCOMMANDS:
         parser = subcommand_parser(name)
-        parts += ["", f"## `cem-ablate {name}` {{ #{name} }}", "", cell(parser.description or ""), "",
-                  f"```text\n{parser.format_usage().strip()}\n```", ""]
+        parts += [
+            "",
+            f"## `cem-ablate {name}` {{ #{name} }}",
+            "",
+            cell(parser.description or ""),
+            "",
+            f"```text\n{parser.format_usage().strip()}\n```",
+            "",
+        ]
         parts += option_rows(parser)
         if parser.epilog:
             parts += ["", f"```text\n{parser.epilog.strip()}\n```"]
@@ -300,49 +320,104 @@ def run_config_markdown() -> str:
     )
     from cem_ablate.training.config import RunConfig, TrainConfig
 
-    run = dataclass_keys(RunConfig, {"name": "the run's name (run folders, the MLflow experiment)"},
-                         {"model": "model", "train": "train", "data": "data"}, order=("name",))
+    run = dataclass_keys(
+        RunConfig,
+        {"name": "the run's name (run folders, the MLflow experiment)"},
+        {"model": "model", "train": "train", "data": "data"},
+        order=("name",),
+    )
     model_keys = dataclass_keys(
-        ModelConfig, {**MODEL_OPTIONS, "attention": "the attention component and its options",
-                      "mlp": "the MLP component and its options"},
+        ModelConfig,
+        {
+            **MODEL_OPTIONS,
+            "attention": "the attention component and its options",
+            "mlp": "the MLP component and its options",
+        },
         {"attention": "sublayers", "mlp": "sublayers"},
-        order=(*(name for name in ModelConfig.__annotations__ if name not in ("attention", "mlp")),
-               *(f.name for f in dataclasses.fields(ModelOptions)), "attention", "mlp"))
+        order=(
+            *(name for name in ModelConfig.__annotations__ if name not in ("attention", "mlp")),
+            *(f.name for f in dataclasses.fields(ModelOptions)),
+            "attention",
+            "mlp",
+        ),
+    )
     presets = ["| size | d_model | n_layers | n_heads | d_mlp |", "|---|---|---|---|---|"]
-    presets += [f"| `{name}` | {d} | {layers} | {heads} | {mlp} |"
-                for name, (d, layers, heads, mlp) in SIZE_PRESETS.items()]
+    presets += [
+        f"| `{name}` | {d} | {layers} | {heads} | {mlp} |" for name, (d, layers, heads, mlp) in SIZE_PRESETS.items()
+    ]
     hints = typing.get_type_hints(SublayerConfig)
     fields = {f.name: f for f in dataclasses.fields(SublayerConfig)}
-    default_attention = dataclasses.fields(ModelConfig)[[f.name for f in dataclasses.fields(ModelConfig)]
-                                                        .index("attention")].default_factory()
-    sublayer = [Key("name", "string", yaml_value(default_attention.name),
-                    "the registered component of this kind ([Components](#components))"),
-                Key("steps", type_name(hints["steps"]), default_text(fields["steps"]),
-                    "T: the recursion steps taken inside the component (`depth_mode: recursion`), or how often "
-                    "the block applies it (`reuse`)"),
-                Key("depth_mode", type_name(hints["depth_mode"]), default_text(fields["depth_mode"]),
-                    "recursion: T steps inside the component, context and keys fixed (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp); "
-                    "reuse: the whole sublayer applied T times with the same weights (docs/design/layers.md#s5-plain-layer-reuse)")]
+    default_attention = dataclasses.fields(ModelConfig)[
+        [f.name for f in dataclasses.fields(ModelConfig)].index("attention")
+    ].default_factory()
+    sublayer = [
+        Key(
+            "name",
+            "string",
+            yaml_value(default_attention.name),
+            "the registered component of this kind ([Components](#components))",
+        ),
+        Key(
+            "steps",
+            type_name(hints["steps"]),
+            default_text(fields["steps"]),
+            "T: the recursion steps taken inside the component (`depth_mode: recursion`), or how often "
+            "the block applies it (`reuse`)",
+        ),
+        Key(
+            "depth_mode",
+            type_name(hints["depth_mode"]),
+            default_text(fields["depth_mode"]),
+            "recursion: T steps inside the component, context and keys fixed (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp); "
+            "reuse: the whole sublayer applied T times with the same weights (docs/design/layers.md#s5-plain-layer-reuse)",
+        ),
+    ]
     assert tuple(k.name for k in sublayer) == GENERIC_SUBLAYER_KEYS, GENERIC_SUBLAYER_KEYS
-    return "\n".join([
-        "## Top level", "", key_table(run), "",
-        "## `model:` { #model }", "",
-        "Either a size preset or all four of `d_model`, `n_layers`, `n_heads`, `d_mlp` (explicit sizes "
-        "override a preset's).", "",
-        key_table(model_keys, "model."), "",
-        "### Size presets { #size-presets }", "", "\n".join(presets), "",
-        "### `model.attention`, `model.mlp` { #sublayers }", "",
-        "A component name (`attention: cem`) or a mapping of the three keys below plus the options "
-        "of the chosen component ([Components](#components)).", "",
-        key_table(sublayer, "model.attention."), "",
-        "## `train:` { #train }", "", key_table(dataclass_keys(TrainConfig), "train."), "",
-        "## `data:` { #data }", "",
-        key_table(dataclass_keys(DataConfig, sections={"gp": "data-gp", "mqar": "data-mqar"}), "data."), "",
-        "### `data.gp` { #data-gp }", "", first_sentence(own_doc(GPConfig)), "",
-        key_table(dataclass_keys(GPConfig), "data.gp."), "",
-        "### `data.mqar` { #data-mqar }", "", first_sentence(own_doc(MQARConfig)), "",
-        key_table(dataclass_keys(MQARConfig), "data.mqar."),
-    ])
+    return "\n".join(
+        [
+            "## Top level",
+            "",
+            key_table(run),
+            "",
+            "## `model:` { #model }",
+            "",
+            "Either a size preset or all four of `d_model`, `n_layers`, `n_heads`, `d_mlp` (explicit sizes "
+            "override a preset's).",
+            "",
+            key_table(model_keys, "model."),
+            "",
+            "### Size presets { #size-presets }",
+            "",
+            "\n".join(presets),
+            "",
+            "### `model.attention`, `model.mlp` { #sublayers }",
+            "",
+            "A component name (`attention: cem`) or a mapping of the three keys below plus the options "
+            "of the chosen component ([Components](#components)).",
+            "",
+            key_table(sublayer, "model.attention."),
+            "",
+            "## `train:` { #train }",
+            "",
+            key_table(dataclass_keys(TrainConfig), "train."),
+            "",
+            "## `data:` { #data }",
+            "",
+            key_table(dataclass_keys(DataConfig, sections={"gp": "data-gp", "mqar": "data-mqar"}), "data."),
+            "",
+            "### `data.gp` { #data-gp }",
+            "",
+            first_sentence(own_doc(GPConfig)),
+            "",
+            key_table(dataclass_keys(GPConfig), "data.gp."),
+            "",
+            "### `data.mqar` { #data-mqar }",
+            "",
+            first_sentence(own_doc(MQARConfig)),
+            "",
+            key_table(dataclass_keys(MQARConfig), "data.mqar."),
+        ]
+    )
 
 
 def components_markdown() -> str:
@@ -358,14 +433,18 @@ def components_markdown() -> str:
             origin = "built-in" if spec.source == "built-in" else spec.source
             if spec.distribution:
                 origin += f", {spec.distribution}"
-            parts += [f"#### `{kind}: {spec.name}` {{ #{kind}-{spec.name} }}", "",
-                      f"{cell(spec.description)} *({cell(origin)})*", ""]
+            parts += [
+                f"#### `{kind}: {spec.name}` {{ #{kind}-{spec.name} }}",
+                "",
+                f"{cell(spec.description)} *({cell(origin)})*",
+                "",
+            ]
             if spec.options is None:
                 parts += ["No options.", ""]
                 continue
             parts += [key_table(option_keys(spec.options, kinds)), ""]
     for failure in registry.failures():
-        parts += ["!!! warning \"A plugin failed to load\"", "", f"    {cell(failure.describe())}", ""]
+        parts += ['!!! warning "A plugin failed to load"', "", f"    {cell(failure.describe())}", ""]
     return "\n".join(parts)
 
 
@@ -393,25 +472,37 @@ def option_keys(options: type, kinds: list[str]) -> list[Key]:
 def study_file_markdown() -> str:
     from cem_ablate.study import spec
 
-    sections = {"variants": "variants", "lr_search": "lr_search", "execution": "execution",
-                "statistics": "statistics", "eval": "eval", "forecast": "forecast"}
+    sections = {
+        "variants": "variants",
+        "lr_search": "lr_search",
+        "execution": "execution",
+        "statistics": "statistics",
+        "eval": "eval",
+        "forecast": "forecast",
+    }
 
     def section(title: str, anchor: str, cls: type, prefix: str) -> list[str]:
         return [f"## `{title}` {{ #{anchor} }}", "", own_doc(cls), "", key_table(dataclass_keys(cls), prefix), ""]
 
     top = dataclass_keys(spec.StudySpec, sections=sections)
-    top = [key._replace(meaning=f"{key.meaning} ([mapping form](#seeds))") if key.name == "seeds" else key
-           for key in top]
-    return "\n".join([
-        "## Top level", "", key_table(top), "",
-        *section("variants[]", "variants", spec.VariantSpec, "variants[]."),
-        *section("lr_search", "lr_search", spec.LrSearchConfig, "lr_search."),
-        *section("seeds", "seeds", spec.SequentialSeeds, "seeds."),
-        *section("execution", "execution", spec.ExecutionConfig, "execution."),
-        *section("statistics", "statistics", spec.StatisticsConfig, "statistics."),
-        *section("eval", "eval", spec.EvalConfig, "eval."),
-        *section("forecast", "forecast", spec.ForecastConfig, "forecast."),
-    ])
+    top = [
+        key._replace(meaning=f"{key.meaning} ([mapping form](#seeds))") if key.name == "seeds" else key for key in top
+    ]
+    return "\n".join(
+        [
+            "## Top level",
+            "",
+            key_table(top),
+            "",
+            *section("variants[]", "variants", spec.VariantSpec, "variants[]."),
+            *section("lr_search", "lr_search", spec.LrSearchConfig, "lr_search."),
+            *section("seeds", "seeds", spec.SequentialSeeds, "seeds."),
+            *section("execution", "execution", spec.ExecutionConfig, "execution."),
+            *section("statistics", "statistics", spec.StatisticsConfig, "statistics."),
+            *section("eval", "eval", spec.EvalConfig, "eval."),
+            *section("forecast", "forecast", spec.ForecastConfig, "forecast."),
+        ]
+    )
 
 
 GENERATORS = {

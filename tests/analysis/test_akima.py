@@ -33,17 +33,20 @@ def test_equals_scipy_on_known_data():
 
 
 def test_recovers_the_optimum_of_a_parabola_in_log_lr():
-    true_lr = 2.0 ** -9.3
+    true_lr = 2.0**-9.3
     ppls = [20 + (math.log2(lr) - math.log2(true_lr)) ** 2 for lr in PAPER_GRID]
     fit = fit_akima(zip(PAPER_GRID, ppls))
     assert fit.lr_star == pytest.approx(true_lr, rel=0.05)
     assert fit.ppl_star == pytest.approx(20.0, abs=0.05)
 
 
-@pytest.mark.parametrize("ppls, edge, lr", [
-    ([40, 35, 31, 29, 28], "high", 8e-3),  # still improving at the largest lr
-    ([28, 29, 31, 35, 40], "low", 5e-4),
-])
+@pytest.mark.parametrize(
+    "ppls, edge, lr",
+    [
+        ([40, 35, 31, 29, 28], "high", 8e-3),  # still improving at the largest lr
+        ([28, 29, 31, 35, 40], "low", 5e-4),
+    ],
+)
 def test_minimum_on_the_edge_is_flagged(ppls, edge, lr):
     fit = fit_akima(zip(PAPER_GRID, ppls))
     assert fit.edge == edge and fit.at_edge
@@ -51,8 +54,16 @@ def test_minimum_on_the_edge_is_flagged(ppls, edge, lr):
 
 
 def test_diverged_points_are_excluded_and_seeds_averaged():
-    points = [(5e-4, 30.0), (1e-3, 27.0), (1e-3, 29.0), (2e-3, 26.0), (4e-3, 27.5), (8e-3, math.inf),
-              (8e-3, math.nan), (8e-3, None)]
+    points = [
+        (5e-4, 30.0),
+        (1e-3, 27.0),
+        (1e-3, 29.0),
+        (2e-3, 26.0),
+        (4e-3, 27.5),
+        (8e-3, math.inf),
+        (8e-3, math.nan),
+        (8e-3, None),
+    ]
     fit = fit_akima(points)
     assert fit.lrs == (5e-4, 1e-3, 2e-3, 4e-3)
     assert fit.ppls == (30.0, 28.0, 26.0, 27.5)

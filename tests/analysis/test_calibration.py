@@ -61,11 +61,16 @@ def null_rate(design, paired, rng, rho=0.5, ratio=1.0):
         for r in range(DECIDE_SAMPLE):
             for t in range(design.tests_per_look):
                 if paired:
-                    d = decide({s: a[r, t, s] for s in range(n)}, dict.fromkeys(range(n), 0.0), paired=True,
-                               design=design)
+                    d = decide(
+                        {s: a[r, t, s] for s in range(n)}, dict.fromkeys(range(n), 0.0), paired=True, design=design
+                    )
                 else:
-                    d = decide({s: a[r, t, s] for s in range(n)}, {s: b[r, t, s] for s in range(n)}, paired=False,
-                               design=design)
+                    d = decide(
+                        {s: a[r, t, s] for s in range(n)},
+                        {s: b[r, t, s] for s in range(n)},
+                        paired=False,
+                        design=design,
+                    )
                 assert d.p == pytest.approx(p[r, t], rel=1e-9, abs=1e-15)
                 assert d.resolved == (p[r, t] <= design.look_alpha())
     return float(flagged.mean())
@@ -104,8 +109,10 @@ def test_holm_controls_the_family_wise_rate_of_a_report():
     mean = diffs.mean(axis=-1)
     false_family = 0
     for r in range(REPS):
-        family = [Decision(float(mean[r, i]), None, None, float(p[r, i]), float(p[r, i]), "paired t", 3, 3, 3)
-                  for i in range(len(effects))]
+        family = [
+            Decision(float(mean[r, i]), None, None, float(p[r, i]), float(p[r, i]), "paired t", 3, 3, 3)
+            for i in range(len(effects))
+        ]
         verdicts = [d.verdict for d in adjust(family, alpha=design.alpha)]
         false_family += any(v != UNRESOLVED for v in verdicts[:10])
     assert false_family / REPS <= BOUND
@@ -133,8 +140,12 @@ def coverage_of_delta(design, paired, rng, delta=0.7, ratio=1.0):
         going = ~done
         covered[going] = ((ci.low <= delta) & (delta <= ci.high))[going]
         for r in range(20):  # the interval `decide` prints is this one
-            d = decide({s: a[r, s] for s in range(n)}, {s: 0.0 if paired else b[r, s] for s in range(n)},
-                       paired=paired, design=design)
+            d = decide(
+                {s: a[r, s] for s in range(n)},
+                {s: 0.0 if paired else b[r, s] for s in range(n)},
+                paired=paired,
+                design=design,
+            )
             assert (d.low, d.high) == pytest.approx((ci.low[r], ci.high[r]), rel=1e-9)
         done |= result.pvalue <= design.look_alpha()
     return float(covered.mean())
@@ -173,6 +184,11 @@ def test_a_pooled_variance_is_calibrated_and_its_interval_covers(points, seeds):
         p = 2 * stats.t.sf(np.abs(null) / se, df)
         assert float((p <= ALPHA).mean()) <= BOUND
     for r in range(DECIDE_SAMPLE):  # `decide` with the family's pool draws this interval
-        d = decide({s: x[r, 0, s] for s in range(seeds)}, {s: x[r, 1, s] for s in range(seeds)}, paired=False,
-                   design=design, pooled=pool(list(x[r])))
+        d = decide(
+            {s: x[r, 0, s] for s in range(seeds)},
+            {s: x[r, 1, s] for s in range(seeds)},
+            paired=False,
+            design=design,
+            pooled=pool(list(x[r])),
+        )
         assert (d.low, d.high) == pytest.approx((est[r] - half[r], est[r] + half[r]), rel=1e-9)

@@ -40,8 +40,13 @@ def test_designs_count_their_looks_and_tests():
     assert both.looks == (3, 4, 5, 6) and both.tests_per_look == 2 and both.look_alpha() == pytest.approx(0.1 / 8)
     assert Design.sequential(1, 3).looks == (2, 3)  # one seed tests nothing and spends no alpha
     assert Design.sequential(2, 2) == Design.fixed(2)
-    for bad in (lambda: Design((), 1), lambda: Design((3, 2)), lambda: Design((3,), 1, 1.5),
-                lambda: Design.sequential(2, 5, at="all"), lambda: Design.sequential(5, 3)):
+    for bad in (
+        lambda: Design((), 1),
+        lambda: Design((3, 2)),
+        lambda: Design((3,), 1, 1.5),
+        lambda: Design.sequential(2, 5, at="all"),
+        lambda: Design.sequential(5, 3),
+    ):
         with pytest.raises(ValueError):
             bad()
 
@@ -101,10 +106,16 @@ def test_the_pool_is_the_one_way_anova_within_group_mean_square():
 def test_a_pooled_design_decides_one_seed_per_side_and_welch_without_a_pool():
     design = Design.fixed(1, pooled=True)
     d = decide({0: 9.0}, {0: 10.0}, paired=False, design=design, pooled=pool([[9.0, 9.2], [10.0, 9.9]]))
-    assert d.test == POOLED_T and d.p is not None and d.std == pytest.approx(math.sqrt(pool([[9.0, 9.2], [10.0, 9.9]]).variance))
+    assert (
+        d.test == POOLED_T
+        and d.p is not None
+        and d.std == pytest.approx(math.sqrt(pool([[9.0, 9.2], [10.0, 9.9]]).variance))
+    )
     assert decide({0: 9.0, 1: 9.1}, {0: 10.0, 1: 9.8}, paired=False, design=design).test == WELCH_T
-    assert decide({0: 9.0, 1: 9.1}, {0: 10.0, 1: 9.8}, paired=True, design=design,
-                  pooled=pool([[1.0, 2.0]])).test == PAIRED_T
+    assert (
+        decide({0: 9.0, 1: 9.1}, {0: 10.0, 1: 9.8}, paired=True, design=design, pooled=pool([[1.0, 2.0]])).test
+        == PAIRED_T
+    )
 
 
 def test_paired_uses_only_shared_finite_seeds_and_needs_two():
@@ -120,10 +131,8 @@ def test_paired_uses_only_shared_finite_seeds_and_needs_two():
 
 def test_verdict_sign_and_the_design_threshold():
     base = {s: 10.0 + 0.1 * s for s in range(5)}
-    better = decide({s: v - 1.0 + 0.01 * (-1) ** s for s, v in base.items()}, base, paired=True,
-                    design=Design.fixed(5))
-    worse = decide({s: v + 1.0 + 0.01 * (-1) ** s for s, v in base.items()}, base, paired=True,
-                   design=Design.fixed(5))
+    better = decide({s: v - 1.0 + 0.01 * (-1) ** s for s, v in base.items()}, base, paired=True, design=Design.fixed(5))
+    worse = decide({s: v + 1.0 + 0.01 * (-1) ** s for s, v in base.items()}, base, paired=True, design=Design.fixed(5))
     assert better.verdict == BETTER and worse.verdict == WORSE
     # p between alpha/K and alpha: resolved with one look, unresolved under a 4-look design.
     rng = np.random.default_rng(3)
@@ -150,8 +159,10 @@ def test_holm_against_a_hand_computed_example():
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.2, 0.9]) == pytest.approx([0.4, 0.9]) and holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])
     base = Decision(-1.0, -2.0, -0.5, 0.0, 0.0, PAIRED_T, 3, 3, 3)
-    family = [dataclasses.replace(base, p=p, p_design=p, delta=delta)
-              for p, delta in ((0.01, -1.0), (0.04, 1.0), (0.03, -1.0), (0.005, 1.0))]
+    family = [
+        dataclasses.replace(base, p=p, p_design=p, delta=delta)
+        for p, delta in ((0.01, -1.0), (0.04, 1.0), (0.03, -1.0), (0.005, 1.0))
+    ]
     untested = Decision(None, None, None, None, None, WELCH_T, 1, 3, 0)
     out = adjust(family + [untested])
     assert [d.p_holm for d in out[:4]] == pytest.approx([0.03, 0.06, 0.06, 0.02])

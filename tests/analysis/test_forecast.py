@@ -40,8 +40,10 @@ def simulate(rng, floors: bool, seeds: int = 3, sigma: float = 0.02, tau: float 
     ladders, measured = {}, {}
     for name, (floor, scale) in FAMILIES.items():
         floor = floor if floors else 0.0
-        ladders[name] = [Rung(params(d), tuple(np.exp(law(floor, scale, d) + rng.normal(0, tau)
-                                                      + rng.normal(0, sigma, seeds)))) for d in WIDTHS]
+        ladders[name] = [
+            Rung(params(d), tuple(np.exp(law(floor, scale, d) + rng.normal(0, tau) + rng.normal(0, sigma, seeds))))
+            for d in WIDTHS
+        ]
         measured[name] = law(floor, scale, TARGET) + rng.normal(0, tau) + rng.normal(0, sigma, seeds).mean()
     return ladders, measured
 

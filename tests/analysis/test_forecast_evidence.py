@@ -20,8 +20,9 @@ def evidence():
 def _bias(evidence, rng, shift: float = 0.0):
     ladders, measured = simulate(rng, floors=False)
     fit = fit_ladders(ladders, "power_shared")
-    return evidence.forecast_bias(fit, {k: params(TARGET) for k in FAMILIES},
-                                  {k: v - shift for k, v in measured.items()}, 0.90)
+    return evidence.forecast_bias(
+        fit, {k: params(TARGET) for k in FAMILIES}, {k: v - shift for k, v in measured.items()}, 0.90
+    )
 
 
 def test_the_90_percent_bias_interval_covers_a_true_zero_about_90_percent(evidence):

@@ -28,19 +28,34 @@ def write(path: Path, stars: dict[tuple[str, int], list[float]]) -> Path:
         for (family, d), per_seed in stars.items():
             for seed, star in enumerate(per_seed):
                 for lr in GRID:
-                    out.writerow({"study": f"mup_width_gpu/d{d}_{family}-x", "variant": f"d{d}_{family}",
-                                  "lr": lr, "seed": seed, "state": "COMPLETE", "status": "finished",
-                                  "value": 5.0 + 0.3 * (math.log2(lr) - math.log2(star)) ** 2,
-                                  "seconds": 1, "trial_key": "k", "reason": ""})
+                    out.writerow(
+                        {
+                            "study": f"mup_width_gpu/d{d}_{family}-x",
+                            "variant": f"d{d}_{family}",
+                            "lr": lr,
+                            "seed": seed,
+                            "state": "COMPLETE",
+                            "status": "finished",
+                            "value": 5.0 + 0.3 * (math.log2(lr) - math.log2(star)) ** 2,
+                            "seconds": 1,
+                            "trial_key": "k",
+                            "reason": "",
+                        }
+                    )
     return path
 
 
 def test_agreeing_seeds_give_no_spread_and_disagreeing_ones_cross_the_bound(bootstrap, tmp_path, capsys):
-    stars = {("llama", 32): [2e-3] * 3, ("llama", 64): [2.4e-3] * 3,  # every seed agrees: 1.2x, no spread
-             ("cem_mlp_T1", 32): [2e-3] * 3,
-             ("cem_mlp_T1", 64): [1.2e-3, 2e-3, 4e-3]}  # the seed mean's optimum near 2e-3, seeds far apart
-    rows = {r["family"]: r for r in bootstrap.main([str(write(tmp_path / "t.csv", stars))], "mup_width_gpu",
-                                                   "none", 1.5, (32, 64))}
+    stars = {
+        ("llama", 32): [2e-3] * 3,
+        ("llama", 64): [2.4e-3] * 3,  # every seed agrees: 1.2x, no spread
+        ("cem_mlp_T1", 32): [2e-3] * 3,
+        ("cem_mlp_T1", 64): [1.2e-3, 2e-3, 4e-3],
+    }  # the seed mean's optimum near 2e-3, seeds far apart
+    rows = {
+        r["family"]: r
+        for r in bootstrap.main([str(write(tmp_path / "t.csv", stars))], "mup_width_gpu", "none", 1.5, (32, 64))
+    }
     llama, mlp = rows["llama"], rows["cem_mlp_T1"]
     assert llama["measured"] == pytest.approx(1.2, rel=0.01)
     assert llama["low"] == pytest.approx(llama["high"]) and llama["share_above"] == 0.0
@@ -55,4 +70,4 @@ def test_exact_enumeration_of_three_seeds(bootstrap):
 
     draws = bootstrap.width_draws(per_seed, np.random.default_rng(0))
     assert draws.shape == (27,)  # 3^3 ordered resamples, each equally likely
-    assert np.allclose(2.0 ** draws, 2e-3, rtol=0.01)  # offsets per seed do not move the optimum
+    assert np.allclose(2.0**draws, 2e-3, rtol=0.01)  # offsets per seed do not move the optimum

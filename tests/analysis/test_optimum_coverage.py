@@ -75,7 +75,8 @@ def test_the_vectorized_intervals_are_those_the_report_prints():
         assert (opt.objective_interval.low, opt.objective_interval.high) == pytest.approx((y_lo[r], y_hi[r]), rel=1e-9)
         if opt.lr_interval is not None:
             assert (math.log2(opt.lr_interval.low), math.log2(opt.lr_interval.high)) == pytest.approx(
-                (x_lo[r], x_hi[r]), abs=1e-9)
+                (x_lo[r], x_hi[r]), abs=1e-9
+            )
 
 
 def test_without_the_interpolation_term_the_check_fails():

@@ -27,9 +27,11 @@ def test_a_model_is_known_by_what_it_trains_not_by_where_it_is_stored(evidence):
     identity = evidence.model_identity
     # the same d 64 model: a width ladder's rung, a transfer study's proxy, the standard
     # parametrization's rung (at the base width muP is the standard model)
-    same = {identity("mup_width_cpu_d32_128_mlp", "d64_cem_mlp_T1"),
-            identity("transfer_cpu_first_proxy", "cem_mlp_T1@proxy"),
-            identity("std_width_cpu_mlp", "d64_cem_mlp_T1")}
+    same = {
+        identity("mup_width_cpu_d32_128_mlp", "d64_cem_mlp_T1"),
+        identity("transfer_cpu_first_proxy", "cem_mlp_T1@proxy"),
+        identity("std_width_cpu_mlp", "d64_cem_mlp_T1"),
+    }
     assert len(same) == 1
     # another width, parametrization or recipe is another model
     assert identity("std_width_cpu_mlp", "d128_cem_mlp_T1") != identity("mup_width_cpu_d32_128_mlp", "d128_cem_mlp_T1")

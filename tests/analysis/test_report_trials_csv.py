@@ -38,9 +38,20 @@ def test_the_rows_reproduce_the_reports_own_optima(module):
 
 
 def test_a_trial_that_did_not_finish_has_no_value_and_other_files_are_refused(module):
-    report = "\n".join(["# Study `s`", "", "## Trials", "", "| variant | lr | seed | status | test perplexity | reason |",
-                        "|---|---|---|---|---|---|", "| a | 0.001 | 0 | finished | 5.5 |  |",
-                        "| a | 0.002 | 0 | diverged | - | non-finite loss at step 3 |", "", "## Figures"])
+    report = "\n".join(
+        [
+            "# Study `s`",
+            "",
+            "## Trials",
+            "",
+            "| variant | lr | seed | status | test perplexity | reason |",
+            "|---|---|---|---|---|---|",
+            "| a | 0.001 | 0 | finished | 5.5 |  |",
+            "| a | 0.002 | 0 | diverged | - | non-finite loss at step 3 |",
+            "",
+            "## Figures",
+        ]
+    )
     rows = module.report_rows(report)
     assert [(r[4], r[6]) for r in rows] == [("COMPLETE", 5.5), ("DIVERGED", "")]
     assert rows[1][-1] == "non-finite loss at step 3"

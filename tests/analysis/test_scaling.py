@@ -33,8 +33,16 @@ def inputs(seeds=(0,), ratio=0.85, sizes=SIZES, spread=0.0):
             # per-seed offsets summing to zero: the seed mean is exactly `objective`
             offsets = np.linspace(-spread, spread, len(seeds)) if len(seeds) > 1 else [0.0]
             obs = [Observation(1e-3, s, objective + o) for s, o in zip(seeds, offsets)]
-            out.append(ScalingInput(f"{family},n={n:g}", family, "llama" if family == "cem" else None,
-                                    n, 6.0 * n * TOKENS, variant_stats(obs, n_resamples=200)))
+            out.append(
+                ScalingInput(
+                    f"{family},n={n:g}",
+                    family,
+                    "llama" if family == "cem" else None,
+                    n,
+                    6.0 * n * TOKENS,
+                    variant_stats(obs, n_resamples=200),
+                )
+            )
     return out
 
 
@@ -99,8 +107,12 @@ def test_multipliers_carry_no_interval_unless_asked():
 def test_one_name_at_several_sizes_keeps_each_sizes_objective():
     """A study whose variants set d_model gets one `llama` baseline per width, all named
     `llama`: the law is fitted to each size's own objective, not the last one's."""
-    named_alike = [ScalingInput("llama", i.family, i.baseline_family, i.params, i.train_flops, i.stats)
-                   if i.family == "llama" else i for i in inputs()]
+    named_alike = [
+        ScalingInput("llama", i.family, i.baseline_family, i.params, i.train_flops, i.stats)
+        if i.family == "llama"
+        else i
+        for i in inputs()
+    ]
     summary = summarize_scaling(named_alike, n_resamples=0)
     law_fit = summary.laws[("llama", PARAMS)]
     assert law_fit.form == SATURATING

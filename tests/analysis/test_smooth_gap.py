@@ -61,7 +61,7 @@ def test_lack_of_fit_flags_a_curve_no_quadratic_describes():
 
 def test_only_rates_within_the_octaves_enter_and_too_few_or_outside_raise():
     g = smooth_gap(trials(None, 0.0), lr=3.12e-3, centre=3.12e-3, octaves=0.5, n_boot=10)
-    assert min(g.rates) >= 3.12e-3 / 2 ** 0.5 - 1e-12 and max(g.rates) <= 3.12e-3 * 2 ** 0.5 + 1e-12
+    assert min(g.rates) >= 3.12e-3 / 2**0.5 - 1e-12 and max(g.rates) <= 3.12e-3 * 2**0.5 + 1e-12
     assert len(g.rates) == 6  # 2.38e-3, 2.74e-3, 2.83e-3, 3.12e-3, 3.36e-3, 4e-3
     with pytest.raises(ValueError, match="at least 4"):
         smooth_gap(trials(None, 0.0), lr=3.12e-3, centre=3.12e-3, octaves=0.1)

@@ -21,8 +21,9 @@ def make_obs(seeds, offset=0.0, noise=0.3, rng_seed=1, center=2.0**-9.3, grid=GR
     """A parabola in log2(lr) plus a per-seed shift (shared across lrs) plus small noise."""
     rng = np.random.default_rng(rng_seed)
     shift = {s: rng.normal(0, 1.0) for s in seeds}
-    return [Observation(lr, s, bowl(lr, center) + offset + shift[s] + noise * rng.normal())
-            for lr in grid for s in seeds]
+    return [
+        Observation(lr, s, bowl(lr, center) + offset + shift[s] + noise * rng.normal()) for lr in grid for s in seeds
+    ]
 
 
 def test_mean_std_n_per_lr_match_numpy_by_hand():
@@ -42,8 +43,12 @@ def test_mean_std_n_per_lr_match_numpy_by_hand():
 
 
 def test_observations_keep_only_finished_finite_trials():
-    points = [TrialRecord(1e-3, 0, "finished", 10.0), TrialRecord(1e-3, 1, "diverged", None),
-              TrialRecord(2e-3, 0, "finished", math.inf), TrialRecord(2e-3, 1, "running", None)]
+    points = [
+        TrialRecord(1e-3, 0, "finished", 10.0),
+        TrialRecord(1e-3, 1, "diverged", None),
+        TrialRecord(2e-3, 0, "finished", math.inf),
+        TrialRecord(2e-3, 1, "running", None),
+    ]
     assert observations(points) == [Observation(1e-3, 0, 10.0)]
 
 
@@ -87,7 +92,8 @@ def test_interval_is_t_over_the_seeds_own_optima_plus_the_other_interpolants_gap
     assert math.log2(iv.low) == pytest.approx(max(ex - hx, math.log2(GRID[0])), abs=1e-9)
     assert math.log2(iv.high) == pytest.approx(min(ex + hx, math.log2(GRID[-1])), abs=1e-9)
     assert (s.optimum.objective_interval.low, s.optimum.objective_interval.high) == pytest.approx(
-        (ey - hy, ey + hy), rel=1e-9)
+        (ey - hy, ey + hy), rel=1e-9
+    )
 
 
 def test_two_seeds_print_n_too_small_instead_of_an_interval():
@@ -120,8 +126,13 @@ def test_variant_statistics_survive_a_json_round_trip():
     # intervals and old paired Δs read back.
     old = statistics.to_dict()
     old["stats"]["optimum"].pop("interval_note")
-    old["stats"]["optimum"]["lr_interval"] = {"low": 1e-3, "high": 2e-3, "level": 0.95,
-                                              "method": "percentile bootstrap", "widened": False}
+    old["stats"]["optimum"]["lr_interval"] = {
+        "low": 1e-3,
+        "high": 2e-3,
+        "level": 0.95,
+        "method": "percentile bootstrap",
+        "widened": False,
+    }
     old["comparisons"] = {"llama": {"at_baseline_optimum": None, "at_own_optimum": None}}
     back = VariantStatistics.from_dict(old)
     assert back.stats.optimum.lr_interval.method == "percentile bootstrap" and back.stats.optimum.interval_note is None

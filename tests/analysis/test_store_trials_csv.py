@@ -19,8 +19,12 @@ def test_every_trial_of_every_study_is_one_row(tmp_path):
         study = optuna.create_study(study_name=name, storage=storage)
         study.set_user_attr("variant", variant)
         for i, value in enumerate(values):
-            trial = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True),
-                               "seed": optuna.distributions.IntDistribution(0, 9)})
+            trial = study.ask(
+                {
+                    "lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True),
+                    "seed": optuna.distributions.IntDistribution(0, 9),
+                }
+            )
             trial.set_user_attr("trial_key", f"key{i}")
             trial.set_user_attr("status", "finished")
             study.tell(trial, value)

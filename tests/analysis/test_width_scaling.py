@@ -93,8 +93,15 @@ def test_slope_and_crossing_intervals_cover(width_sd):
 
 
 def test_energy_descent_counts_second_steps():
-    traces = [{"energy/blocks.0.attention/step0": 3.0, "energy/blocks.0.attention/step1": 2.0,
-               "energy/blocks.0.attention/step2": 1.5, "energy/blocks.1.attention/step0": 3.0,
-               "energy/blocks.1.attention/step1": 2.0, "energy/blocks.1.attention/step2": 2.5},
-              {"energy/blocks.0.attention/step0": 3.0, "energy/blocks.0.attention/step1": 2.0}]  # T = 1
+    traces = [
+        {
+            "energy/blocks.0.attention/step0": 3.0,
+            "energy/blocks.0.attention/step1": 2.0,
+            "energy/blocks.0.attention/step2": 1.5,
+            "energy/blocks.1.attention/step0": 3.0,
+            "energy/blocks.1.attention/step1": 2.0,
+            "energy/blocks.1.attention/step2": 2.5,
+        },
+        {"energy/blocks.0.attention/step0": 3.0, "energy/blocks.0.attention/step1": 2.0},
+    ]  # T = 1
     assert energy_descent(traces) == (1, 2)

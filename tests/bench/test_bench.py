@@ -25,12 +25,18 @@ from cem_ablate.config.errors import ConfigError
 
 def test_variant_names_map_to_model_configs():
     v = parse_variant("cem_full_t4_ckpt_perhead")
-    assert v.sublayers["attention"] == {"name": "cem", "steps": 4, "checkpoint_steps": True,
-                                        "preconditioner": "diag_lowrank", "kq_diag": "per_head"}
+    assert v.sublayers["attention"] == {
+        "name": "cem",
+        "steps": 4,
+        "checkpoint_steps": True,
+        "preconditioner": "diag_lowrank",
+        "kq_diag": "per_head",
+    }
     assert v.sublayers["mlp"]["steps"] == 4 and v.sublayers["mlp"]["checkpoint_steps"] is True
     assert set(parse_variant("cem_attn_t2").sublayers) == {"attention"}
-    assert parse_variant("cem_mlp_t1_ref").sublayers == {"mlp": {"name": "cem", "steps": 1, "impl": "reference",
-                                                                 "preconditioner": "diag_lowrank"}}
+    assert parse_variant("cem_mlp_t1_ref").sublayers == {
+        "mlp": {"name": "cem", "steps": 1, "impl": "reference", "preconditioner": "diag_lowrank"}
+    }
     assert parse_variant("hf_llama").external and parse_variant("llama").sublayers == {}
     custom = parse_variant("mine={mlp: {name: cem, steps: 3}}")
     assert custom.label == "mine" and custom.sublayers == {"mlp": {"name": "cem", "steps": 3}}
@@ -43,11 +49,19 @@ def test_energy_lens_variants_map_to_model_configs():
     """The energy-lens options (docs/design/energy-lens.md#s11-energy-lens) as bench variants: momentum modifiers, the velocity stream, the
     parallel Hopfield block, and model options in the `label={yaml}` form."""
     hb = parse_variant("cem_attn_t2_hb")
-    assert hb.sublayers["attention"] == {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank",
-                                         "kq_diag": "shared", "update": "heavy_ball", "learnable_momentum": True}
+    assert hb.sublayers["attention"] == {
+        "name": "cem",
+        "steps": 2,
+        "preconditioner": "diag_lowrank",
+        "kq_diag": "shared",
+        "update": "heavy_ball",
+        "learnable_momentum": True,
+    }
     full = parse_variant("cem_full_t4_nesterov")
-    assert all(full.sublayers[k]["update"] == "nesterov" and full.sublayers[k]["learnable_momentum"]
-               for k in ("attention", "mlp"))
+    assert all(
+        full.sublayers[k]["update"] == "nesterov" and full.sublayers[k]["learnable_momentum"]
+        for k in ("attention", "mlp")
+    )
     stream = model_mapping(parse_variant("llama_nesterov_stream"), "tiny", 32, 100)
     assert stream["stream"] == "nesterov" and "attention" not in stream and "mlp" not in stream
     et = model_mapping(parse_variant("et_parallel_t2"), "bench", 512, 32000)
@@ -71,17 +85,23 @@ def test_variant_help_lists_every_modifier_and_model_option():
         assert word in VARIANT_HELP, word
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("cem_attn_t2_fast", "modifier 'fast'"),
-    ("cem_attn_t2_hb_nesterov", "choose one"),
-    ("cem_attn_t1_hb", "learnable_momentum"),  # mu has no effect at T = 1: the model config refuses it
-    ("et_parallel_t2_hb", "update"),  # the joint step is plain gradient descent (docs/design/energy-lens.md#s11-3-energy-transformer-block)
-    ("et_parallel_t0", "T must be >= 1"),
-    ("mine={stream: nesterow}", "Did you mean 'nesterov'"),
-    ("mine={depth: 3}", "keys among attention, mlp, stream"),
-    ("gpt2", "unknown variant 'gpt2'"),
-    ("mine={attention: {name: cem, kq_diag: diagonal}}", "kq_diag"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("cem_attn_t2_fast", "modifier 'fast'"),
+        ("cem_attn_t2_hb_nesterov", "choose one"),
+        ("cem_attn_t1_hb", "learnable_momentum"),  # mu has no effect at T = 1: the model config refuses it
+        (
+            "et_parallel_t2_hb",
+            "update",
+        ),  # the joint step is plain gradient descent (docs/design/energy-lens.md#s11-3-energy-transformer-block)
+        ("et_parallel_t0", "T must be >= 1"),
+        ("mine={stream: nesterow}", "Did you mean 'nesterov'"),
+        ("mine={depth: 3}", "keys among attention, mlp, stream"),
+        ("gpt2", "unknown variant 'gpt2'"),
+        ("mine={attention: {name: cem, kq_diag: diagonal}}", "kq_diag"),
+    ],
+)
 def test_bad_variants_are_config_errors(spec, match):
     with pytest.raises(ConfigError, match=match):
         model_mapping(parse_variant(spec), "tiny", 32, 100)
@@ -117,8 +137,9 @@ def test_time_interleaved_rotates_and_samples_every_case():
 def test_hf_reference_step_is_the_same_training_step_as_the_baseline():
     """Same weights, same batch: the first losses of llama and hf_llama agree."""
     cfg = BenchConfig(sizes=["tiny"], seq_len=16, batch_size=2, vocab_size=64)
-    cases = build_cases([parse_variant("llama"), parse_variant("hf_llama")], ["eager"], cfg, "tiny", "fp32",
-                        torch.device("cpu"))
+    cases = build_cases(
+        [parse_variant("llama"), parse_variant("hf_llama")], ["eager"], cfg, "tiny", "fp32", torch.device("cpu")
+    )
     assert [c.row.variant for c in cases] == ["llama", "hf_llama"]
     assert cases[0].row.train_flops_per_token == cases[1].row.train_flops_per_token
     assert cases[0].row.params == cases[1].row.params
@@ -143,20 +164,34 @@ def test_checkpointing_lowers_the_step_peak():
 def _row(variant, tokens_s, mode="eager", peak=None, memory_only=False, flops=1e6):
     """A row of 1000-token steps; tokens_s is one rate or a list of per-round rates."""
     rates = tokens_s if isinstance(tokens_s, list) else [tokens_s] if tokens_s else []
-    row = Row(size="bench", variant=variant, mode=mode, precision="fp32", tokens_per_step=1000, params=1,
-              train_flops_per_token=flops, step_s=[1000 / r for r in rates], peak_flops=1e9,
-              memory_only=memory_only)
+    row = Row(
+        size="bench",
+        variant=variant,
+        mode=mode,
+        precision="fp32",
+        tokens_per_step=1000,
+        params=1,
+        train_flops_per_token=flops,
+        step_s=[1000 / r for r in rates],
+        peak_flops=1e9,
+        memory_only=memory_only,
+    )
     if peak is not None:
         row.state_bytes, row.step_peak_bytes = 0, peak
     return row
 
 
 def test_target_ratios_are_paired_and_three_rounds_give_no_interval():
-    rows = [_row("hf_llama", 500), _row("llama", [510, 170, 510]), _row("cem_attn_t1", [520, 170, 200]),
-            _row("cem_attn_t2", [390, 130, 390], flops=1.25e6),
-            _row("llama", 600, mode="compiled"), _row("cem_mlp_t2", 480, mode="compiled"),
-            _row("cem_full_t1", None, peak=100, memory_only=True),
-            _row("cem_full_t4_ckpt", None, peak=140, memory_only=True)]
+    rows = [
+        _row("hf_llama", 500),
+        _row("llama", [510, 170, 510]),
+        _row("cem_attn_t1", [520, 170, 200]),
+        _row("cem_attn_t2", [390, 130, 390], flops=1.25e6),
+        _row("llama", 600, mode="compiled"),
+        _row("cem_mlp_t2", 480, mode="compiled"),
+        _row("cem_full_t1", None, peak=100, memory_only=True),
+        _row("cem_full_t4_ckpt", None, peak=140, memory_only=True),
+    ]
     # paired: per-round ratios (520/510, 1, 200/510); their median outvotes the noisy third round
     assert speed_ratio(rows, rows[2]) == pytest.approx(1.0)
     assert speed_ratio(rows, rows[2], statistic="best") == pytest.approx(520 / 510)
@@ -175,25 +210,33 @@ def test_target_ratios_are_paired_and_three_rounds_give_no_interval():
     assert "cem_full_t4_ckpt (memory only)" in text
     assert "| 0.765 | 0.765, 0.765 | 0.780 | 0.800 |" in text  # paired, (best, medians), hf, FLOP bound
     listed = targets_table(list(targets.values()))
-    assert "| cem_attn_t1 / llama tokens/s, eager | 1.000 | - | 1.020 | ≥ 1.0 | yes (no 95% interval: fewer than 6 " \
+    assert (
+        "| cem_attn_t1 / llama tokens/s, eager | 1.000 | - | 1.020 | ≥ 1.0 | yes (no 95% interval: fewer than 6 "
         "rounds) |" in listed
-    assert "| cem_attn_t2 / llama tokens/s, eager | 0.765 | - | 0.765 | ≥ 0.8 | **no** (no 95% interval: fewer " \
+    )
+    assert (
+        "| cem_attn_t2 / llama tokens/s, eager | 0.765 | - | 0.765 | ≥ 0.8 | **no** (no 95% interval: fewer "
         "than 6 rounds) |" in listed
+    )
 
 
 def test_six_rounds_give_the_extreme_rounds_as_the_interval():
     """At 6 rounds the 95% order-statistic interval of the median is [min, max] (coverage
     1 - 2/2^6 = 0.969); 0.95 inside it reads 'within noise'."""
-    rows = [_row("llama", [500] * 6), _row("cem_attn_t1", [520, 170, 500, 500, 505, 495]),
-            _row("cem_attn_t2", [390, 392, 388, 391, 389, 390], flops=1.25e6)]
+    rows = [
+        _row("llama", [500] * 6),
+        _row("cem_attn_t1", [520, 170, 500, 500, 505, 495]),
+        _row("cem_attn_t2", [390, 392, 388, 391, 389, 390], flops=1.25e6),
+    ]
     targets = {t.name: t for t in evaluate_targets(rows)}
     attn1 = targets["cem_attn_t1 / llama tokens/s, eager"]
     assert attn1.low == pytest.approx(170 / 500) and attn1.high == pytest.approx(520 / 500)
     assert attn1.within_noise and not attn1.interval_unknown
     attn2 = targets["cem_attn_t2 / llama tokens/s, eager"]
     assert attn2.high == pytest.approx(392 / 500) and not attn2.met and not attn2.within_noise  # all < 0.8
-    assert "| cem_attn_t2 / llama tokens/s, eager | 0.780 | 0.776-0.784 | 0.784 | ≥ 0.8 | **no** |" in \
-        targets_table(list(targets.values()))
+    assert "| cem_attn_t2 / llama tokens/s, eager | 0.780 | 0.776-0.784 | 0.784 | ≥ 0.8 | **no** |" in targets_table(
+        list(targets.values())
+    )
 
 
 @pytest.mark.parametrize("rounds", [6, 8, 12])
@@ -214,17 +257,22 @@ def test_paired_interval_covers_the_median_ratio_at_its_level(rounds):
 
 
 def test_energy_lens_targets_divide_the_paired_ratio_by_the_flop_bound():
-    rows = [_row("llama", [500] * 6), _row("cem_attn_t4", [340] * 6, flops=1.4e6),
-            _row("cem_attn_t4_hb", [340, 335, 340, 345, 340, 338], flops=1.4e6),
-            _row("et_parallel_t2", [300] * 6, flops=1.25e6),
-            _row("llama_nesterov_stream", [470, 490, 480, 485, 475, 480]),
-            _row("cem_attn_t2_nesterov_ckpt", [420] * 6, flops=1.1e6)]
+    rows = [
+        _row("llama", [500] * 6),
+        _row("cem_attn_t4", [340] * 6, flops=1.4e6),
+        _row("cem_attn_t4_hb", [340, 335, 340, 345, 340, 338], flops=1.4e6),
+        _row("et_parallel_t2", [300] * 6, flops=1.25e6),
+        _row("llama_nesterov_stream", [470, 490, 480, 485, 475, 480]),
+        _row("cem_attn_t2_nesterov_ckpt", [420] * 6, flops=1.1e6),
+    ]
     targets = {t.name: t for t in evaluate_targets(rows)}
     lens = {name: t for name, t in targets.items() if "÷ FLOP bound" in name}
-    assert sorted(lens) == ["cem_attn_t2_nesterov_ckpt / llama tokens/s ÷ FLOP bound 0.909, eager",
-                            "cem_attn_t4_hb / llama tokens/s ÷ FLOP bound 0.714, eager",
-                            "et_parallel_t2 / llama tokens/s ÷ FLOP bound 0.800, eager",
-                            "llama_nesterov_stream / llama tokens/s ÷ FLOP bound 1.000, eager"]  # gd T = 4: none
+    assert sorted(lens) == [
+        "cem_attn_t2_nesterov_ckpt / llama tokens/s ÷ FLOP bound 0.909, eager",
+        "cem_attn_t4_hb / llama tokens/s ÷ FLOP bound 0.714, eager",
+        "et_parallel_t2 / llama tokens/s ÷ FLOP bound 0.800, eager",
+        "llama_nesterov_stream / llama tokens/s ÷ FLOP bound 1.000, eager",
+    ]  # gd T = 4: none
     hb = lens["cem_attn_t4_hb / llama tokens/s ÷ FLOP bound 0.714, eager"]
     assert hb.measured == pytest.approx(0.68 * 1.4) and hb.met  # per-round ratios 0.67-0.69, median 0.68
     assert hb.low == pytest.approx(0.67 * 1.4) and hb.threshold == 0.95
@@ -277,16 +325,38 @@ def test_allocator_tuning_stops_page_faults_on_large_tensors():
 
 def test_quick_bench_end_to_end(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    code = main(["bench", "--quick", "--variants", "hf_llama", "llama", "cem_attn_t1", "--memory-variants",
-                 "cem_full_t1", "cem_full_t2_ckpt", "--seq-len", "16", "--no-tune-allocator", "--json", str(out),
-                 "--markdown", str(tmp_path / "bench.md")])
+    code = main(
+        [
+            "bench",
+            "--quick",
+            "--variants",
+            "hf_llama",
+            "llama",
+            "cem_attn_t1",
+            "--memory-variants",
+            "cem_full_t1",
+            "cem_full_t2_ckpt",
+            "--seq-len",
+            "16",
+            "--no-tune-allocator",
+            "--json",
+            str(out),
+            "--markdown",
+            str(tmp_path / "bench.md"),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     assert "| tiny | cem_attn_t1 | eager | fp32 |" in printed and "CPU and energy-lens targets" in printed
     data = json.loads(out.read_text())
     rows = {(r["variant"], r["memory_only"]): r for r in data["rows"]}
-    assert set(rows) == {("hf_llama", False), ("llama", False), ("cem_attn_t1", False), ("cem_full_t1", True),
-                         ("cem_full_t2_ckpt", True)}
+    assert set(rows) == {
+        ("hf_llama", False),
+        ("llama", False),
+        ("cem_attn_t1", False),
+        ("cem_full_t1", True),
+        ("cem_full_t2_ckpt", True),
+    }
     for key in [("hf_llama", False), ("llama", False), ("cem_attn_t1", False)]:
         row = rows[key]
         assert len(row["step_s"]) == 2 and row["tokens_per_s_median"] > 0
@@ -304,8 +374,25 @@ def test_quick_bench_of_energy_lens_variants(tmp_path):
     """A smoke run: the new variants build, step and get a FLOP-bound ratio (no timing asserted)."""
     out = tmp_path / "bench.json"
     variants = ["llama", "cem_attn_t2_hb", "llama_nesterov_stream", "et_parallel_t2"]
-    assert main(["bench", "--quick", "--variants", *variants, "--memory-variants", "--seq-len", "16",
-                 "--repeats", "1", "--no-tune-allocator", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--quick",
+                "--variants",
+                *variants,
+                "--memory-variants",
+                "--seq-len",
+                "16",
+                "--repeats",
+                "1",
+                "--no-tune-allocator",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == set(variants)
     for name in variants:
@@ -348,8 +435,19 @@ def test_cpu_contention_is_measured_and_flagged():
 def test_memory_only_run_prints_no_profiler_chatter(tmp_path, capfd):
     """`--variants` with no names measures memory only; libkineto's USDT lines stay hidden."""
     out = tmp_path / "mem.json"
-    code = main(["bench", "--quick", "--variants", "--memory-variants", "cem_full_t1", "cem_full_t4_ckpt",
-                 "--no-tune-allocator", "--json", str(out)])
+    code = main(
+        [
+            "bench",
+            "--quick",
+            "--variants",
+            "--memory-variants",
+            "cem_full_t1",
+            "cem_full_t4_ckpt",
+            "--no-tune-allocator",
+            "--json",
+            str(out),
+        ]
+    )
     captured = capfd.readouterr()
     assert code == 0
     assert "USDT" not in captured.err + captured.out
@@ -377,18 +475,26 @@ def _gpu_row(variant, tokens_s, mode="eager", size="86M", peak=None, memory_only
 def test_gpu_targets_speed_flop_bound_mfu_and_memory_per_size():
     from cem_ablate.bench.results import evaluate_gpu_targets
 
-    rows = [_gpu_row("hf_llama", 500), _gpu_row("llama", 520), _gpu_row("cem_attn_t1", 460),
-            _gpu_row("cem_attn_t2", 300, flops=1.5e6),  # FLOP bound 0.667; 300/520 = 0.577 = 0.865 of it
-            _gpu_row("llama", 400, mode="compiled"), _gpu_row("cem_full_t2", 280, mode="compiled", flops=1.4e6),
-            _gpu_row("cem_attn_t1_blocked", 100),  # no target of its own
-            _gpu_row("cem_full_t1", None, peak=100, memory_only=True),
-            _gpu_row("cem_full_t8_ckpt", None, peak=150, memory_only=True)]
+    rows = [
+        _gpu_row("hf_llama", 500),
+        _gpu_row("llama", 520),
+        _gpu_row("cem_attn_t1", 460),
+        _gpu_row("cem_attn_t2", 300, flops=1.5e6),  # FLOP bound 0.667; 300/520 = 0.577 = 0.865 of it
+        _gpu_row("llama", 400, mode="compiled"),
+        _gpu_row("cem_full_t2", 280, mode="compiled", flops=1.4e6),
+        _gpu_row("cem_attn_t1_blocked", 100),  # no target of its own
+        _gpu_row("cem_full_t1", None, peak=100, memory_only=True),
+        _gpu_row("cem_full_t8_ckpt", None, peak=150, memory_only=True),
+    ]
     targets = {t.name: t for t in evaluate_gpu_targets(rows, ["86M"])}
     assert set(targets) == {
-        "86M: llama / hf_llama tokens/s, eager", "86M: cem_attn_t1 / llama tokens/s, eager",
+        "86M: llama / hf_llama tokens/s, eager",
+        "86M: cem_attn_t1 / llama tokens/s, eager",
         "86M: cem_attn_t2 / llama tokens/s ÷ FLOP bound 0.667, eager",
         "86M: cem_full_t2 / llama tokens/s ÷ FLOP bound 0.714, compiled",
-        "86M: llama MFU, compiled", "86M: cem_full_t8_ckpt / cem_full_t1 peak memory, eager"}
+        "86M: llama MFU, compiled",
+        "86M: cem_full_t8_ckpt / cem_full_t1 peak memory, eager",
+    }
     assert targets["86M: llama / hf_llama tokens/s, eager"].measured == pytest.approx(520 / 500)
     attn1 = targets["86M: cem_attn_t1 / llama tokens/s, eager"]
     assert attn1.measured == pytest.approx(460 / 520) and not attn1.met  # 0.885 < 0.9
@@ -408,8 +514,13 @@ def test_cuda_bench_without_a_gpu_is_one_error_line(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     for flags in (["--device", "cuda"], ["--gpu"]):
-        proc = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "bench", *flags], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "cem_ablate.cli.main", "bench", *flags],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: bench.device: ") and "no CUDA device" in lines[0]

@@ -11,16 +11,35 @@ from cem_ablate.bench.decode import DecodeBenchConfig, ratios, run_decode_bench,
 from cem_ablate.cli.main import main
 from cem_ablate.config.schema import parse
 
-TINY = {"sizes": ["tiny"], "context": 8, "new_tokens": 2, "batch_sizes": [1, 3], "vocab_size": 64, "repeats": 2,
-        "variants": ["llama", "cem_attn_t1", "cem_attn_t4_nodiag", "cem_full_t2",
-                     "reuse={attention: {name: cem, steps: 2, depth_mode: reuse}}", "et_parallel_t2"]}
+TINY = {
+    "sizes": ["tiny"],
+    "context": 8,
+    "new_tokens": 2,
+    "batch_sizes": [1, 3],
+    "vocab_size": 64,
+    "repeats": 2,
+    "variants": [
+        "llama",
+        "cem_attn_t1",
+        "cem_attn_t4_nodiag",
+        "cem_full_t2",
+        "reuse={attention: {name: cem, steps: 2, depth_mode: reuse}}",
+        "et_parallel_t2",
+    ],
+}
 
 
 def test_every_variant_gets_each_metric_and_its_ratio_to_llama():
     cfg = parse(DecodeBenchConfig, TINY, "bench")
     rows, meta = run_decode_bench(cfg, log=lambda line: None)
-    assert [r.variant for r in rows] == ["llama", "cem_attn_t1", "cem_attn_t4_nodiag", "cem_full_t2", "reuse",
-                                         "et_parallel_t2"]
+    assert [r.variant for r in rows] == [
+        "llama",
+        "cem_attn_t1",
+        "cem_attn_t4_nodiag",
+        "cem_full_t2",
+        "reuse",
+        "et_parallel_t2",
+    ]
     q = ratios(rows)
     for r in rows:
         assert r.error is None and not r.recomputes
@@ -31,8 +50,9 @@ def test_every_variant_gets_each_metric_and_its_ratio_to_llama():
         assert all(math.isfinite(v) and v > 0 for k, v in entry.items() if k != "peak")
     d, layers = 64, 2  # the tiny preset
     assert rows[0].cache_bytes_per_token == 2 * layers * d * 4  # K and V, float32
-    assert [q[("tiny", v)]["cache"] for v in ("cem_attn_t1", "cem_attn_t4_nodiag", "cem_full_t2", "et_parallel_t2")] \
-        == [0.5] * 4
+    assert [
+        q[("tiny", v)]["cache"] for v in ("cem_attn_t1", "cem_attn_t4_nodiag", "cem_full_t2", "et_parallel_t2")
+    ] == [0.5] * 4
     assert q[("tiny", "reuse")]["cache"] == 1.0  # two applications, one D-wide tensor each
     text = table(rows, meta["config"])
     line = next(line for line in text.splitlines() if line.startswith("| cem_attn_t1 |"))
@@ -41,8 +61,27 @@ def test_every_variant_gets_each_metric_and_its_ratio_to_llama():
 
 def test_the_command_writes_json_and_rejects_bad_input(tmp_path, capsys):
     out = tmp_path / "decode.json"
-    args = ["bench", "--decode", "--sizes", "tiny", "--context", "6", "--new-tokens", "1", "--batch-sizes", "1",
-            "--repeats", "1", "--vocab-size", "32", "--variants", "llama", "cem_attn_t2", "--json", str(out)]
+    args = [
+        "bench",
+        "--decode",
+        "--sizes",
+        "tiny",
+        "--context",
+        "6",
+        "--new-tokens",
+        "1",
+        "--batch-sizes",
+        "1",
+        "--repeats",
+        "1",
+        "--vocab-size",
+        "32",
+        "--variants",
+        "llama",
+        "cem_attn_t2",
+        "--json",
+        str(out),
+    ]
     assert main(args) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["variant"] for r in rows] == ["llama", "cem_attn_t2"] and rows[1]["ratio_vs_llama"]["cache"] == 0.5

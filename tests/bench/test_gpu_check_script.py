@@ -26,10 +26,17 @@ PARTS = ("bench 86M (profiled)", "train vs bench (cem-ablate train)", "bench 162
 def check(tmp_path_factory, isolated_cache) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("out")
     work = tmp_path_factory.mktemp("work")
-    env = dict(os.environ, OUT=str(out), GPU_CHECK_WORK=str(work), GPU_CHECK_REHEARSAL="1",
-               CEM_ABLATE_CACHE=str(isolated_cache), MLFLOW_DISABLE_TELEMETRY="true")
-    done = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=900)
+    env = dict(
+        os.environ,
+        OUT=str(out),
+        GPU_CHECK_WORK=str(work),
+        GPU_CHECK_REHEARSAL="1",
+        CEM_ABLATE_CACHE=str(isolated_cache),
+        MLFLOW_DISABLE_TELEMETRY="true",
+    )
+    done = subprocess.run(
+        ["bash", "scripts/gpu_check.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
     return out, done
 
 
@@ -38,8 +45,15 @@ def test_every_part_runs_and_at_most_eight_files_come_back(check):
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= DEVICE_TOOL_FILE_LIMIT, files
-    assert {"gpu-check.md", "logs.txt", "bench-86M.json", "parity.json", "bench-162M.json", "kernels.json",
-            "traces.tar.gz"} <= set(files)
+    assert {
+        "gpu-check.md",
+        "logs.txt",
+        "bench-86M.json",
+        "parity.json",
+        "bench-162M.json",
+        "kernels.json",
+        "traces.tar.gz",
+    } <= set(files)
     with tarfile.open(out / "traces.tar.gz") as archive:  # the profiled cases' traces travel packed
         assert any(name.endswith(".trace.json") for name in archive.getnames())
 

@@ -14,19 +14,27 @@ from cem_ablate.bench.train_step import TrainStep, make_optimizer
 from cem_ablate.cli.main import main
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm"),
-    ("nvjet_tst_128x192_64x4_2x1_v_bz_coopB_TNT", "gemm"),
-    ("triton_tem_fused_addmm_3", "gemm"),
-    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>>", "attention"),
-    ("triton_tem_fused_flex_attention_0", "attention"),
-    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
-     "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>", "loss"),
-    ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>", "loss"),
-    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
-    ("triton_poi_fused__to_copy_add_mul_rsqrt_0", "fused (inductor)"),
-    ("aten::mm", "gemm"), ("aten::view", "views/allocation (no math)"), ("aten::mul", "other elementwise/reduction"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm"),
+        ("nvjet_tst_128x192_64x4_2x1_v_bz_coopB_TNT", "gemm"),
+        ("triton_tem_fused_addmm_3", "gemm"),
+        ("void flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>>", "attention"),
+        ("triton_tem_fused_flex_attention_0", "attention"),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+            "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>",
+            "loss",
+        ),
+        ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>", "loss"),
+        ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+        ("triton_poi_fused__to_copy_add_mul_rsqrt_0", "fused (inductor)"),
+        ("aten::mm", "gemm"),
+        ("aten::view", "views/allocation (no math)"),
+        ("aten::mul", "other elementwise/reduction"),
+    ],
+)
 def test_kernel_and_operator_names_fall_in_their_category(name, expected):
     assert category(name) == expected
 
@@ -75,9 +83,29 @@ def test_time_outside_any_operator_lowers_the_busy_fraction():
 
 def test_bench_writes_and_renders_the_profiles(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--variants", "llama", "--memory-variants", "--seq-len", "16",
-                 "--repeats", "1", "--no-tune-allocator", "--profile-steps", "1", "--json", str(out),
-                 "--markdown", str(tmp_path / "bench.md")]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--quick",
+                "--variants",
+                "llama",
+                "--memory-variants",
+                "--seq-len",
+                "16",
+                "--repeats",
+                "1",
+                "--no-tune-allocator",
+                "--profile-steps",
+                "1",
+                "--json",
+                str(out),
+                "--markdown",
+                str(tmp_path / "bench.md"),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "Where the step's time goes" in printed and "#### tiny llama eager fp32" in printed
     row = json.loads(out.read_text())["rows"][0]
@@ -98,8 +126,10 @@ def test_bench_writes_and_renders_the_profiles(tmp_path, capsys):
 
 
 def test_trace_file_names_a_case_beside_the_results():
-    assert str(trace_file("benchmarks/results/gpu-h100", "86M llama compiled bf16")) == \
-        "benchmarks/results/gpu-h100.86M-llama-compiled-bf16.trace.json"
+    assert (
+        str(trace_file("benchmarks/results/gpu-h100", "86M llama compiled bf16"))
+        == "benchmarks/results/gpu-h100.86M-llama-compiled-bf16.trace.json"
+    )
     assert trace_file("out/bench", "tiny mine/{x: 1} eager fp32").name == "bench.tiny-mine-x-1-eager-fp32.trace.json"
 
 

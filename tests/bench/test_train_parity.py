@@ -40,9 +40,37 @@ def test_the_parity_run_trains_the_bench_case():
 def test_train_versus_bench_runs_end_to_end_on_cpu(tmp_path, capsys):
     """Both numbers are measured and reported (a tiny CPU config: no timing claim)."""
     out, js = tmp_path / "parity.md", tmp_path / "parity.json"
-    assert main(["--device", "cpu", "--size", "tiny", "--seq-len", "32", "--batch-size", "2", "--precision", "fp32",
-                 "--mode", "eager", "--steps", "4", "--repeats", "2", "--vocab-size", "256", "--log-every", "2",
-                 "--out", str(out), "--json", str(js)]) == 0
+    assert (
+        main(
+            [
+                "--device",
+                "cpu",
+                "--size",
+                "tiny",
+                "--seq-len",
+                "32",
+                "--batch-size",
+                "2",
+                "--precision",
+                "fp32",
+                "--mode",
+                "eager",
+                "--steps",
+                "4",
+                "--repeats",
+                "2",
+                "--vocab-size",
+                "256",
+                "--log-every",
+                "2",
+                "--out",
+                str(out),
+                "--json",
+                str(js),
+            ]
+        )
+        == 0
+    )
     result = json.loads(js.read_text())
     assert result["bench_tokens_per_sec"] > 0 and result["train_tokens_per_sec"] > 0
     assert result["ratio"] == pytest.approx(result["train_tokens_per_sec"] / result["bench_tokens_per_sec"])

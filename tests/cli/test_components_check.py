@@ -18,7 +18,7 @@ from tests.test_plugins import _install
 
 ROOT = Path(__file__).resolve().parents[2]
 
-RELU2_ATTENTION = textwrap.dedent('''
+RELU2_ATTENTION = textwrap.dedent("""
     import torch
     from torch import nn
 
@@ -69,22 +69,33 @@ RELU2_ATTENTION = textwrap.dedent('''
         def flops_per_token(self, seq_len):
             d = self.o.in_features
             return 2 * 4 * d * d + 2 * 2 * (seq_len + 1) / 2 * d  # four projections; q·k and w·v, causal half
-''')
+""")
 # Each breaks one rule, and only that one.
-ACAUSAL = (RELU2_ATTENTION.replace('"relu2"', '"relu2_acausal"')
-           .replace("* keep /", "/").replace("def decode(", "def _no_decode("))
-FORGETFUL = (RELU2_ATTENTION.replace('"relu2"', '"relu2_forgetful"')
-             .replace("if past is not None:", "if False:"))
-EVERY_KEY = (RELU2_ATTENTION.replace('"relu2"', '"relu2_every_key"')
-             .replace("(seq_len + 1) / 2 * d", "seq_len * d"))
-PLUGINS = {"relu2_attention": RELU2_ATTENTION, "relu2_acausal": ACAUSAL, "relu2_forgetful": FORGETFUL,
-           "relu2_every_key": EVERY_KEY}
+ACAUSAL = (
+    RELU2_ATTENTION.replace('"relu2"', '"relu2_acausal"')
+    .replace("* keep /", "/")
+    .replace("def decode(", "def _no_decode(")
+)
+FORGETFUL = RELU2_ATTENTION.replace('"relu2"', '"relu2_forgetful"').replace("if past is not None:", "if False:")
+EVERY_KEY = RELU2_ATTENTION.replace('"relu2"', '"relu2_every_key"').replace("(seq_len + 1) / 2 * d", "seq_len * d")
+PLUGINS = {
+    "relu2_attention": RELU2_ATTENTION,
+    "relu2_acausal": ACAUSAL,
+    "relu2_forgetful": FORGETFUL,
+    "relu2_every_key": EVERY_KEY,
+}
 
 
 def _cli(args, site: Path, cwd: Path = ROOT):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_attention_plugins_against_the_contract(tmp_path):
@@ -96,7 +107,8 @@ def test_attention_plugins_against_the_contract(tmp_path):
     good = _cli(["components", "--check", "relu2"], site)
     assert good.returncode == 0, good.stderr
     assert good.stdout.splitlines() == [
-        f"ok: {label.format('relu2', 'relu2_attention', 'relu2_attention')}: shape, causality, decode, flops_per_token"]
+        f"ok: {label.format('relu2', 'relu2_attention', 'relu2_attention')}: shape, causality, decode, flops_per_token"
+    ]
 
     def failure(name, plugin):
         out = _cli(["components", "--check", f"attention/{name}"], site)
@@ -113,20 +125,29 @@ def test_attention_plugins_against_the_contract(tmp_path):
     assert forgetful.startswith("decode differs from forward: at position 5 ")  # the first token after the prefill
     every_key, _ = failure("relu2_every_key", "relu2_every_key")
     d, j = 32, 16
-    assert every_key.startswith(f"flops_per_token({j}) = {8 * d * d + 4 * j * d}, but FlopCounterMode counts "
-                                f"{8 * d * d + 2 * (j + 1) * d} ")
+    assert every_key.startswith(
+        f"flops_per_token({j}) = {8 * d * d + 4 * j * d}, but FlopCounterMode counts {8 * d * d + 2 * (j + 1) * d} "
+    )
 
     # A study of the acausal attention: one error at start, nothing trained, no store created.
-    study = {"name": "acausal", "base": {"model": {"size": "tiny", "max_seq_len": 32},
-                                         "train": {"max_steps": 2, "batch_size": 2},
-                                         "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 32}},
-             "variants": [{"name": "acausal", "set": {"model.attention": "relu2_acausal"}}],
-             "lr_search": {"grid": [1e-3], "fixed": True}, "seeds": [0]}
+    study = {
+        "name": "acausal",
+        "base": {
+            "model": {"size": "tiny", "max_seq_len": 32},
+            "train": {"max_steps": 2, "batch_size": 2},
+            "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 32},
+        },
+        "variants": [{"name": "acausal", "set": {"model.attention": "relu2_acausal"}}],
+        "lr_search": {"grid": [1e-3], "fixed": True},
+        "seeds": [0],
+    }
     (tmp_path / "acausal.yaml").write_text(yaml.safe_dump(study))
     for extra in (["--dry-run"], ["--threads", "1"]):
         run = _cli(["study", "acausal.yaml", *extra], site, cwd=tmp_path)
         assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
         [error] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
-        assert error.startswith("error: model.attention: attention 'relu2_acausal' (plugin relu2_acausal "
-                                "(relu2_acausal)), used by variant 'acausal', fails the component contract: not causal: ")
+        assert error.startswith(
+            "error: model.attention: attention 'relu2_acausal' (plugin relu2_acausal "
+            "(relu2_acausal)), used by variant 'acausal', fails the component contract: not causal: "
+        )
         assert not (tmp_path / "mlruns").exists()

@@ -52,8 +52,13 @@ MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_mlp": 64, "max_seq_len":
 
 def write_run(folder, model: dict, seed: int = 0):
     """A run folder as `cem-ablate train` leaves it, with random (spread-out) weights."""
-    cfg = parse_run_config({"name": "gen", "model": {**MODEL, **model},
-                            "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 64}})
+    cfg = parse_run_config(
+        {
+            "name": "gen",
+            "model": {**MODEL, **model},
+            "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 64},
+        }
+    )
     RunDirectory(folder).claim(cfg, resume=False)
     net = random_model({**MODEL, **model, "vocab_size": ByteTokenizer.vocab_size}, seed).float()
     save_checkpoint(RunDirectory(folder), {"state_dict": {f"model.{k}": v for k, v in net.state_dict().items()}})
@@ -81,20 +86,39 @@ def generate(capsys, *args):
     return code, out, err
 
 
-@pytest.mark.parametrize("model", [
-    {"attention": {"name": "cem", "steps": 2, "kq_diag": "shared"}, "mlp": {"name": "cem", "steps": 2}},
-    {"attention": {"name": "llama"}, "mlp": {"name": "llama"}, "stream": "heavy_ball"},
-])
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"attention": {"name": "cem", "steps": 2, "kq_diag": "shared"}, "mlp": {"name": "cem", "steps": 2}},
+        {"attention": {"name": "llama"}, "mlp": {"name": "llama"}, "stream": "heavy_ball"},
+    ],
+)
 def test_greedy_generate_equals_greedy_decoding_by_full_recomputation(tmp_path, capsys, model):
     net = write_run(tmp_path / "run", model)
     expected = greedy_text(net, "def f(", 24)
     code, out, err = generate(capsys, tmp_path / "run", "--prompt", "def f(", "--max-new-tokens", 24)
     assert code == 0 and err == "" and out == expected + "\n"
-    code, out, _ = generate(capsys, tmp_path / "run/checkpoints/last.ckpt", "--prompt", "def f(",
-                            "--max-new-tokens", 24, "--recompute")
+    code, out, _ = generate(
+        capsys, tmp_path / "run/checkpoints/last.ckpt", "--prompt", "def f(", "--max-new-tokens", 24, "--recompute"
+    )
     assert code == 0 and out == expected + "\n"
-    sampled = [generate(capsys, tmp_path / "run", "--prompt", "def f(", "--max-new-tokens", 24,
-                        "--temperature", 1.0, "--top-k", 40, "--seed", seed)[1] for seed in (1, 1, 2)]
+    sampled = [
+        generate(
+            capsys,
+            tmp_path / "run",
+            "--prompt",
+            "def f(",
+            "--max-new-tokens",
+            24,
+            "--temperature",
+            1.0,
+            "--top-k",
+            40,
+            "--seed",
+            seed,
+        )[1]
+        for seed in (1, 1, 2)
+    ]
     assert sampled[0] == sampled[1] != sampled[2]
 
 
@@ -128,8 +152,14 @@ def test_a_checkpoint_from_other_code(tmp_path, capsys):
     assert "trained under other code (trial key 0123456789" in err
 
 
-@pytest.mark.parametrize("args, key", [(["--top-p", "1.5"], "--top-p"), (["--max-new-tokens", "0"], "--max-new-tokens"),
-                                       (["--max-new-tokens", "500"], "--max-new-tokens")])
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (["--top-p", "1.5"], "--top-p"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--max-new-tokens", "500"], "--max-new-tokens"),
+    ],
+)
 def test_bad_flags_are_one_error_line(tmp_path, capsys, args, key):
     write_run(tmp_path / "run", {})
     code, out, err = generate(capsys, tmp_path / "run", "--prompt", "ab", *args)

@@ -38,10 +38,15 @@ def test_a_pooled_design_is_the_noncentral_t_with_every_points_degrees_of_freedo
 
 
 def test_bad_arguments_are_one_error_line(capsys):
-    for argv, key in ((["--seeds", "five"], "--seeds"), (["--seeds", "5..2"], "--seeds"),
-                      (["--seeds", "2..5", "--at", "bth"], "Did you mean 'both'"),
-                      (["--seeds", "5", "--alpha", "2"], "--alpha"), (["--seeds", "5", "--delta", "1"], "--std"),
-                      (["--seeds", "2", "--pooled", "1"], "--pooled"), (["--seeds", "2", "--pooled", "2.5"], "--pooled")):
+    for argv, key in (
+        (["--seeds", "five"], "--seeds"),
+        (["--seeds", "5..2"], "--seeds"),
+        (["--seeds", "2..5", "--at", "bth"], "Did you mean 'both'"),
+        (["--seeds", "5", "--alpha", "2"], "--alpha"),
+        (["--seeds", "5", "--delta", "1"], "--std"),
+        (["--seeds", "2", "--pooled", "1"], "--pooled"),
+        (["--seeds", "2", "--pooled", "2.5"], "--pooled"),
+    ):
         assert main(["power", *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and key in err[0]

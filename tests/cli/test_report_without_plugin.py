@@ -20,8 +20,14 @@ def _cli(args, cwd: Path, site: Path | None):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONPATH", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([str(site)] if site else []))
-    return subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
@@ -30,8 +36,11 @@ def test_report_of_a_finished_study_whose_plugin_is_gone(tmp_path):
     site = tmp_path / "site"
     _install(site, "my-mlp", {"my_mlp": module}, entry_points)
     (tmp_path / "squared_relu.yaml").write_text(_documented_files()["squared_relu.yaml"])
-    study = _cli(["study", "squared_relu.yaml", "--scale", "smoke", "--threads", "1", "--workers", "1",
-                  "--no-report"], tmp_path, site)
+    study = _cli(
+        ["study", "squared_relu.yaml", "--scale", "smoke", "--threads", "1", "--workers", "1", "--no-report"],
+        tmp_path,
+        site,
+    )
     assert study.returncode == 0, study.stdout[-3000:] + study.stderr[-3000:]
 
     report_args = ["report", "squared_relu.yaml", "--scale", "smoke", "--out", "report"]
@@ -39,8 +48,10 @@ def test_report_of_a_finished_study_whose_plugin_is_gone(tmp_path):
     broken = _cli(report_args, tmp_path, site)
     assert broken.returncode == 0, broken.stderr[-3000:]
     [warning] = [line for line in broken.stderr.splitlines() if line.startswith("warning: squared_relu.yaml")]
-    assert ("mlp component 'squared_relu' (plugin 'my_components' (entry point my_mlp) failed to load: "
-            "ModuleNotFoundError: No module named 'missing_dependency_of_the_plugin')") in warning
+    assert (
+        "mlp component 'squared_relu' (plugin 'my_components' (entry point my_mlp) failed to load: "
+        "ModuleNotFoundError: No module named 'missing_dependency_of_the_plugin')"
+    ) in warning
     assert "study 'squared_relu_smoke'" in warning
     assert "squared_relu" in broken.stdout and "llama" in broken.stdout
     text = (tmp_path / "report" / "report.md").read_text()
@@ -51,7 +62,8 @@ def test_report_of_a_finished_study_whose_plugin_is_gone(tmp_path):
     assert [line for line in gone.stderr.splitlines() if line.startswith(("warning:", "error:"))] == [
         "warning: squared_relu.yaml: mlp component 'squared_relu' (no installed plugin registers it); the report "
         "reads the MLflow store alone: the newest run of each variant of study 'squared_relu_smoke', its verdicts "
-        "by the design the study recorded."]
+        "by the design the study recorded."
+    ]
     assert (tmp_path / "report2" / "report.md").read_text() == text.replace("report/", "report2/")
 
     typo = _cli(["report", "squared_relu.yaml", "--scale", "smok"], tmp_path, None)  # other errors stand

@@ -35,13 +35,24 @@ def corpus(tmp_path_factory):
 
 
 def cli(folder: Path, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", *args], cwd=folder, capture_output=True,
-                          text=True, timeout=timeout, env=env or study_env(folder))
+    return subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or study_env(folder),
+    )
 
 
 def study_env(folder: Path) -> dict[str, str]:
-    return {**os.environ, "CEM_ABLATE_CACHE": own_cache(folder), "HF_DATASETS_OFFLINE": "1",
-            "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "CEM_ABLATE_CACHE": own_cache(folder),
+        "HF_DATASETS_OFFLINE": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, *expected: str) -> str:
@@ -64,8 +75,10 @@ def assert_every_trial_once(folder: Path, name: str) -> None:
     client, runs = mlflow_runs(f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}", name)
     assert len(runs.parents) == 2, [r.info.run_name for r in runs.parents]
     finished = [c for c in runs.children if c.info.status == "FINISHED"]
-    assert len(finished) == N_TRIALS and len({c.data.tags["cem_ablate.slot"] + c.data.tags["mlflow.parentRunId"]
-                                              for c in finished}) == N_TRIALS
+    assert (
+        len(finished) == N_TRIALS
+        and len({c.data.tags["cem_ablate.slot"] + c.data.tags["mlflow.parentRunId"] for c in finished}) == N_TRIALS
+    )
     for child in finished:
         assert max(runs.child_steps(client, child).values()) == 1
 
@@ -81,11 +94,13 @@ def test_two_studies_started_together_on_an_empty_folder(tmp_path, corpus):
     in MLflow's schema migration (`table webhooks already exists`) 4 times in 4."""
     write_study(tmp_path, name="together", grid=GRID, corpus=corpus)
     command = [sys.executable, "-m", "cem_ablate.cli.main", "study", "together.yaml", "--no-report"]
-    first = subprocess.Popen(command, cwd=tmp_path, env=study_env(tmp_path), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        command, cwd=tmp_path, env=study_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     time.sleep(0.3)
-    second = subprocess.Popen(command, cwd=tmp_path, env=study_env(tmp_path), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    second = subprocess.Popen(
+        command, cwd=tmp_path, env=study_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     outputs = [p.communicate(timeout=600)[0] for p in (first, second)]
     assert [first.returncode, second.returncode] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert not any("Traceback" in o for o in outputs)
@@ -103,13 +118,16 @@ def finished_study(tmp_path_factory, corpus):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("store, option, kind, damage", [
-    # in CI each store refusing a damaged file: tests/tracking/test_local_store.py
-    pytest.param("optuna.db", "--storage", "Optuna", "truncate", marks=pytest.mark.soak),
-    pytest.param("mlflow.db", "--tracking-uri", "MLflow", "truncate", marks=pytest.mark.soak),
-    # in CI: make_client refusing a damaged MLflow store (tests/tracking/test_local_store.py)
-    pytest.param("mlflow.db", "--tracking-uri", "MLflow", "overwrite", marks=pytest.mark.soak),
-])
+@pytest.mark.parametrize(
+    "store, option, kind, damage",
+    [
+        # in CI each store refusing a damaged file: tests/tracking/test_local_store.py
+        pytest.param("optuna.db", "--storage", "Optuna", "truncate", marks=pytest.mark.soak),
+        pytest.param("mlflow.db", "--tracking-uri", "MLflow", "truncate", marks=pytest.mark.soak),
+        # in CI: make_client refusing a damaged MLflow store (tests/tracking/test_local_store.py)
+        pytest.param("mlflow.db", "--tracking-uri", "MLflow", "overwrite", marks=pytest.mark.soak),
+    ],
+)
 def test_a_damaged_store_is_one_line_and_left_as_it_is(finished_study, store, option, kind, damage):
     folder = finished_study
     db = folder / "mlruns" / store
@@ -120,9 +138,11 @@ def test_a_damaged_store_is_one_line_and_left_as_it_is(finished_study, store, op
         db.write_bytes(os.urandom(4096) + good[4096:])
     damaged = digest(db)
     try:
-        line = assert_one_error_line(cli(folder, "study", "damaged.yaml", "--no-report"),
-                                     f"error: {option}: {db} is not a readable {kind} database",
-                                     f"mv {db} {db}.damaged")
+        line = assert_one_error_line(
+            cli(folder, "study", "damaged.yaml", "--no-report"),
+            f"error: {option}: {db} is not a readable {kind} database",
+            f"mv {db} {db}.damaged",
+        )
         assert digest(db) == damaged  # nothing written to it
         if store == "optuna.db":  # the dry run reads it too
             assert assert_one_error_line(cli(folder, "study", "damaged.yaml", "--dry-run")) == line
@@ -138,10 +158,21 @@ def test_dry_run_against_an_unreachable_server_is_one_line(tmp_path):
     write_study(tmp_path, name="nowhere", grid=GRID)
     port = rig.free_port()  # nothing listens there
     start = time.monotonic()
-    proc = cli(tmp_path, "study", "nowhere.yaml", "--dry-run", "--storage",
-               f"postgresql://cem:s3cret-dry@127.0.0.1:{port}/optuna", timeout=120)
-    assert_one_error_line(proc, f"error: --storage: cannot connect to postgresql://cem@127.0.0.1:{port}/optuna",
-                          "Connection refused", "start the database server")
+    proc = cli(
+        tmp_path,
+        "study",
+        "nowhere.yaml",
+        "--dry-run",
+        "--storage",
+        f"postgresql://cem:s3cret-dry@127.0.0.1:{port}/optuna",
+        timeout=120,
+    )
+    assert_one_error_line(
+        proc,
+        f"error: --storage: cannot connect to postgresql://cem@127.0.0.1:{port}/optuna",
+        "Connection refused",
+        "start the database server",
+    )
     assert "s3cret-dry" not in proc.stdout + proc.stderr
     assert time.monotonic() - start < 60
     assert not (tmp_path / "mlruns").exists()
@@ -154,8 +185,11 @@ def small_disk(folder: Path, size_mb: int):
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("a size-limited filesystem needs root (mount -t tmpfs)")
     folder.mkdir(parents=True, exist_ok=True)
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(folder)],
-                          capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
     try:
@@ -178,20 +212,29 @@ def fill(folder: Path, leave_kib: int) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("leave_kib, workers", [
-    pytest.param(200, 1, marks=pytest.mark.soak),  # full while the stores are created (SQLite: "database or disk is full")
-    (2600, 1),  # full mid-study: a checkpoint (OSError ENOSPC) or an MLflow write
-    pytest.param(2600, 2, marks=pytest.mark.soak),  # the same in worker processes: the coordinator says their error once
-])
+@pytest.mark.parametrize(
+    "leave_kib, workers",
+    [
+        pytest.param(
+            200, 1, marks=pytest.mark.soak
+        ),  # full while the stores are created (SQLite: "database or disk is full")
+        (2600, 1),  # full mid-study: a checkpoint (OSError ENOSPC) or an MLflow write
+        pytest.param(
+            2600, 2, marks=pytest.mark.soak
+        ),  # the same in worker processes: the coordinator says their error once
+    ],
+)
 def test_a_full_disk_is_one_line_and_the_rerun_finishes(tmp_path, corpus, leave_kib, workers):
     with small_disk(tmp_path / "disk", 24) as disk:
         write_study(disk, name="full", grid=GRID, corpus=corpus)
         env = study_env(tmp_path)  # the caches off the small disk
         filler = fill(disk, leave_kib)
-        line = assert_one_error_line(cli(disk, "study", "full.yaml", "--no-report", "--workers", str(workers),
-                                         env=env),
-                                     f"error: disk full writing {disk}/", " free on its disk)",
-                                     "free space there and rerun the same command")
+        line = assert_one_error_line(
+            cli(disk, "study", "full.yaml", "--no-report", "--workers", str(workers), env=env),
+            f"error: disk full writing {disk}/",
+            " free on its disk)",
+            "free space there and rerun the same command",
+        )
         filler.unlink()
         proc = cli(disk, "study", "full.yaml", "--no-report", env=env)
         assert proc.returncode == 0, line + "\n" + proc.stdout[-2000:] + proc.stderr[-3000:]

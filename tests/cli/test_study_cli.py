@@ -49,16 +49,22 @@ def _statistics_alpha(m):
     m["statistics"] = {"alpha": 0.7}
 
 
-@pytest.mark.parametrize("change, expected", [
-    (_unknown_axis, "axes.model.attention.heads: unknown key for attention 'llama' 'heads'"),
-    (_empty_grid, "lr_search.grid: must hold at least one learning rate."),
-    (_negative_lr, "lr_search.grid[1]: learning rates must be > 0, got -0.001."),
-    (_one_rate, "lr_search.grid: one learning rate (0.002) estimates no lr*: list at least three rates, or set "
-                "lr_search.fixed: true to compare the variants at this rate."),
-    (_unknown_component, "variants[1].set.model.attention: unknown attention component 'flash_cem'"),
-    (_statistics_typo, "statistics.corection: unknown key 'corection'. Did you mean 'correction'?"),
-    (_statistics_alpha, "statistics.alpha: must be in (0, 0.5), got 0.7."),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (_unknown_axis, "axes.model.attention.heads: unknown key for attention 'llama' 'heads'"),
+        (_empty_grid, "lr_search.grid: must hold at least one learning rate."),
+        (_negative_lr, "lr_search.grid[1]: learning rates must be > 0, got -0.001."),
+        (
+            _one_rate,
+            "lr_search.grid: one learning rate (0.002) estimates no lr*: list at least three rates, or set "
+            "lr_search.fixed: true to compare the variants at this rate.",
+        ),
+        (_unknown_component, "variants[1].set.model.attention: unknown attention component 'flash_cem'"),
+        (_statistics_typo, "statistics.corection: unknown key 'corection'. Did you mean 'correction'?"),
+        (_statistics_alpha, "statistics.alpha: must be in (0, 0.5), got 0.7."),
+    ],
+)
 def test_malformed_study_exits_with_one_line_and_touches_nothing(tmp_path, monkeypatch, capsys, change, expected):
     monkeypatch.chdir(tmp_path)
     path = bad_study(tmp_path, change)
@@ -71,11 +77,26 @@ def test_malformed_study_exits_with_one_line_and_touches_nothing(tmp_path, monke
 def test_malformed_study_as_a_real_process(tmp_path):
     path = bad_study(tmp_path, _negative_lr)
     storage = tmp_path / "elsewhere" / "optuna.db"
-    proc = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "study", str(path), "--workers", "2",
-                           "--storage", f"sqlite:///{storage}"], cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cem_ablate.cli.main",
+            "study",
+            str(path),
+            "--workers",
+            "2",
+            "--storage",
+            f"sqlite:///{storage}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"error: {path}: lr_search.grid[1]: learning rates must be > 0, "
-                                                "got -0.001."]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {path}: lr_search.grid[1]: learning rates must be > 0, got -0.001."
+    ]
     assert not storage.parent.exists() and not (tmp_path / "mlruns").exists()
 
 
@@ -86,8 +107,9 @@ def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == "error: --workers: must be at least 1, got 0.\n"
     assert main(["study", str(path), "--scale", "huge"]) == 2
     # this file has no `scale:`: say so, not "unknown scale 'huge'. Allowed: ."
-    assert capsys.readouterr().err == (f"error: {path}: --scale: the study file defines no scales (no `scale:` "
-                                       "mapping), so there is no 'huge'.\n")
+    assert capsys.readouterr().err == (
+        f"error: {path}: --scale: the study file defines no scales (no `scale:` mapping), so there is no 'huge'.\n"
+    )
     assert main(["study", str(path), "--storage", "sqlite:///:memory:"]) == 2
     assert "workers cannot share it" in capsys.readouterr().err
     assert main(["study", str(path), "--dry-run", "--cpu-gflops", "0"]) == 2
@@ -102,8 +124,13 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, monkeypatch, capsy
     path = write_study(tmp_path, grid=[5e-4, 1e-3, 2e-3], axes={"model.n_layers": [1, 2]})
     assert main(["study", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    for text in ("llama,n_layers=1", "cem_attention,n_layers=2", "0.0005, 0.001, 0.002", "total: 12 trials",
-                 "GPU time"):
+    for text in (
+        "llama,n_layers=1",
+        "cem_attention,n_layers=2",
+        "0.0005, 0.001, 0.002",
+        "total: 12 trials",
+        "GPU time",
+    ):
         assert text in out
     assert not (tmp_path / "mlruns").exists()
 
@@ -148,9 +175,11 @@ def test_report_of_an_unknown_study_and_store(tmp_path, monkeypatch, capsys):
 
 
 def test_help_is_fast_and_does_not_import_heavy_modules():
-    code = ("import sys; from cem_ablate.cli.main import main\n"
-            "try:\n    main(['study', '--help'])\nexcept SystemExit:\n    pass\n"
-            "assert not {'torch', 'lightning', 'mlflow', 'optuna'} & set(sys.modules), sorted(sys.modules)\n")
+    code = (
+        "import sys; from cem_ablate.cli.main import main\n"
+        "try:\n    main(['study', '--help'])\nexcept SystemExit:\n    pass\n"
+        "assert not {'torch', 'lightning', 'mlflow', 'optuna'} & set(sys.modules), sorted(sys.modules)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "--workers" in proc.stdout and "--dry-run" in proc.stdout
@@ -174,18 +203,28 @@ def test_ui_serves_the_store_on_localhost_and_stops_cleanly(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "cem_ablate.cli.main", "ui", "--port", str(port), "--study", "shown"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cem_ablate.cli.main", "ui", "--port", str(port), "--study", "shown"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith(f"MLflow UI: http://127.0.0.1:{port}/#/experiments/"), line
         assert "workflowType=machine_learning" in line
         # then one line per study: its plain experiment URL (tracking.ui_app opens it on the runs table)
-        assert proc.stdout.readline().strip() == f"shown: http://127.0.0.1:{port}/#/experiments/{tracker.experiment_id()}"
+        assert (
+            proc.stdout.readline().strip() == f"shown: http://127.0.0.1:{port}/#/experiments/{tracker.experiment_id()}"
+        )
         query = json.dumps({"experiment_ids": [tracker.experiment_id()]}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", data=query,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+            data=query,
+            headers={"Content-Type": "application/json"},
+        )
         runs = json.load(urllib.request.urlopen(request, timeout=10))["runs"]
         assert len(runs) == 2  # the parent and its child
     finally:

@@ -81,8 +81,12 @@ def test_kill_9_and_rerun_ends_like_the_uninterrupted_run(tmp_path, isolated_cac
     assert "Restored all states" in rerun.stderr
     resumed = json.loads((run_dir / "result.json").read_text())
 
-    straight = train_run(parse_run_config(yaml.safe_load(config.read_text())), run_dir=tmp_path / "straight",
-                         tracking_uri=f"sqlite:///{tmp_path / 'other.db'}", progress=False)
+    straight = train_run(
+        parse_run_config(yaml.safe_load(config.read_text())),
+        run_dir=tmp_path / "straight",
+        tracking_uri=f"sqlite:///{tmp_path / 'other.db'}",
+        progress=False,
+    )
     assert resumed["status"] == "finished" and resumed["steps"] == 40
     assert resumed["test_loss"] == pytest.approx(straight.test_loss, abs=1e-4)
     assert resumed["val_loss"] == pytest.approx(straight.val_loss, abs=1e-4)
@@ -100,8 +104,16 @@ def test_bad_config_is_one_line_and_touches_nothing(tmp_path, isolated_cache):
 
 def test_dry_run_prints_the_resolved_run(tmp_path, isolated_cache):
     config = write_config(tmp_path / "dry.yaml")
-    done = cli(config, "model.size=86M", "model.vocab_size=32000", "train.max_steps=null",
-               "train.token_budget=chinchilla", "--dry-run", cwd=tmp_path, env_cache=isolated_cache)
+    done = cli(
+        config,
+        "model.size=86M",
+        "model.vocab_size=32000",
+        "train.max_steps=null",
+        "train.token_budget=chinchilla",
+        "--dry-run",
+        cwd=tmp_path,
+        env_cache=isolated_cache,
+    )
     assert done.returncode == 0, done.stderr
     assert "1,727,429,760 tokens (chinchilla" in done.stdout  # 20 x 86,371,488 (the paper's vocabulary)
     assert "parameters:" in done.stdout and "training FLOPs" in done.stdout
@@ -114,9 +126,15 @@ def test_a_dead_tracking_server_is_one_error_line_before_training(tmp_path, isol
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    done = cli(write_config(tmp_path / "dead.yaml"), "--tracking-uri", f"http://127.0.0.1:{port}",
-               cwd=tmp_path, env_cache=isolated_cache)
+    done = cli(
+        write_config(tmp_path / "dead.yaml"),
+        "--tracking-uri",
+        f"http://127.0.0.1:{port}",
+        cwd=tmp_path,
+        env_cache=isolated_cache,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"error: --tracking-uri: cannot reach the MLflow server http://127.0.0.1:{port}: [Errno 111] Connection refused"]
+        f"error: --tracking-uri: cannot reach the MLflow server http://127.0.0.1:{port}: [Errno 111] Connection refused"
+    ]
     assert not (tmp_path / "runs").exists()

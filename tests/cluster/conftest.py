@@ -57,8 +57,15 @@ def host_env(tmp_path):
     def env(host: rig.Host, **extra: str) -> dict[str, str]:
         cache = tmp_path / "cache" / host.hostname
         cache.mkdir(parents=True, exist_ok=True)
-        return {**os.environ, "CEM_ABLATE_CACHE": str(cache), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
-                "MLFLOW_DISABLE_TELEMETRY": "true", "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONUNBUFFERED": "1", **extra}
+        return {
+            **os.environ,
+            "CEM_ABLATE_CACHE": str(cache),
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+            **extra,
+        }
 
     return env

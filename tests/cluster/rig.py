@@ -98,11 +98,21 @@ class Host:
 
     def popen(self, cmd: list[str], *, env: dict[str, str], log: Path, cwd: Path | None = None) -> subprocess.Popen:
         """Start `cmd` on this host: its network namespace and its own hostname."""
-        wrapped = ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "sh", "-c",
-                   f'hostname {self.hostname} && exec "$@"', "sh", *cmd]
+        wrapped = [
+            "ip",
+            "netns",
+            "exec",
+            self.namespace,
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            f'hostname {self.hostname} && exec "$@"',
+            "sh",
+            *cmd,
+        ]
         out = open(log, "ab")
-        proc = subprocess.Popen(wrapped, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(wrapped, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         self.procs.append(proc)
         return proc
@@ -181,8 +191,11 @@ class Network:
 
 
 def _unused_subnet() -> ipaddress.IPv4Network:
-    taken = [ipaddress.ip_interface(word).network
-             for word in run("ip", "-o", "-4", "addr").stdout.split() if "/" in word and word[0].isdigit()]
+    taken = [
+        ipaddress.ip_interface(word).network
+        for word in run("ip", "-o", "-4", "addr").stdout.split()
+        if "/" in word and word[0].isdigit()
+    ]
     start = os.getpid() % 200  # concurrent rigs (several sessions) start their search apart
     candidates = list(SUBNETS.subnets(new_prefix=24))
     for net in candidates[start:] + candidates[:start]:
@@ -210,14 +223,22 @@ class Postgres:
         data, pwfile = root / "data", root / "pwfile"
         pwfile.write_text(PG_PASSWORD + "\n")
         shutil.chown(pwfile, "postgres", "postgres")
-        _as_postgres(f"{bin_dir}/initdb -D {data} -U postgres --pwfile={pwfile} -A scram-sha-256 "
-                     "--no-sync --locale=C.UTF-8 -E UTF8")
+        _as_postgres(
+            f"{bin_dir}/initdb -D {data} -U postgres --pwfile={pwfile} -A scram-sha-256 "
+            "--no-sync --locale=C.UTF-8 -E UTF8"
+        )
         with open(data / "pg_hba.conf", "a") as hba:  # the rig's hosts connect over the bridge
             for address in listen:
                 hba.write(f"host all all {ipaddress.ip_network(address + '/24', strict=False)} scram-sha-256\n")
         port = free_port()
-        server = cls(bin_dir, data, listen[0] if listen else "127.0.0.1", port, root / "server.log",
-                     ",".join(["127.0.0.1", *listen]))
+        server = cls(
+            bin_dir,
+            data,
+            listen[0] if listen else "127.0.0.1",
+            port,
+            root / "server.log",
+            ",".join(["127.0.0.1", *listen]),
+        )
         server.start_server()
         server._create(databases)
         return server
@@ -225,9 +246,11 @@ class Postgres:
     def start_server(self) -> None:
         """Start the server on its data folder (again, after `stop`: same port, same data)."""
         root = self.data.parent
-        _as_postgres(f"{self.bin}/pg_ctl -D {self.data} -l {self.log} -w -t 60 -o "
-                     f"\"-p {self.port} -k {root} -c listen_addresses='{self.addresses}' -c fsync=off "
-                     f"-c max_connections=200\" start")
+        _as_postgres(
+            f"{self.bin}/pg_ctl -D {self.data} -l {self.log} -w -t 60 -o "
+            f"\"-p {self.port} -k {root} -c listen_addresses='{self.addresses}' -c fsync=off "
+            f'-c max_connections=200" start'
+        )
 
     def _create(self, databases: tuple[str, ...]) -> None:
         import psycopg
@@ -237,8 +260,7 @@ class Postgres:
             for name in databases:
                 conn.execute(f"CREATE DATABASE {name} OWNER {PG_USER}")
 
-    def url(self, database: str, *, user: str = PG_USER, password: str = PG_PASSWORD,
-            host: str | None = None) -> str:
+    def url(self, database: str, *, user: str = PG_USER, password: str = PG_PASSWORD, host: str | None = None) -> str:
         return f"postgresql://{user}:{password}@{host or self.host}:{self.port}/{database}"
 
     def stop(self, mode: str = "immediate") -> None:
@@ -250,8 +272,7 @@ class Postgres:
 
 
 def _as_postgres(command: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c", command], capture_output=True, text=True,
-                          cwd="/")
+    proc = subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c", command], capture_output=True, text=True, cwd="/")
     if check and proc.returncode != 0:
         raise RuntimeError(f"{command!r} failed: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
@@ -275,10 +296,27 @@ class MlflowServer:
         log = folder / "mlflow-server.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_store_uri,
-                 "--artifacts-destination", str(folder / "artifacts"), "--host", host, "--port", str(port),
-                 "--workers", "1"],
-                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "mlflow",
+                    "server",
+                    "--backend-store-uri",
+                    backend_store_uri,
+                    "--artifacts-destination",
+                    str(folder / "artifacts"),
+                    "--host",
+                    host,
+                    "--port",
+                    str(port),
+                    "--workers",
+                    "1",
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         server = cls(proc, f"http://{host}:{port}", log)
         try:
             wait_until(server.healthy, 180, f"the MLflow server ({log})", interval=0.5)

@@ -20,9 +20,26 @@ HEARTBEAT_S, GRACE_S = 2, 20
 
 def study_command(file: Path, storage: str, tracking_uri: str, workdir: Path) -> list[str]:
     """The command every host runs (docs/reproducing.md, "Many machines")."""
-    return [sys.executable, "-m", "cem_ablate.cli.main", "study", str(file), "--workers", "1",
-            "--storage", storage, "--tracking-uri", tracking_uri, "--workdir", str(workdir),
-            "--heartbeat", str(HEARTBEAT_S), "--grace", str(GRACE_S), "--no-report"]
+    return [
+        sys.executable,
+        "-m",
+        "cem_ablate.cli.main",
+        "study",
+        str(file),
+        "--workers",
+        "1",
+        "--storage",
+        storage,
+        "--tracking-uri",
+        tracking_uri,
+        "--workdir",
+        str(workdir),
+        "--heartbeat",
+        str(HEARTBEAT_S),
+        "--grace",
+        str(GRACE_S),
+        "--no-report",
+    ]
 
 
 def make_study(folder: Path, name: str, corpus: Path, grid, max_steps: int, variants: int = 2, **train) -> Path:
@@ -62,8 +79,15 @@ def optuna_trials(storage_url: str, study_name: str) -> list[Trial]:
             continue
         for t in storage.get_all_trials(storage.get_study_id_from_name(summary.study_name), deepcopy=False):
             worker = t.user_attrs.get("worker") or {}
-            out.append(Trial(summary.study_name, str(t.user_attrs.get("slot")), t.state.name,
-                             worker.get("host") if isinstance(worker, dict) else None, t.user_attrs.get("status")))
+            out.append(
+                Trial(
+                    summary.study_name,
+                    str(t.user_attrs.get("slot")),
+                    t.state.name,
+                    worker.get("host") if isinstance(worker, dict) else None,
+                    t.user_attrs.get("status"),
+                )
+            )
     storage.engine.dispose()
     return out
 

@@ -19,10 +19,13 @@ pytestmark = pytest.mark.cluster
 def study_cli(tmp_path, storage: str, *extra: str, block_driver: bool = False) -> subprocess.CompletedProcess:
     file = write_study(tmp_path, name="stores")
     prelude = "import sys; sys.modules['psycopg'] = None\n" if block_driver else ""  # as if not installed
-    code = prelude + ("from cem_ablate.cli.main import main\n"
-                      f"sys.exit(main({['study', str(file), '--storage', storage, *extra]!r}))\n")
-    return subprocess.run([sys.executable, "-c", "import sys\n" + code], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    code = prelude + (
+        "from cem_ablate.cli.main import main\n"
+        f"sys.exit(main({['study', str(file), '--storage', storage, *extra]!r}))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", "import sys\n" + code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, *expected: str, key: str = "--storage") -> None:
@@ -114,18 +117,36 @@ def test_a_storage_outage_mid_study_is_waited_out(postgres, mlflow_server, rig_c
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE outage OWNER {rig.PG_USER}")
     name, grid = "rig-outage", (2.1e-3, 4.2e-3)
-    file = make_study(tmp_path, name, rig_corpus, grid, max_steps=60, variants=1,
-                      ckpt_every_n_steps=10, val_every_n_steps=30, log_every_n_steps=1)
+    file = make_study(
+        tmp_path,
+        name,
+        rig_corpus,
+        grid,
+        max_steps=60,
+        variants=1,
+        ckpt_every_n_steps=10,
+        val_every_n_steps=30,
+        log_every_n_steps=1,
+    )
     storage = postgres.url("outage", host="127.0.0.1")
     log = tmp_path / "worker.log"
-    env = {**os.environ, "CEM_ABLATE_CACHE": str(tmp_path / "cache"), "HF_DATASETS_OFFLINE": "1",
-           "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "CEM_ABLATE_CACHE": str(tmp_path / "cache"),
+        "HF_DATASETS_OFFLINE": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PYTHONUNBUFFERED": "1",
+    }
     with open(log, "wb") as out:
-        worker = subprocess.Popen(study_command(file, storage, mlflow_server.url, tmp_path / "work"), env=env,
-                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        worker = subprocess.Popen(
+            study_command(file, storage, mlflow_server.url, tmp_path / "work"),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
-        rig.wait_until(lambda: next((tmp_path / "work").rglob("last.ckpt"), None), 240, "a checkpoint",
-                       interval=0.05)
+        rig.wait_until(lambda: next((tmp_path / "work").rglob("last.ckpt"), None), 240, "a checkpoint", interval=0.05)
         os.killpg(worker.pid, signal.SIGSTOP)  # the outage starts mid-trial, whatever the worker's speed
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute("ALTER DATABASE outage ALLOW_CONNECTIONS false")
@@ -147,7 +168,6 @@ def test_a_storage_outage_mid_study_is_waited_out(postgres, mlflow_server, rig_c
     assert len(runs.children) == len(grid)
     for child in runs.children:
         assert max(runs.child_steps(client, child).values()) == 1  # trained once
-
 
 
 @pytest.fixture

@@ -28,8 +28,12 @@ def test_two_hosts_train_every_grid_point_once(network, postgres, mlflow_server,
     file = make_study(tmp_path, name, rig_corpus, grid, max_steps=4)
     hosts = network.hosts[:2]
     logs = host_logs(tmp_path, hosts)
-    procs = [h.popen(study_command(file, postgres.url("optuna"), mlflow_server.url, tmp_path / "work"),
-                     env=host_env(h), log=log) for h, log in zip(hosts, logs)]
+    procs = [
+        h.popen(
+            study_command(file, postgres.url("optuna"), mlflow_server.url, tmp_path / "work"), env=host_env(h), log=log
+        )
+        for h, log in zip(hosts, logs)
+    ]
     assert wait_all(procs, 240, logs) == [0, 0], "\n".join(tail(p) for p in logs)
     assert not any(rig.PG_PASSWORD in log.read_text(errors="replace") for log in logs)  # masked everywhere
 
@@ -79,12 +83,23 @@ def test_losing_a_host_mid_trial_retries_it_once(network, postgres, mlflow_serve
     see the same --workdir, from step 0 when each host has its own disk. Both cases
     run at once, as two studies on four hosts."""
     h = network.hosts
-    cases = [HostLoss("rig-loss-shared", (1.3e-3, 2.6e-3), True, h[0], h[1], tmp_path / "shared"),
-             HostLoss("rig-loss-own", (1.7e-3, 3.4e-3), False, h[2], h[3], tmp_path / "own")]
+    cases = [
+        HostLoss("rig-loss-shared", (1.3e-3, 2.6e-3), True, h[0], h[1], tmp_path / "shared"),
+        HostLoss("rig-loss-own", (1.7e-3, 3.4e-3), False, h[2], h[3], tmp_path / "own"),
+    ]
     for case in cases:
         case.folder.mkdir()
-        make_study(case.folder, case.name, rig_corpus, case.grid, max_steps=60, variants=1,
-                   ckpt_every_n_steps=10, val_every_n_steps=30, log_every_n_steps=1)
+        make_study(
+            case.folder,
+            case.name,
+            rig_corpus,
+            case.grid,
+            max_steps=60,
+            variants=1,
+            ckpt_every_n_steps=10,
+            val_every_n_steps=30,
+            log_every_n_steps=1,
+        )
     victims = [case.start(case.victim, postgres, mlflow_server, host_env) for case in cases]
     frozen: dict[int, Path] = {}
 
@@ -101,7 +116,9 @@ def test_losing_a_host_mid_trial_retries_it_once(network, postgres, mlflow_serve
     try:
         rig.wait_until(freeze_at_checkpoints, 240, "a checkpoint on every victim", interval=0.05)
     except TimeoutError as err:
-        raise AssertionError("\n".join([str(err), *(tail(c.folder / f"{c.victim.hostname}.log") for c in cases)])) from err
+        raise AssertionError(
+            "\n".join([str(err), *(tail(c.folder / f"{c.victim.hostname}.log") for c in cases)])
+        ) from err
     survivors = []
     for i, (case, victim_proc) in enumerate(zip(cases, victims)):
         assert not (frozen[i].parent.parent / "result.json").exists(), "the victim finished before it stopped"

@@ -23,8 +23,11 @@ def running_trial_pid(storage_url: str, run_dir: str) -> int | None:
     storage = optuna.storages.RDBStorage(storage_url)
     try:
         for summary in storage.get_all_studies():
-            for t in storage.get_all_trials(storage.get_study_id_from_name(summary.study_name), deepcopy=False,
-                                            states=(optuna.trial.TrialState.RUNNING,)):
+            for t in storage.get_all_trials(
+                storage.get_study_id_from_name(summary.study_name),
+                deepcopy=False,
+                states=(optuna.trial.TrialState.RUNNING,),
+            ):
                 if t.user_attrs.get("run_dir") == run_dir:
                     return int(t.user_attrs["worker"]["pid"])
     finally:
@@ -41,12 +44,26 @@ def signal_group(proc: subprocess.Popen, sig: int) -> None:
 def test_a_killed_and_restarted_worker_loses_no_trial(postgres, mlflow_server, rig_corpus, tmp_path):
     name = "rig-restart"
     grid = (1.9e-3, 3.8e-3)
-    file = make_study(tmp_path, name, rig_corpus, grid, max_steps=STEPS, variants=1,
-                      ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=30, log_every_n_steps=1)
+    file = make_study(
+        tmp_path,
+        name,
+        rig_corpus,
+        grid,
+        max_steps=STEPS,
+        variants=1,
+        ckpt_every_n_steps=CKPT_EVERY,
+        val_every_n_steps=30,
+        log_every_n_steps=1,
+    )
     storage = postgres.url("optuna", host="127.0.0.1")
     command = study_command(file, storage, mlflow_server.url, tmp_path / "work")
-    env = {**os.environ, "CEM_ABLATE_CACHE": str(tmp_path / "cache"), "HF_DATASETS_OFFLINE": "1",
-           "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "CEM_ABLATE_CACHE": str(tmp_path / "cache"),
+        "HF_DATASETS_OFFLINE": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PYTHONUNBUFFERED": "1",
+    }
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
 
     def start(i: int) -> subprocess.Popen:
@@ -55,8 +72,9 @@ def test_a_killed_and_restarted_worker_loses_no_trial(postgres, mlflow_server, r
 
     workers = [start(0), start(1)]
     try:
-        checkpoint = rig.wait_until(lambda: next((tmp_path / "work").rglob("last.ckpt"), None), 240,
-                                    "a first checkpoint", interval=0.05)
+        checkpoint = rig.wait_until(
+            lambda: next((tmp_path / "work").rglob("last.ckpt"), None), 240, "a first checkpoint", interval=0.05
+        )
         for w in workers:  # hold both still while we find whose trial it is
             signal_group(w, signal.SIGSTOP)
         run_dir = checkpoint.parent.parent

@@ -11,8 +11,7 @@ def build_sublayer(kind: str, sub_cfg: dict, d_model=24, n_heads=3, d_mlp=40, se
     """One block's sublayer in float64, with every parameter randomized (so that
     zero-initialized parts such as KQ diagonals, self biases and low-rank V matter)."""
     torch.manual_seed(seed)
-    cfg = {"d_model": d_model, "n_layers": 1, "n_heads": n_heads, "d_mlp": d_mlp, "vocab_size": 11,
-           kind: sub_cfg}
+    cfg = {"d_model": d_model, "n_layers": 1, "n_heads": n_heads, "d_mlp": d_mlp, "vocab_size": 11, kind: sub_cfg}
     model = build_model(cfg).double()
     layer = getattr(model.blocks[0], kind)
     with torch.no_grad():

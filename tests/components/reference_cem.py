@@ -112,8 +112,7 @@ def attention_update(layer, h, diag_update="paper", step_size=1.0):
     return update
 
 
-def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0, recursion_state="raw",
-                      backprop_steps=None):
+def attention_forward(layer, h, steps, diag_update="paper", step_size=1.0, recursion_state="raw", backprop_steps=None):
     update = attention_update(layer, h, diag_update, step_size)
     return recursion(h, layer.norm.weight, steps, update, recursion_state, backprop_steps)
 

@@ -14,8 +14,9 @@ import torch.nn.functional as F
 from tests.components.reference_cem import dense_preconditioner, rms_norm
 
 
-def momentum_recursion(h, gain, steps, update, method="gd", mu=0.0, recursion_state="raw", backprop_steps=None,
-                       query_states=None):
+def momentum_recursion(
+    h, gain, steps, update, method="gd", mu=0.0, recursion_state="raw", backprop_steps=None, query_states=None
+):
     """docs/design/energy-lens.md#s11-1-momentum around `update(u)` = eta Delta(u):
 
         v^0 = 0;  y^t = x^t (gd, heavy_ball) or x^t + mu v^t (nesterov)

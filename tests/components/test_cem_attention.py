@@ -14,9 +14,16 @@ PRECONDS = ["identity", "diag", {"name": "diag_lowrank", "rank": 3}]
 
 @pytest.mark.parametrize("kq,update,steps", list(itertools.product(KQ, UPDATES, [1, 2])))
 def test_matches_independent_reference(kq, update, steps):
-    layer = build_sublayer("attention", {"name": "cem", "steps": steps, "kq_diag": kq,
-                                         "diag_update": update,
-                                         "preconditioner": {"name": "diag_lowrank", "rank": 3}})
+    layer = build_sublayer(
+        "attention",
+        {
+            "name": "cem",
+            "steps": steps,
+            "kq_diag": kq,
+            "diag_update": update,
+            "preconditioner": {"name": "diag_lowrank", "rank": 3},
+        },
+    )
     h = random_stream()
     expected = ref.attention_forward(layer, h, steps, diag_update=update)
     assert torch.allclose(layer(h), expected, atol=1e-9, rtol=0)
@@ -24,8 +31,9 @@ def test_matches_independent_reference(kq, update, steps):
 
 @pytest.mark.parametrize("precond", PRECONDS)
 def test_preconditioners_match_reference(precond):
-    layer = build_sublayer("attention", {"name": "cem", "steps": 2, "kq_diag": "shared",
-                                         "preconditioner": precond, "step_size": 0.7})
+    layer = build_sublayer(
+        "attention", {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": precond, "step_size": 0.7}
+    )
     h = random_stream()
     expected = ref.attention_forward(layer, h, 2, step_size=0.7)
     assert torch.allclose(layer(h), expected, atol=1e-9, rtol=0)
@@ -69,8 +77,10 @@ def test_paper_diag_update_leaves_out_the_diagonal_gradient():
 ATTENTION_VARIANTS = [
     {"name": "llama"},
     {"name": "llama", "steps": 2, "depth_mode": "reuse"},
-    *[{"name": "cem", "kq_diag": kq, "diag_update": up, "steps": t}
-      for kq, up, t in itertools.product(KQ, UPDATES, [1, 2])],
+    *[
+        {"name": "cem", "kq_diag": kq, "diag_update": up, "steps": t}
+        for kq, up, t in itertools.product(KQ, UPDATES, [1, 2])
+    ],
     {"name": "cem", "steps": 2, "depth_mode": "reuse", "preconditioner": "diag"},
 ]
 
@@ -80,8 +90,9 @@ def test_causality(sub):
     from cem_ablate import build_model
 
     torch.manual_seed(0)
-    model = build_model({"d_model": 24, "n_layers": 2, "n_heads": 3, "d_mlp": 40, "vocab_size": 11,
-                         "attention": sub}).double()
+    model = build_model(
+        {"d_model": 24, "n_layers": 2, "n_heads": 3, "d_mlp": 40, "vocab_size": 11, "attention": sub}
+    ).double()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "kq_diag" in name or "self_bias" in name:
@@ -90,7 +101,7 @@ def test_causality(sub):
     out = model.blocks[0](h)
     for i in range(6):
         (grad,) = torch.autograd.grad(out[:, i].sum(), h, retain_graph=True)
-        assert grad[:, i + 1:].abs().max() == 0 if i < 5 else True
+        assert grad[:, i + 1 :].abs().max() == 0 if i < 5 else True
         assert grad[:, : i + 1].abs().max() > 0
 
 
@@ -111,7 +122,9 @@ def test_norm_module_is_shared_by_context_and_queries():
 
 @pytest.mark.parametrize("kq,shape", [("none", None), ("shared", (24,)), ("per_head", (3, 24))])
 def test_spec_parameter_names_and_shapes(kq, shape):
-    layer = build_sublayer("attention", {"name": "cem", "kq_diag": kq, "preconditioner": {"name": "diag_lowrank", "rank": 2}})
+    layer = build_sublayer(
+        "attention", {"name": "cem", "kq_diag": kq, "preconditioner": {"name": "diag_lowrank", "rank": 2}}
+    )
     params = {n: tuple(p.shape) for n, p in layer.named_parameters()}
     assert params["w_q.weight"] == params["w_k.weight"] == (24, 24)
     assert params["self_bias"] == (3,)

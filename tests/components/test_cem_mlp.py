@@ -12,8 +12,7 @@ PRECONDS = ["identity", "diag", {"name": "diag_lowrank", "rank": 5}]
 @pytest.mark.parametrize("steps", [1, 3])
 @pytest.mark.parametrize("precond", PRECONDS, ids=str)
 def test_matches_independent_reference(steps, precond):
-    layer = build_sublayer("mlp", {"name": "cem", "steps": steps, "preconditioner": precond,
-                                   "step_size": 0.8})
+    layer = build_sublayer("mlp", {"name": "cem", "steps": steps, "preconditioner": precond, "step_size": 0.8})
     h = random_stream()
     assert torch.allclose(layer(h), ref.mlp_forward(layer, h, steps, step_size=0.8), atol=1e-9, rtol=0)
 

@@ -32,17 +32,44 @@ DIMS = {"d_model": 32, "n_layers": 1, "n_heads": 4, "d_mlp": 48, "vocab_size": 5
 BLOCKS = [  # (attention, mlp) sub-configs; together they name every registered attention and MLP
     ({"name": "llama", "steps": 2, "depth_mode": "reuse"}, {"name": "llama"}),
     # docs/design/energy-lens.md#s11-1-momentum momentum (learnable mu, frozen steps: constant x and v) and the hopfield MLP
-    ({"name": "cem", "kq_diag": "shared", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 2},
-      "recursion_state": "normalized", "backprop_steps": 1, "update": "heavy_ball", "learnable_momentum": True},
-     {"name": "hopfield", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 3}, "backprop_steps": 1,
-      "update": "nesterov"}),
-    ({"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "preconditioner": "diag"},
-     {"name": "cem_param_matched", "preconditioner": "diag"}),
-    ({"name": "cem", "kq_diag": "none", "kernel": "sdpa", "steps": 2, "checkpoint_steps": True},
-     {"name": "cem", "steps": 3, "checkpoint_steps": True, "learnable_step_size": True,
-      "recursion_state": "normalized", "update": "nesterov"}),  # per-step checkpoints of x and v
-    ({"name": "cem", "steps": 2, "depth_mode": "reuse", "kq_diag": "none"},
-     {"name": "cem", "steps": 2, "depth_mode": "reuse", "preconditioner": "identity"}),
+    (
+        {
+            "name": "cem",
+            "kq_diag": "shared",
+            "steps": 2,
+            "preconditioner": {"name": "diag_lowrank", "rank": 2},
+            "recursion_state": "normalized",
+            "backprop_steps": 1,
+            "update": "heavy_ball",
+            "learnable_momentum": True,
+        },
+        {
+            "name": "hopfield",
+            "steps": 2,
+            "preconditioner": {"name": "diag_lowrank", "rank": 3},
+            "backprop_steps": 1,
+            "update": "nesterov",
+        },
+    ),
+    (
+        {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "preconditioner": "diag"},
+        {"name": "cem_param_matched", "preconditioner": "diag"},
+    ),
+    (
+        {"name": "cem", "kq_diag": "none", "kernel": "sdpa", "steps": 2, "checkpoint_steps": True},
+        {
+            "name": "cem",
+            "steps": 3,
+            "checkpoint_steps": True,
+            "learnable_step_size": True,
+            "recursion_state": "normalized",
+            "update": "nesterov",
+        },
+    ),  # per-step checkpoints of x and v
+    (
+        {"name": "cem", "steps": 2, "depth_mode": "reuse", "kq_diag": "none"},
+        {"name": "cem", "steps": 2, "depth_mode": "reuse", "preconditioner": "identity"},
+    ),
 ]
 
 
@@ -69,8 +96,11 @@ class Zoo(nn.Module):
 def test_the_zoo_covers_every_registered_sublayer():
     names = {(kind, sub["name"]) for pair in BLOCKS for kind, sub in zip(("attention", "mlp"), pair)}
     for kind in ("attention", "mlp"):  # the built-in zoo: tests elsewhere register test-only components
-        builtin = {s.name for s in registry.all_specs()
-                   if s.kind == kind and getattr(s.factory, "__module__", "").startswith("components.")}
+        builtin = {
+            s.name
+            for s in registry.all_specs()
+            if s.kind == kind and getattr(s.factory, "__module__", "").startswith("components.")
+        }
         assert {n for k, n in names if k == kind} == builtin
 
 

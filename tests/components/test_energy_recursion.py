@@ -22,16 +22,30 @@ STATES = ["raw", "normalized"]
 
 
 def attention(steps, state="raw", k=None, kq="shared", update="paper", impl="reference"):
-    sub = {"name": "cem", "steps": steps, "kq_diag": kq, "diag_update": update, "recursion_state": state,
-           "preconditioner": {"name": "diag_lowrank", "rank": 3}, "step_size": 0.7, "impl": impl}
+    sub = {
+        "name": "cem",
+        "steps": steps,
+        "kq_diag": kq,
+        "diag_update": update,
+        "recursion_state": state,
+        "preconditioner": {"name": "diag_lowrank", "rank": 3},
+        "step_size": 0.7,
+        "impl": impl,
+    }
     if k is not None:
         sub["backprop_steps"] = k
     return build_sublayer("attention", sub)
 
 
 def mlp(steps, state="raw", k=None, impl="reference"):
-    sub = {"name": "cem", "steps": steps, "recursion_state": state,
-           "preconditioner": {"name": "diag_lowrank", "rank": 5}, "step_size": 0.8, "impl": impl}
+    sub = {
+        "name": "cem",
+        "steps": steps,
+        "recursion_state": state,
+        "preconditioner": {"name": "diag_lowrank", "rank": 5},
+        "step_size": 0.8,
+        "impl": impl,
+    }
     if k is not None:
         sub["backprop_steps"] = k
     return build_sublayer("mlp", sub)
@@ -39,8 +53,9 @@ def mlp(steps, state="raw", k=None, impl="reference"):
 
 def reference(layer, h):
     if hasattr(layer, "n_heads"):
-        return ref.attention_forward(layer, h, layer.steps, layer.diag_update, 0.7, layer.recursion_state,
-                                     layer.backprop_steps)
+        return ref.attention_forward(
+            layer, h, layer.steps, layer.diag_update, 0.7, layer.recursion_state, layer.backprop_steps
+        )
     return ref.mlp_forward(layer, h, layer.steps, 0.8, layer.recursion_state, layer.backprop_steps)
 
 
@@ -62,8 +77,9 @@ def assert_matches_reference(layer, h):
 
 # -- recursion_state: normalized --------------------------------------------------------
 @pytest.mark.parametrize("impl", ["reference", "fast"])
-@pytest.mark.parametrize("kq,update,steps", [("none", "paper", 2), ("shared", "paper", 3),
-                                             ("per_head", "exact", 2), ("shared", "exact", 1)])
+@pytest.mark.parametrize(
+    "kq,update,steps", [("none", "paper", 2), ("shared", "paper", 3), ("per_head", "exact", 2), ("shared", "exact", 1)]
+)
 def test_normalized_attention_matches_reference(kq, update, steps, impl):
     assert_matches_reference(attention(steps, "normalized", kq=kq, update=update, impl=impl), random_stream())
 
@@ -146,8 +162,10 @@ def test_truncation_with_checkpointing_and_under_no_grad():
 
 
 def test_energy_trace_under_truncation_and_normalized_state():
-    layer = build_sublayer("attention", {"name": "cem", "steps": 3, "step_size": 0.05, "backprop_steps": 1,
-                                         "recursion_state": "normalized"})
+    layer = build_sublayer(
+        "attention",
+        {"name": "cem", "steps": 3, "step_size": 0.05, "backprop_steps": 1, "recursion_state": "normalized"},
+    )
     layer.track_energy = True
     layer(random_stream()).sum().backward()
     assert len(layer.energy_trace) == 4
@@ -156,12 +174,21 @@ def test_energy_trace_under_truncation_and_normalized_state():
 
 # -- validation -------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["attention", "mlp"])
-@pytest.mark.parametrize("sub,match", [
-    ({"steps": 2, "backprop_steps": 0}, r"model\.{kind}\.backprop_steps: must be at least 1"),
-    ({"steps": 2, "backprop_steps": 3}, r"model\.{kind}\.backprop_steps: must be at most the recursion steps T = 2"),
-    ({"steps": 2, "depth_mode": "reuse", "backprop_steps": 2}, r"model\.{kind}\.backprop_steps: .* T = 1"),
-    ({"recursion_state": "norm"}, r"model\.{kind}\.recursion_state: unknown value 'norm'\. Did you mean 'normalized'"),
-])
+@pytest.mark.parametrize(
+    "sub,match",
+    [
+        ({"steps": 2, "backprop_steps": 0}, r"model\.{kind}\.backprop_steps: must be at least 1"),
+        (
+            {"steps": 2, "backprop_steps": 3},
+            r"model\.{kind}\.backprop_steps: must be at most the recursion steps T = 2",
+        ),
+        ({"steps": 2, "depth_mode": "reuse", "backprop_steps": 2}, r"model\.{kind}\.backprop_steps: .* T = 1"),
+        (
+            {"recursion_state": "norm"},
+            r"model\.{kind}\.recursion_state: unknown value 'norm'\. Did you mean 'normalized'",
+        ),
+    ],
+)
 def test_bad_values_are_one_error_naming_the_key(kind, sub, match):
     with pytest.raises(ConfigError, match=match.format(kind=kind)):
         build_model({"size": "tiny", kind: {"name": "cem", **sub}})

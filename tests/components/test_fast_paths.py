@@ -65,19 +65,34 @@ ATTENTION_CASES = [  # diag_update only matters with a KQ diagonal
 ]
 
 
-@pytest.mark.parametrize("kq,update,steps,precond", ATTENTION_CASES,
-                         ids=lambda v: v["name"] if isinstance(v, dict) else str(v))
+@pytest.mark.parametrize(
+    "kq,update,steps,precond", ATTENTION_CASES, ids=lambda v: v["name"] if isinstance(v, dict) else str(v)
+)
 def test_attention_fast_equals_reference(kq, update, steps, precond):
-    fast, ref = pair("attention", {"name": "cem", "steps": steps, "kq_diag": kq, "diag_update": update,
-                                   "preconditioner": precond, "step_size": 0.7})
+    fast, ref = pair(
+        "attention",
+        {
+            "name": "cem",
+            "steps": steps,
+            "kq_diag": kq,
+            "diag_update": update,
+            "preconditioner": precond,
+            "step_size": 0.7,
+        },
+    )
     assert fast.resolved_kernel(torch.device("cpu")) == "blocked"
     assert_same_function(fast, ref, random_stream())
 
 
 @pytest.mark.parametrize("kq", KQ)
 def test_attention_learnable_step_size_and_checkpointing(kq):
-    sub = {"name": "cem", "steps": 3, "kq_diag": kq, "learnable_step_size": True,
-           "preconditioner": {"name": "diag_lowrank", "rank": 2}}
+    sub = {
+        "name": "cem",
+        "steps": 3,
+        "kq_diag": kq,
+        "learnable_step_size": True,
+        "preconditioner": {"name": "diag_lowrank", "rank": 2},
+    }
     fast, ref = pair("attention", {**sub, "checkpoint_steps": True})
     assert_same_function(fast, ref, random_stream())
     plain, _ = pair("attention", sub)
@@ -144,13 +159,18 @@ def test_mlp_checkpointing_and_learnable_step_size():
     assert_same_function(fast, ref, random_stream())
 
 
-@pytest.mark.parametrize("kind,sub", [
-    ("attention", {"name": "cem", "kq_diag": "shared", "preconditioner": "diag"}),
-    ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "learnable_step_size": True}),
-    ("mlp", {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 3}}),
-], ids=["attention-shared", "attention-exact", "mlp"])
-@pytest.mark.parametrize("state,k,ckpt", [("normalized", None, False), ("normalized", 2, True), ("raw", 1, False),
-                                          ("raw", 2, True)])
+@pytest.mark.parametrize(
+    "kind,sub",
+    [
+        ("attention", {"name": "cem", "kq_diag": "shared", "preconditioner": "diag"}),
+        ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "learnable_step_size": True}),
+        ("mlp", {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 3}}),
+    ],
+    ids=["attention-shared", "attention-exact", "mlp"],
+)
+@pytest.mark.parametrize(
+    "state,k,ckpt", [("normalized", None, False), ("normalized", 2, True), ("raw", 1, False), ("raw", 2, True)]
+)
 def test_recursion_options_fast_equals_reference(kind, sub, state, k, ckpt):
     """recursion_state and backprop_steps (docs/design/layers.md#s2-cem-attention) through the fast path, with checkpointing."""
     opts = {"steps": 3, "recursion_state": state, "checkpoint_steps": ckpt}
@@ -161,12 +181,16 @@ def test_recursion_options_fast_equals_reference(kind, sub, state, k, ckpt):
 
 
 @pytest.mark.parametrize("update", ["heavy_ball", "nesterov"])
-@pytest.mark.parametrize("kind,sub", [
-    ("attention", {"name": "cem", "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank", "rank": 3}}),
-    ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "learnable_momentum": True}),
-    ("mlp", {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 3}, "learnable_momentum": True}),
-    ("mlp", {"name": "hopfield", "preconditioner": "diag", "learnable_step_size": True}),
-], ids=["attention-shared", "attention-exact", "mlp", "hopfield"])
+@pytest.mark.parametrize(
+    "kind,sub",
+    [
+        ("attention", {"name": "cem", "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank", "rank": 3}}),
+        ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "learnable_momentum": True}),
+        ("mlp", {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 3}, "learnable_momentum": True}),
+        ("mlp", {"name": "hopfield", "preconditioner": "diag", "learnable_step_size": True}),
+    ],
+    ids=["attention-shared", "attention-exact", "mlp", "hopfield"],
+)
 @pytest.mark.parametrize("k,ckpt", [(None, False), (2, True)])
 def test_momentum_fast_equals_reference(kind, sub, update, k, ckpt):
     """docs/design/energy-lens.md#s11-1-momentum momentum through the fast path, with truncation and checkpointing."""
@@ -192,13 +216,19 @@ def test_checkpointing_keeps_the_energy_trace():
     assert all(b < a for a, b in zip(layer.energy_trace, layer.energy_trace[1:]))
 
 
-@pytest.mark.parametrize("kind,sub", [
-    ("attention", {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": "diag_lowrank"}),
-    ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact"}),
-    ("mlp", {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank"}),
-    ("attention", {"name": "cem", "steps": 3, "kq_diag": "shared", "update": "nesterov", "learnable_momentum": True}),
-    ("mlp", {"name": "hopfield", "steps": 3, "update": "heavy_ball", "preconditioner": "diag_lowrank"}),
-])
+@pytest.mark.parametrize(
+    "kind,sub",
+    [
+        ("attention", {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": "diag_lowrank"}),
+        ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact"}),
+        ("mlp", {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank"}),
+        (
+            "attention",
+            {"name": "cem", "steps": 3, "kq_diag": "shared", "update": "nesterov", "learnable_momentum": True},
+        ),
+        ("mlp", {"name": "hopfield", "steps": 3, "update": "heavy_ball", "preconditioner": "diag_lowrank"}),
+    ],
+)
 def test_bf16_autocast_stays_close_to_float32(kind, sub):
     """Mixed precision: the fast kernels keep scores and probabilities in float32."""
     fast = build_sublayer(kind, sub).float()

@@ -35,14 +35,35 @@ def small_blocks(monkeypatch):
 
 
 def attention(update="heavy_ball", steps=3, kq="shared", diag_update="paper", precond=PRECONDS[2], **extra):
-    return build_sublayer("attention", {"name": "cem", "steps": steps, "kq_diag": kq, "diag_update": diag_update,
-                                        "preconditioner": precond, "step_size": ATT_STEP, "update": update,
-                                        "momentum": MU, **extra})
+    return build_sublayer(
+        "attention",
+        {
+            "name": "cem",
+            "steps": steps,
+            "kq_diag": kq,
+            "diag_update": diag_update,
+            "preconditioner": precond,
+            "step_size": ATT_STEP,
+            "update": update,
+            "momentum": MU,
+            **extra,
+        },
+    )
 
 
 def mlp(name="cem", update="heavy_ball", steps=3, precond=PRECONDS[2], **extra):
-    return build_sublayer("mlp", {"name": name, "steps": steps, "preconditioner": precond, "step_size": MLP_STEP,
-                                  "update": update, "momentum": MU, **extra})
+    return build_sublayer(
+        "mlp",
+        {
+            "name": name,
+            "steps": steps,
+            "preconditioner": precond,
+            "step_size": MLP_STEP,
+            "update": update,
+            "momentum": MU,
+            **extra,
+        },
+    )
 
 
 def reference(layer, h, query_states=None):
@@ -56,8 +77,17 @@ def reference(layer, h, query_states=None):
         update = refm.hopfield_update(layer, eta)
     else:
         update = ref.mlp_update(layer, h, eta)
-    return refm.momentum_recursion(h, layer.norm.weight, layer.steps, update, layer.update, mu,
-                                   layer.recursion_state, layer.backprop_steps, query_states)
+    return refm.momentum_recursion(
+        h,
+        layer.norm.weight,
+        layer.steps,
+        update,
+        layer.update,
+        mu,
+        layer.recursion_state,
+        layer.backprop_steps,
+        query_states,
+    )
 
 
 def output_and_grads(fn, layer, h):
@@ -116,20 +146,28 @@ def test_mlp_momentum_matches_reference(name, precond, update, impl):
 
 
 @pytest.mark.parametrize("update", MOMENTUM_UPDATES)
-@pytest.mark.parametrize("build,extra", [
-    (attention, {"kq": "per_head", "diag_update": "exact"}),
-    (mlp, {}),
-    (mlp, {"name": "hopfield"}),
-], ids=["attention", "mlp", "hopfield"])
+@pytest.mark.parametrize(
+    "build,extra",
+    [
+        (attention, {"kq": "per_head", "diag_update": "exact"}),
+        (mlp, {}),
+        (mlp, {"name": "hopfield"}),
+    ],
+    ids=["attention", "mlp", "hopfield"],
+)
 @pytest.mark.parametrize("impl", ["fast", "reference"])
-@pytest.mark.parametrize("options", [
-    {"learnable_momentum": True},
-    {"learnable_momentum": True, "learnable_step_size": True, "recursion_state": "normalized"},
-    {"backprop_steps": 1},
-    {"backprop_steps": 2, "learnable_momentum": True, "recursion_state": "normalized"},
-    {"backprop_steps": 2, "checkpoint_steps": True},
-    {"checkpoint_steps": True, "learnable_momentum": True},
-], ids=["learnable", "learnable-normalized", "k1", "k2-learnable-normalized", "k2-checkpoint", "checkpoint"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"learnable_momentum": True},
+        {"learnable_momentum": True, "learnable_step_size": True, "recursion_state": "normalized"},
+        {"backprop_steps": 1},
+        {"backprop_steps": 2, "learnable_momentum": True, "recursion_state": "normalized"},
+        {"backprop_steps": 2, "checkpoint_steps": True},
+        {"checkpoint_steps": True, "learnable_momentum": True},
+    ],
+    ids=["learnable", "learnable-normalized", "k1", "k2-learnable-normalized", "k2-checkpoint", "checkpoint"],
+)
 def test_recursion_options_with_momentum_match_reference(build, extra, update, impl, options):
     """learnable mu, recursion_state, backprop_steps (frozen x and v) and checkpointing."""
     assert_matches_reference(build(update=update, steps=4, impl=impl, **extra, **options))
@@ -148,15 +186,23 @@ def test_momentum_changes_the_output_and_the_two_updates_differ(update):
 # -- gd, mu = 0 and T = 1 are gd bit for bit ------------------------------------------------
 @pytest.mark.parametrize("update", MOMENTUM_UPDATES)
 @pytest.mark.parametrize("impl", ["fast", "reference"])
-@pytest.mark.parametrize("build,extra", [
-    (attention, {"kq": "per_head", "diag_update": "exact"}),
-    (attention, {"kq": "none"}),
-    (mlp, {}),
-    (mlp, {"name": "hopfield"}),
-], ids=["attention-exact", "attention", "mlp", "hopfield"])
+@pytest.mark.parametrize(
+    "build,extra",
+    [
+        (attention, {"kq": "per_head", "diag_update": "exact"}),
+        (attention, {"kq": "none"}),
+        (mlp, {}),
+        (mlp, {"name": "hopfield"}),
+    ],
+    ids=["attention-exact", "attention", "mlp", "hopfield"],
+)
 def test_zero_momentum_and_one_step_are_gd_bit_for_bit(build, extra, impl, update):
-    for steps, momentum, options in [(3, 0.0, {}), (1, MU, {}), (3, 0.0, {"backprop_steps": 1}),
-                                     (1, MU, {"checkpoint_steps": True})]:
+    for steps, momentum, options in [
+        (3, 0.0, {}),
+        (1, MU, {}),
+        (3, 0.0, {"backprop_steps": 1}),
+        (1, MU, {"checkpoint_steps": True}),
+    ]:
         gd = build(update="gd", steps=steps, impl=impl, **extra, **options)
         other = build(update=update, steps=steps, impl=impl, momentum=momentum, **extra, **options)
         assert_identical(gd, other)
@@ -184,11 +230,21 @@ def test_hopfield_one_step_is_a_tied_relu_mlp():
 
 
 def test_hopfield_parameters_and_width():
-    model = build_model({"d_model": 16, "n_layers": 1, "n_heads": 2, "d_mlp": 40, "vocab_size": 11,
-                         "mlp": {"name": "hopfield", "width_multiplier": 1.5}})
+    model = build_model(
+        {
+            "d_model": 16,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_mlp": 40,
+            "vocab_size": 11,
+            "mlp": {"name": "hopfield", "width_multiplier": 1.5},
+        }
+    )
     layer = model.blocks[0].mlp
-    assert dict((n, tuple(p.shape)) for n, p in layer.named_parameters()) == {"norm.weight": (16,),
-                                                                              "xi.weight": (60, 16)}
+    assert dict((n, tuple(p.shape)) for n, p in layer.named_parameters()) == {
+        "norm.weight": (16,),
+        "xi.weight": (60, 16),
+    }
     assert isinstance(layer.xi, torch.nn.Linear) and layer.xi.bias is None
     assert layer.supports_recursion
     assert layer.flops_per_token(32) == 2 * 16 * 60 + 2 * 60 * 16 + 60  # Xi u, ReLU, read-out; nothing once
@@ -205,8 +261,13 @@ def test_hopfield_energy_trace_descends():
 # -- learnable momentum ---------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["attention", "mlp"])
 def test_learnable_momentum_is_one_undecayed_scalar_initialized_at_logit_mu(kind):
-    sub = {"name": "cem" if kind == "attention" else "hopfield", "steps": 2, "update": "nesterov",
-           "momentum": 0.3, "learnable_momentum": True}
+    sub = {
+        "name": "cem" if kind == "attention" else "hopfield",
+        "steps": 2,
+        "update": "nesterov",
+        "momentum": 0.3,
+        "learnable_momentum": True,
+    }
     model = build_model({"size": "tiny", kind: sub})
     layer = getattr(model.blocks[0], kind)
     assert layer.momentum_logit.shape == ()
@@ -243,8 +304,9 @@ def test_energy_trace_is_recorded_at_each_query_state(update, k):
     assert layer.energy_trace == pytest.approx(expected, abs=1e-9)
 
 
-@pytest.mark.parametrize("build", [attention, mlp, lambda **kw: mlp("hopfield", **kw)],
-                         ids=["attention", "mlp", "hopfield"])
+@pytest.mark.parametrize(
+    "build", [attention, mlp, lambda **kw: mlp("hopfield", **kw)], ids=["attention", "mlp", "hopfield"]
+)
 def test_flops_count_the_velocity_update(build):
     seq, d = 64, 24
     gd = build(update="gd", steps=3)
@@ -261,17 +323,27 @@ def test_flops_count_the_velocity_update(build):
 
 # -- validation -------------------------------------------------------------------------
 @pytest.mark.parametrize("kind,name", [("attention", "cem"), ("mlp", "cem"), ("mlp", "hopfield")])
-@pytest.mark.parametrize("sub,match", [
-    ({"update": "nesterow"}, r"model\.{kind}\.update: unknown value 'nesterow'\. Did you mean 'nesterov'"),
-    ({"update": "heavy_ball", "momentum": 1.0}, r"model\.{kind}\.momentum: must be in \[0, 1\), got 1\.0"),
-    ({"update": "heavy_ball", "momentum": -0.1}, r"model\.{kind}\.momentum: must be in \[0, 1\)"),
-    ({"learnable_momentum": True, "steps": 2}, r"model\.{kind}\.learnable_momentum: needs update: heavy_ball"),
-    ({"update": "nesterov", "learnable_momentum": True, "momentum": 0.0, "steps": 2},
-     r"model\.{kind}\.learnable_momentum: needs momentum > 0"),
-    ({"update": "nesterov", "learnable_momentum": True}, r"model\.{kind}\.learnable_momentum: has no effect at T = 1"),
-    ({"update": "nesterov", "learnable_momentum": True, "steps": 2, "depth_mode": "reuse"},
-     r"model\.{kind}\.learnable_momentum: has no effect at T = 1"),
-])
+@pytest.mark.parametrize(
+    "sub,match",
+    [
+        ({"update": "nesterow"}, r"model\.{kind}\.update: unknown value 'nesterow'\. Did you mean 'nesterov'"),
+        ({"update": "heavy_ball", "momentum": 1.0}, r"model\.{kind}\.momentum: must be in \[0, 1\), got 1\.0"),
+        ({"update": "heavy_ball", "momentum": -0.1}, r"model\.{kind}\.momentum: must be in \[0, 1\)"),
+        ({"learnable_momentum": True, "steps": 2}, r"model\.{kind}\.learnable_momentum: needs update: heavy_ball"),
+        (
+            {"update": "nesterov", "learnable_momentum": True, "momentum": 0.0, "steps": 2},
+            r"model\.{kind}\.learnable_momentum: needs momentum > 0",
+        ),
+        (
+            {"update": "nesterov", "learnable_momentum": True},
+            r"model\.{kind}\.learnable_momentum: has no effect at T = 1",
+        ),
+        (
+            {"update": "nesterov", "learnable_momentum": True, "steps": 2, "depth_mode": "reuse"},
+            r"model\.{kind}\.learnable_momentum: has no effect at T = 1",
+        ),
+    ],
+)
 def test_bad_momentum_options_are_one_error_naming_the_key(kind, name, sub, match):
     with pytest.raises(ConfigError, match=match.format(kind=kind)):
         build_model({"size": "tiny", kind: {"name": name, **sub}})
@@ -291,8 +363,17 @@ def test_truncated_heavy_ball_at_eight_steps_peaks_near_one_step(monkeypatch):
 
     def peak(sub):
         torch.manual_seed(0)
-        model = build_model({"d_model": 64, "n_layers": 1, "n_heads": 4, "d_mlp": 128, "vocab_size": 256,
-                             "attention": {"name": "cem", **sub}, "mlp": {"name": "cem", **sub}})
+        model = build_model(
+            {
+                "d_model": 64,
+                "n_layers": 1,
+                "n_heads": 4,
+                "d_mlp": 128,
+                "vocab_size": 256,
+                "attention": {"name": "cem", **sub},
+                "mlp": {"name": "cem", **sub},
+            }
+        )
         ids = torch.randint(0, 256, (2, 128))
 
         def step(batch):

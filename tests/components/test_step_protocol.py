@@ -24,10 +24,14 @@ SUBLAYERS = [  # (kind, sub-config): every built-in attention and MLP, the code 
     ("mlp", {"name": "llama"}),
     ("attention", {"name": "cem", "kq_diag": "none", "preconditioner": "diag"}),
     ("attention", {"name": "cem", "kq_diag": "shared", "preconditioner": PRECOND, "step_size": 0.7}),
-    ("attention", {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "preconditioner": PRECOND,
-                   "step_size": 0.7}),
-    ("attention", {"name": "cem", "kq_diag": "shared", "diag_update": "exact", "learnable_step_size": True,
-                   "impl": "reference"}),
+    (
+        "attention",
+        {"name": "cem", "kq_diag": "per_head", "diag_update": "exact", "preconditioner": PRECOND, "step_size": 0.7},
+    ),
+    (
+        "attention",
+        {"name": "cem", "kq_diag": "shared", "diag_update": "exact", "learnable_step_size": True, "impl": "reference"},
+    ),
     ("attention", {"name": "cem", "kernel": "sdpa"}),
     ("mlp", {"name": "cem", "preconditioner": PRECOND, "step_size": 0.8}),
     ("mlp", {"name": "cem", "impl": "reference", "learnable_step_size": True}),
@@ -86,8 +90,11 @@ def test_two_steps_are_driven_by_direction_and_step_energy_is_the_energy(kind, s
     assert (layer.step_energy(u, ctx) - expected).abs().max() <= 1e-9
 
 
-@pytest.mark.parametrize("kind,sub", [c for c in ENERGY if c[1].get("impl") != "reference"],
-                         ids=[ids(c) for c in ENERGY if c[1].get("impl") != "reference"])
+@pytest.mark.parametrize(
+    "kind,sub",
+    [c for c in ENERGY if c[1].get("impl") != "reference"],
+    ids=[ids(c) for c in ENERGY if c[1].get("impl") != "reference"],
+)
 def test_advance_is_gd_arithmetic_and_direction_matches_the_reference_path(kind, sub):
     """`advance` (the gd step) is x + direction up to rounding, and the fast path's
     direction equals the reference path's to 1e-12."""

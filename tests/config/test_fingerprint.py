@@ -46,8 +46,14 @@ def test_platform_edits_that_train_change_it_and_others_do_not(tmp_path):
     assert "cem_ablate/training/engine.py" in before.parts and "cem_ablate/registry.py" in before.parts
 
     # Not in it: the CLI, the study (queue, reuse, reports), tracking, bench, docs.
-    for rel in ("cli/main.py", "study/session.py", "study/reuse.py", "tracking/tags.py", "bench/runner.py",
-                "interop.py"):
+    for rel in (
+        "cli/main.py",
+        "study/session.py",
+        "study/reuse.py",
+        "tracking/tags.py",
+        "bench/runner.py",
+        "interop.py",
+    ):
         if (root / rel).exists():
             _append(root / rel)
     (tmp_path / "README.md").write_text("# docs edited\n")
@@ -69,19 +75,22 @@ def test_platform_edits_that_train_change_it_and_others_do_not(tmp_path):
 
 # -- what runs is hashed, not the bytes --------------------------------------------------
 
+
 def _edit_docstrings(path: Path) -> int:
     """Put "Edited. " at the start of every docstring of the module (module, classes,
     functions); returns how many."""
     text = path.read_text()
     lines = text.splitlines(keepends=True)
-    starts = [sum(map(len, lines[:n.lineno - 1])) + len(lines[n.lineno - 1].encode()[:n.col_offset].decode())
-              for node in ast.walk(ast.parse(text))
-              if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-              and ast.get_docstring(node, clean=False) is not None
-              for n in [node.body[0]]]
+    starts = [
+        sum(map(len, lines[: n.lineno - 1])) + len(lines[n.lineno - 1].encode()[: n.col_offset].decode())
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and ast.get_docstring(node, clean=False) is not None
+        for n in [node.body[0]]
+    ]
     for start in sorted(starts, reverse=True):
         quote = re.compile(r"[rRuU]?(\"\"\"|\'\'\'|\"|\')").match(text, start)
-        text = text[:quote.end()] + "Edited. " + text[quote.end():]
+        text = text[: quote.end()] + "Edited. " + text[quote.end() :]
     path.write_text(text)
     return len(starts)
 
@@ -94,13 +103,13 @@ def _bump_first_number(path: Path) -> bool:
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.lineno == node.end_lineno:
             line = lines[node.lineno - 1]
-            literal = line.encode()[node.col_offset:node.end_col_offset].decode()
+            literal = line.encode()[node.col_offset : node.end_col_offset].decode()
             digit = re.search(r"[0-9]", literal)
-            edited = literal[:digit.start()] + str((int(digit.group()) + 1) % 10) + literal[digit.end():]
+            edited = literal[: digit.start()] + str((int(digit.group()) + 1) % 10) + literal[digit.end() :]
             if ast.literal_eval(edited) == node.value:
                 continue
-            start = line.encode()[:node.col_offset].decode()
-            lines[node.lineno - 1] = start + edited + line[len(start) + len(literal):]
+            start = line.encode()[: node.col_offset].decode()
+            lines[node.lineno - 1] = start + edited + line[len(start) + len(literal) :]
             path.write_text("".join(lines))
             return True
     return False
@@ -161,8 +170,10 @@ def test_a_plugin_is_hashed_by_what_it_runs(tmp_path):
     before = code_fingerprint([mlp])
     assert {"gelu_plugin/mlp.py", "gelu_plugin/activation.py"} <= set(before.parts)
     assert _edit_docstrings(activation.parent / "mlp.py") == 1
-    activation.write_text('"""The activation."""\nimport torch.nn.functional as F\n\n\ndef act(x):  # GELU\n'
-                          '    return F.gelu(\n        x\n    )\n')
+    activation.write_text(
+        '"""The activation."""\nimport torch.nn.functional as F\n\n\ndef act(x):  # GELU\n'
+        "    return F.gelu(\n        x\n    )\n"
+    )
     fingerprint.cache_clear()
     assert code_fingerprint([mlp]).digest == before.digest
     edit_to_tanh_gelu(activation)
@@ -175,8 +186,9 @@ def test_a_component_brings_the_modules_of_its_package_it_imports(tmp_path):
     cem = ComponentSource("components.cem_attention", str(zoo / "cem_attention.py"))
     swiglu = ComponentSource("components.swiglu", str(zoo / "swiglu.py"))
     parts = dict(fingerprint.component_parts(cem))
-    assert {"components/cem_attention.py", "components/energy_recursion.py",
-            "components/preconditioner.py"} <= set(parts)
+    assert {"components/cem_attention.py", "components/energy_recursion.py", "components/preconditioner.py"} <= set(
+        parts
+    )
     assert "components/swiglu.py" not in parts and "components/__init__.py" not in parts  # unused families
     cem_before, swiglu_before = code_fingerprint([cem]), code_fingerprint([swiglu])
 
@@ -205,8 +217,9 @@ def test_a_plugin_brings_its_sibling_modules_and_the_zoo_blocks_it_imports(tmp_p
     edit of the sibling changes the fingerprint (its trials are not reused)."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sig_attention.py").write_text("import torch\nfrom sig_parts import f\n"
-                                           "from components.attention_blocks import causal_mask\n")
+    (site / "sig_attention.py").write_text(
+        "import torch\nfrom sig_parts import f\nfrom components.attention_blocks import causal_mask\n"
+    )
     (site / "sig_parts.py").write_text("def f(): pass\n")
     (site / "unrelated.py").write_text("")
     info = site / "two_mod-0.1.dist-info"
@@ -216,8 +229,14 @@ def test_a_plugin_brings_its_sibling_modules_and_the_zoo_blocks_it_imports(tmp_p
     monkeypatch.syspath_prepend(str(site))
     source = ComponentSource("sig_attention", str(site / "sig_attention.py"), "two-mod==0.1")
     parts = dict(fingerprint.component_parts(source))
-    assert {"sig_attention.py", "sig_parts.py", "components/attention_blocks.py", "components/rope.py",
-            "components/llama_attention.py", "dist:two-mod"} <= set(parts)
+    assert {
+        "sig_attention.py",
+        "sig_parts.py",
+        "components/attention_blocks.py",
+        "components/rope.py",
+        "components/llama_attention.py",
+        "dist:two-mod",
+    } <= set(parts)
     assert "unrelated.py" not in parts and not any(name.startswith("torch") for name in parts)
     before = code_fingerprint([source])
     _append(site / "sig_parts.py")
@@ -257,8 +276,7 @@ def source_copy(folder: Path) -> Path:
 
 
 def _keys(*path_prefix: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", KEYS, *map(str, path_prefix)], capture_output=True, text=True,
-                         cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", KEYS, *map(str, path_prefix)], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.splitlines()[-1])
 

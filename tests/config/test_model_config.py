@@ -22,10 +22,16 @@ def error_of(cfg) -> ConfigError:
         ({**BASE, "mlp": "swiglu2"}, "model.mlp.name", ["swiglu2", "llama"]),
         ({**BASE, "attention": {"name": "cem", "kq_dig": "shared"}}, "model.attention.kq_dig", ["kq_diag"]),
         ({**BASE, "attention": {"name": "cem", "kq_diag": "sharde"}}, "model.attention.kq_diag", ["shared"]),
-        ({**BASE, "attention": {"name": "cem", "preconditioner": "diag_lowrnk"}},
-         "model.attention.preconditioner.name", ["diag_lowrank"]),
-        ({**BASE, "attention": {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 32}}},
-         "model.attention.preconditioner.rank", ["d_model=32"]),
+        (
+            {**BASE, "attention": {"name": "cem", "preconditioner": "diag_lowrnk"}},
+            "model.attention.preconditioner.name",
+            ["diag_lowrank"],
+        ),
+        (
+            {**BASE, "attention": {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 32}}},
+            "model.attention.preconditioner.rank",
+            ["d_model=32"],
+        ),
         ({**BASE, "n_heads": 5}, "model.d_model", ["not divisible", "n_heads=5"]),
         ({**BASE, "d_mlp": -3}, "model.d_mlp", ["positive"]),
         ({**BASE, "attention": {"name": "cem", "steps": 0}}, "model.attention.steps", [">= 1"]),
@@ -59,6 +65,11 @@ def test_preset_with_explicit_override():
 
 
 def test_round_trip_through_mapping():
-    cfg = parse_model_config({**BASE, "attention": {"name": "cem", "steps": 2, "kq_diag": "shared"},
-                              "mlp": {"name": "cem", "depth_mode": "reuse", "steps": 2}})
+    cfg = parse_model_config(
+        {
+            **BASE,
+            "attention": {"name": "cem", "steps": 2, "kq_diag": "shared"},
+            "mlp": {"name": "cem", "depth_mode": "reuse", "steps": 2},
+        }
+    )
     assert parse_model_config(cfg.to_mapping()) == cfg

@@ -13,8 +13,14 @@ from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import TrialStatus
 
 STORED = {  # what stores written since the first release hold; never edit a value here
-    "FINISHED": "finished", "DIVERGED": "diverged", "FAILED": "failed", "PRUNED": "pruned",
-    "KILLED": "killed", "DUPLICATE": "duplicate", "RUNNING": "running", "WAITING": "waiting",
+    "FINISHED": "finished",
+    "DIVERGED": "diverged",
+    "FAILED": "failed",
+    "PRUNED": "pruned",
+    "KILLED": "killed",
+    "DUPLICATE": "duplicate",
+    "RUNNING": "running",
+    "WAITING": "waiting",
     "MISSING": "missing",
 }
 

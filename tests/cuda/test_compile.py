@@ -66,7 +66,8 @@ def test_every_variant_compiles_fullgraph_on_cuda_and_matches_eager(monkeypatch,
         for name, a, b in zip(names, [compiled_out, *compiled_grads], [eager_out, *eager_grads]):
             assert torch.isfinite(a).all(), (i, name)
             gaps[f"block {i} ({BLOCKS[i][0]['name']}/{BLOCKS[i][1]['name']}) {name}"] = (
-                (a - b).abs().max().item() / max(1.0, b.abs().max().item()))
+                a - b
+            ).abs().max().item() / max(1.0, b.abs().max().item())
     worst = sorted(gaps.items(), key=lambda kv: -kv[1])[:6]
     print("largest compiled-vs-eager gaps (relative to max(1, max |eager|)):", worst)
     assert worst[0][1] <= 1e-4, worst

@@ -52,8 +52,10 @@ def test_compiled_and_eager_flex_are_both_within_fp32_rounding_of_the_float64_or
     assert fast.resolved_kernel(torch.device("cuda")) == "flex"
     torch._dynamo.reset()
     compiled = torch.compile(fast, fullgraph=True)  # one compile: δ and β change in place between cases
-    lines = ["| J | δ std | β std | tensor | eager rel. err | compiled rel. err | compiled / eager |",
-             "|---:|---:|---:|---|---:|---:|---:|"]
+    lines = [
+        "| J | δ std | β std | tensor | eager rel. err | compiled rel. err | compiled / eager |",
+        "|---:|---:|---:|---|---:|---:|---:|",
+    ]
     failures = []
     for seq in SEQS:
         h = stream(DIMS["d_model"], seq)
@@ -68,8 +70,10 @@ def test_compiled_and_eager_flex_are_both_within_fp32_rounding_of_the_float64_or
                     if r.norm() == 0:
                         continue
                     e, c = rel(eager[name], r), rel(whole[name], r)
-                    lines.append(f"| {seq} | {delta_std:g} | {beta_std:g} | {name} | {e:.2e} | {c:.2e} | "
-                                 f"{c / e if e else float('inf'):.2f} |")
+                    lines.append(
+                        f"| {seq} | {delta_std:g} | {beta_std:g} | {name} | {e:.2e} | {c:.2e} | "
+                        f"{c / e if e else float('inf'):.2f} |"
+                    )
                     if not (torch.isfinite(whole[name]).all() and torch.isfinite(eager[name]).all()):
                         failures.append(f"J={seq} δ={delta_std} β={beta_std} {name}: non-finite")
                     elif c > max(ENVELOPE_FACTOR * e, ENVELOPE_FLOOR) or max(e, c) > FP32_CEILING:
@@ -81,5 +85,7 @@ def test_compiled_and_eager_flex_are_both_within_fp32_rounding_of_the_float64_or
         Path(report_dir, "flex-fp32-gap.md").write_text(
             "## Flex block fp32: eager and compiled vs the float64 reference\n\n"
             "Shared KQ diagonal, T = 2, head dim 84, TF32 off; relative error ||x - ref64|| / ||ref64||.\n\n"
-            + table + "\n")
+            + table
+            + "\n"
+        )
     assert not failures, "\n".join(failures[:20])

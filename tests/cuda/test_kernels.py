@@ -135,22 +135,36 @@ def check(kind: str, sub: dict, precision: str, dims=DIMS, seq=SEQ, expect_kerne
         assert_fp32_close(run(fast, h, torch.float32), expected)
     else:
         ref_bf16 = ref.float()  # the reference math under the same autocast
-        assert_bf16_close(run(fast, h, torch.float32, bf16=True), run(ref_bf16, h, torch.float32, bf16=True),
-                          expected)
+        assert_bf16_close(run(fast, h, torch.float32, bf16=True), run(ref_bf16, h, torch.float32, bf16=True), expected)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("kq,update,steps,kernel", ATTENTION_CASES)
 def test_attention_kernel_equals_reference(kq, update, steps, kernel, precision, exact_fp32):
-    sub = {"name": "cem", "steps": steps, "kq_diag": kq, "diag_update": update, "kernel": kernel,
-           "preconditioner": {"name": "diag_lowrank", "rank": 3}, "step_size": 0.7}
+    sub = {
+        "name": "cem",
+        "steps": steps,
+        "kq_diag": kq,
+        "diag_update": update,
+        "kernel": kernel,
+        "preconditioner": {"name": "diag_lowrank", "rank": 3},
+        "step_size": 0.7,
+    }
     check("attention", sub, precision, expect_kernel=kernel)
 
 
-@pytest.mark.parametrize("kernel,kq,precision", [
-    ("flex", "shared", "fp32"), ("flex", "shared", "bf16"), ("flex", "per_head", "bf16"),  # a flex compile each
-    ("blocked", "shared", "fp32"), ("blocked", "shared", "bf16"), ("sdpa", "none", "fp32"), ("sdpa", "none", "bf16"),
-])
+@pytest.mark.parametrize(
+    "kernel,kq,precision",
+    [
+        ("flex", "shared", "fp32"),
+        ("flex", "shared", "bf16"),
+        ("flex", "per_head", "bf16"),  # a flex compile each
+        ("blocked", "shared", "fp32"),
+        ("blocked", "shared", "bf16"),
+        ("sdpa", "none", "fp32"),
+        ("sdpa", "none", "bf16"),
+    ],
+)
 def test_kernels_at_the_86m_head_dim(kernel, kq, precision, exact_fp32):
     """Head dim 84 (86M: D 672, 8 heads): not a power of two, nor a multiple of 16
     bytes in bf16 (SDPA pads it); J = 130 spans two 128-row flex blocks."""
@@ -158,8 +172,9 @@ def test_kernels_at_the_86m_head_dim(kernel, kq, precision, exact_fp32):
     check("attention", sub, precision, dims={"d_model": 168, "n_heads": 2, "d_mlp": 96}, seq=130)
 
 
-@pytest.mark.parametrize("kq,update", [("none", "paper"), ("shared", "paper"), ("per_head", "paper"),
-                                       ("shared", "exact")])
+@pytest.mark.parametrize(
+    "kq,update", [("none", "paper"), ("shared", "paper"), ("per_head", "paper"), ("shared", "exact")]
+)
 def test_auto_selects_flex_on_cuda_except_for_exact(kq, update):
     fast, _ = layers("attention", {"name": "cem", "kq_diag": kq, "diag_update": update})
     assert fast.resolved_kernel(CUDA) == ("blocked" if update == "exact" else "flex")
@@ -169,8 +184,11 @@ def test_auto_selects_flex_on_cuda_except_for_exact(kq, update):
 @pytest.mark.parametrize("steps", STEPS)
 @pytest.mark.parametrize("name", ["cem", "cem_param_matched"])
 def test_mlp_fast_equals_reference(name, steps, precision, exact_fp32):
-    check("mlp", {"name": name, "steps": steps, "preconditioner": {"name": "diag_lowrank", "rank": 3},
-                  "step_size": 0.8}, precision)
+    check(
+        "mlp",
+        {"name": name, "steps": steps, "preconditioner": {"name": "diag_lowrank", "rank": 3}, "step_size": 0.8},
+        precision,
+    )
 
 
 def test_checkpointed_steps_match_on_cuda(exact_fp32):

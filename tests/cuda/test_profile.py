@@ -36,8 +36,9 @@ def test_the_head_and_loss_units_kernels_count_as_loss_not_twice():
     cuda = torch.device("cuda")
     torch.manual_seed(0)
     model = build_model({"size": "tiny", "vocab_size": 4096, "max_seq_len": 64}).to(cuda)
-    step = TrainStep(model, model.hidden_states, make_optimizer(model), "bf16", cuda,
-                     head_loss_for(model, cuda, compiled=False))
+    step = TrainStep(
+        model, model.hidden_states, make_optimizer(model), "bf16", cuda, head_loss_for(model, cuda, compiled=False)
+    )
     batch = torch.randint(0, 4096, (4, 65), device=cuda)
     step(batch)
     profile = profile_step(step, batch, steps=3)

@@ -44,13 +44,24 @@ def sublayer(kind: str, name: str) -> dict:
 COMBINATIONS = [(a, m) for a in registry.names("attention") for m in registry.names("mlp")]
 
 
-MQAR = {"task": "mqar", "block_size": 64,
-        "mqar": {"vocab_size": 128, "num_kv_pairs": 8, "n_train": 2000, "n_val": 64, "n_test": 64}}
+MQAR = {
+    "task": "mqar",
+    "block_size": 64,
+    "mqar": {"vocab_size": 128, "num_kv_pairs": 8, "n_train": 2000, "n_val": 64, "n_test": 64},
+}
 
 
 def run_config(name: str, **train) -> dict:
-    cfg = tiny_run(name=name, max_steps=STEPS, val_every_n_steps=STEPS, val_batches=2, test_batches=2,
-                   ckpt_every_n_steps=STEPS, log_every_n_steps=1, **train)
+    cfg = tiny_run(
+        name=name,
+        max_steps=STEPS,
+        val_every_n_steps=STEPS,
+        val_batches=2,
+        test_batches=2,
+        ckpt_every_n_steps=STEPS,
+        log_every_n_steps=1,
+        **train,
+    )
     cfg["data"] = dict(MQAR)
     return cfg
 
@@ -63,11 +74,18 @@ def test_bf16_mixed_training_of_every_sublayer_pair(attention, mlp, tmp_path):
     cfg["model"].update(attention=sublayer("attention", attention), mlp=sublayer("mlp", mlp))
     losses = RecordLosses()
     torch.cuda.reset_peak_memory_stats()
-    result = train_run(parse_run_config(cfg), run_dir=tmp_path / "run",
-                       tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False, extra_callbacks=[losses])
+    result = train_run(
+        parse_run_config(cfg),
+        run_dir=tmp_path / "run",
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        progress=False,
+        extra_callbacks=[losses],
+    )
     peak = torch.cuda.max_memory_allocated()
-    print(f"[{attention}+{mlp}] peak {peak / 2**20:.1f} MiB, loss {losses.losses[1]:.3f} -> "
-          f"{losses.losses[STEPS]:.3f}, {result.tokens_per_sec:.0f} tokens/s, MFU {result.mfu:.2%}")
+    print(
+        f"[{attention}+{mlp}] peak {peak / 2**20:.1f} MiB, loss {losses.losses[1]:.3f} -> "
+        f"{losses.losses[STEPS]:.3f}, {result.tokens_per_sec:.0f} tokens/s, MFU {result.mfu:.2%}"
+    )
     assert result.status == "finished", result.error
     values = [losses.losses[s] for s in sorted(losses.losses)]
     assert len(values) == STEPS and all(math.isfinite(v) for v in values)
@@ -108,8 +126,19 @@ def test_two_step_study_trial_end_to_end(tmp_path, isolated_cache):
     study["base"]["data"] = dict(MQAR, block_size=32)
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
-    done = cli("study", path, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", uri,
-               "--workdir", tmp_path / "studies", "--no-report", cwd=tmp_path, env_cache=isolated_cache)
+    done = cli(
+        "study",
+        path,
+        "--storage",
+        f"sqlite:///{tmp_path / 'optuna.db'}",
+        "--tracking-uri",
+        uri,
+        "--workdir",
+        tmp_path / "studies",
+        "--no-report",
+        cwd=tmp_path,
+        env_cache=isolated_cache,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("cudastudy").experiment_id])
@@ -127,8 +156,9 @@ def test_nccl_process_group_on_one_gpu():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
-                            device_id=torch.device("cuda", 0))
+    dist.init_process_group(
+        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, device_id=torch.device("cuda", 0)
+    )
     try:
         x = torch.arange(4.0, device="cuda")
         dist.all_reduce(x)
@@ -173,17 +203,22 @@ def test_ordinary_training_steps_do_not_synchronize_the_gpu(attention, tmp_path)
     def record(message, category, filename, lineno, file=None, line=None):
         if windows.step is not None and "synchroniz" in str(message):
             frames = [f for f in traceback.extract_stack(limit=12)[:-1] if "warnings" not in f.filename][-4:]
-            flagged.setdefault(windows.step, []).append(" < ".join(
-                f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames)))
+            flagged.setdefault(windows.step, []).append(
+                " < ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames))
+            )
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            result = train_run(parse_run_config(cfg), run_dir=tmp_path / "run",
-                               tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False,
-                               extra_callbacks=[windows])
+            result = train_run(
+                parse_run_config(cfg),
+                run_dir=tmp_path / "run",
+                tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+                progress=False,
+                extra_callbacks=[windows],
+            )
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert result.status == "finished", result.error

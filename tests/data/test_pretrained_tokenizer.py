@@ -18,8 +18,12 @@ def _save_tokenizer(folder, eos="</s>"):
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", eos],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<unk>", "<s>", eos],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(["hello world, hello tokenizer"] * 20, trainer=trainer)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
@@ -48,9 +52,11 @@ def test_offline_hub_id_is_one_config_error(tmp_path, monkeypatch):
 def test_loading_does_not_import_transformers(tmp_path):
     """A plain install (no `transformers`) loads a Hugging Face tokenizer."""
     _save_tokenizer(tmp_path / "tok")
-    script = ("import sys; from cem_ablate.data.tokenizer import load_tokenizer; "
-              f"load_tokenizer({str(tmp_path / 'tok')!r}, None, '', None); "
-              "print('transformers' in sys.modules)")
+    script = (
+        "import sys; from cem_ablate.data.tokenizer import load_tokenizer; "
+        f"load_tokenizer({str(tmp_path / 'tok')!r}, None, '', None); "
+        "print('transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -48,8 +48,9 @@ class NoTokenizer(ByteTokenizer):
 
 def expected_tokens(n_docs: int = N_DOCS) -> np.ndarray:
     eos = [ByteTokenizer.eos_id]
-    return np.concatenate([np.frombuffer(d.encode(), np.uint8).astype(np.uint16).tolist() + eos
-                           for d in documents(n_docs)]).astype(np.uint16)
+    return np.concatenate(
+        [np.frombuffer(d.encode(), np.uint8).astype(np.uint16).tolist() + eos for d in documents(n_docs)]
+    ).astype(np.uint16)
 
 
 def test_the_cache_holds_the_stream_prefix_the_budget_needs(tmp_path):
@@ -81,8 +82,17 @@ def _rank_main(rank: int, world: int, port: int, root: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         # Each rank its own cache folder (machines without a shared disk): both write.
-        build_stream_cache(stream(), CountingTokenizer(Path(root) / f"calls{rank}.jsonl"), Path(root) / f"r{rank}",
-                           "s", 10**9, rank=rank, world_size=world, writer=True, exchange=torch_exchange())
+        build_stream_cache(
+            stream(),
+            CountingTokenizer(Path(root) / f"calls{rank}.jsonl"),
+            Path(root) / f"r{rank}",
+            "s",
+            10**9,
+            rank=rank,
+            world_size=world,
+            writer=True,
+            exchange=torch_exchange(),
+        )
     finally:
         dist.destroy_process_group()
 

@@ -47,8 +47,9 @@ def test_mqar_targets_are_the_values_of_the_queried_keys():
 
 
 def test_mqar_splits_differ_and_are_reproducible():
-    cfg = parse(DataConfig, {"task": "mqar", "block_size": 40, "mqar": {"n_train": 30, "n_val": 5, "n_test": 10}},
-                "data")
+    cfg = parse(
+        DataConfig, {"task": "mqar", "block_size": 40, "mqar": {"n_train": 30, "n_val": 5, "n_test": 10}}, "data"
+    )
     dm = MQARDataModule(cfg, batch_size=4, seed=0, total_micro_batches=3)
     dm.setup()
     again = MQARDataModule(cfg, batch_size=4, seed=0, total_micro_batches=3)

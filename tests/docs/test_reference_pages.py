@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow  # one MkDocs build (the hook imports the model co
 ROOT = Path(__file__).resolve().parents[2]
 
 # A real plugin: a module and a dist-info with an entry point in `cem_ablate.components`.
-PLUGIN = textwrap.dedent('''
+PLUGIN = textwrap.dedent("""
     from dataclasses import dataclass
     from typing import Literal
 
@@ -61,7 +61,7 @@ PLUGIN = textwrap.dedent('''
 
         def flops_per_token(self, seq_len):
             return 0.0
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -78,15 +78,38 @@ def site(tmp_path_factory) -> Path:
     (docs / "index.md").write_text("# Home\n")
     (docs / "reference" / "components.md").write_text("# Components\n")  # a link target of config.md
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
-    config.update(docs_dir=str(docs), hooks=[str(ROOT / "docs" / "hooks" / "reference_pages.py")],
-                  plugins=["search"], nav=["index.md", *pages, "reference/components.md"])
+    config.update(
+        docs_dir=str(docs),
+        hooks=[str(ROOT / "docs" / "hooks" / "reference_pages.py")],
+        plugins=["search"],
+        nav=["index.md", *pages, "reference/components.md"],
+    )
     config.pop("exclude_docs", None)
     (tmp / "mkdocs.yml").write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_site), str(ROOT)]), "NO_MKDOCS_2_WARNING": "1",
-           "OMP_NUM_THREADS": "1"}
-    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(tmp / "mkdocs.yml"),
-                            "--site-dir", str(tmp / "site")], cwd=tmp, env=env, capture_output=True, text=True,
-                           timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(plugin_site), str(ROOT)]),
+        "NO_MKDOCS_2_WARNING": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(tmp / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp / "site"),
+        ],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert "warning: plugin" not in built.stderr  # the plugin loaded
     return tmp / "site"
@@ -107,7 +130,7 @@ def _section(page: str, anchor: str) -> str:
     assert start, f"no heading #{anchor}"
     level = int(start.group(1))
     end = re.compile(rf"<h[1-{level}][ >]").search(page, start.end())
-    return page[start.start():end.start() if end else len(page)]
+    return page[start.start() : end.start() if end else len(page)]
 
 
 def test_plugin_option_is_on_the_config_page_with_its_type_and_default(site):
@@ -128,7 +151,7 @@ def test_cli_page_has_every_subcommand_and_option_of_the_parser(site):
     from cem_ablate.cli.main import SUBCOMMANDS, subcommand_parser
 
     page = (site / "reference" / "cli" / "index.html").read_text()
-    assert [row[0] for row in _rows(page)[:len(SUBCOMMANDS)]] == list(SUBCOMMANDS)
+    assert [row[0] for row in _rows(page)[: len(SUBCOMMANDS)]] == list(SUBCOMMANDS)
     for name in SUBCOMMANDS:
         parser = subcommand_parser(name)
         section = _section(page, name)
@@ -138,15 +161,22 @@ def test_cli_page_has_every_subcommand_and_option_of_the_parser(site):
             if isinstance(action, argparse._HelpAction):
                 continue
             if action.option_strings:  # "-s S, --seeds S": the flags, each with its metavar
-                matches = [row for row in rows if [piece.split(" ")[0] for piece in row[0].split(", ")]
-                           == action.option_strings]
+                matches = [
+                    row
+                    for row in rows
+                    if [piece.split(" ")[0] for piece in row[0].split(", ")] == action.option_strings
+                ]
             else:  # a positional: its name as the usage line shows it ("[key.path=value ...]")
-                matches = [row for row in rows if not row[0].startswith("-")
-                           and (action.metavar or action.dest) in row[0]]
+                matches = [
+                    row for row in rows if not row[0].startswith("-") and (action.metavar or action.dest) in row[0]
+                ]
             assert len(matches) == 1, (name, action.option_strings or action.dest, rows)
             _, default, helptext = matches[0]
             if action.nargs != 0 and action.default is not None:
-                assert default == str(action.default) or default == " ".join(map(str, action.default)) \
-                    or default.strip("[]").split(", ") == [str(v) for v in action.default], (name, action.dest, default)
+                assert (
+                    default == str(action.default)
+                    or default == " ".join(map(str, action.default))
+                    or default.strip("[]").split(", ") == [str(v) for v in action.default]
+                ), (name, action.dest, default)
             if action.help:
                 assert " ".join(action.help.replace("`", "").split()) in helptext, (name, action.dest, helptext)

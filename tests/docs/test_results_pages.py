@@ -25,8 +25,15 @@ def test_every_results_page_is_what_its_data_generates(pages):
 
 def test_every_results_page_with_numbers_has_generated_blocks(pages):
     marked = {p.name for p in (ROOT / "docs" / "results").glob("*.md") if pages.BLOCK.search(p.read_text("utf-8"))}
-    assert {"pooled-variance.md", "forecast.md", "index.md", "figure-2.md", "figure-3.md", "figure-4.md",
-            "table-3-gp.md"} <= marked
+    assert {
+        "pooled-variance.md",
+        "forecast.md",
+        "index.md",
+        "figure-2.md",
+        "figure-3.md",
+        "figure-4.md",
+        "table-3-gp.md",
+    } <= marked
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -66,15 +73,17 @@ def test_a_changed_report_changes_the_verdict_word_the_index_prints(pages, tmp_p
     text = report.read_text("utf-8")
     assert "| +2.249 [+1.65, +2.85] | Welch t |" in text
     report.write_text(text.replace("| +2.249 [+1.65, +2.85] | Welch t |", "| -2.249 [-2.85, -1.65] | Welch t |"))
-    (old, new), = pages.stale(root, "index.md").values()
+    ((old, new),) = pages.stale(root, "index.md").values()
     row = "| full CEM is slightly better than Llama at its optimal learning rate (Fig. 3a) | full CEM − Llama |"
     assert "contradicted" in next(line for line in old.splitlines() if line.startswith(row))
     assert "reproduced" in next(line for line in new.splitlines() if line.startswith(row))
 
 
 def test_a_block_without_a_generator_is_refused_by_name(pages):
-    text = ("<!-- generated: nowhere/table (python scripts/results_pages.py) -->\nold\n"
-            "<!-- end generated: nowhere/table -->\n")
+    text = (
+        "<!-- generated: nowhere/table (python scripts/results_pages.py) -->\nold\n"
+        "<!-- end generated: nowhere/table -->\n"
+    )
     with pytest.raises(KeyError, match="nowhere/table"):
         pages.render(text, ROOT)
 
@@ -97,19 +106,22 @@ def test_no_verdict_word_is_written_by_hand_outside_the_pages_that_define_the_ru
         assert not words, (page.name, words)
 
 
-@pytest.mark.parametrize("expects, low, high, p, word", [
-    ("lower", -2.0, -1.0, 0.01, "reproduced"),
-    ("lower", 1.0, 2.0, 0.01, "contradicted"),
-    ("lower", -2.0, -1.0, 0.2, "unresolved"),  # the interval alone is not the stated test
-    ("lower", -1.0, 1.0, 0.01, "unresolved"),
-    ("higher", 1.0, 2.0, 0.04, "reproduced"),
-    ("higher", -2.0, -1.0, 0.04, "contradicted"),
-    ("not_lower", 1.0, 2.0, 0.01, "reproduced"),  # no gain: a resolved loss agrees
-    ("not_lower", -2.0, -1.0, 0.01, "contradicted"),
-    ("not_lower", -0.5, 0.7, 0.6, "unresolved"),
-    ("equal", -0.1, 0.2, 0.3, "unresolved"),  # no margin: equivalence cannot be shown
-    ("equal", 0.5, 0.7, 0.001, "unresolved"),
-])
+@pytest.mark.parametrize(
+    "expects, low, high, p, word",
+    [
+        ("lower", -2.0, -1.0, 0.01, "reproduced"),
+        ("lower", 1.0, 2.0, 0.01, "contradicted"),
+        ("lower", -2.0, -1.0, 0.2, "unresolved"),  # the interval alone is not the stated test
+        ("lower", -1.0, 1.0, 0.01, "unresolved"),
+        ("higher", 1.0, 2.0, 0.04, "reproduced"),
+        ("higher", -2.0, -1.0, 0.04, "contradicted"),
+        ("not_lower", 1.0, 2.0, 0.01, "reproduced"),  # no gain: a resolved loss agrees
+        ("not_lower", -2.0, -1.0, 0.01, "contradicted"),
+        ("not_lower", -0.5, 0.7, 0.6, "unresolved"),
+        ("equal", -0.1, 0.2, 0.3, "unresolved"),  # no margin: equivalence cannot be shown
+        ("equal", 0.5, 0.7, 0.001, "unresolved"),
+    ],
+)
 def test_one_rule_words_every_contrast(pages, expects, low, high, p, word):
     e = pages.Evidence((low + high) / 2, low, high, 95.0, "t", p, False)
     assert pages.claim_verdict(expects, e) == word
@@ -118,7 +130,10 @@ def test_one_rule_words_every_contrast(pages, expects, low, high, p, word):
 def test_equivalence_is_decided_only_against_a_margin(pages):
     e = pages.Evidence(0.05, -0.1, 0.2, 95.0, "t", 0.5, False)
     assert pages.claim_verdict("equal", e, margin=0.5) == "reproduced"
-    assert pages.claim_verdict("equal", pages.Evidence(1.0, 0.8, 1.2, 95.0, "t", 0.001, False), margin=0.5) == "contradicted"
+    assert (
+        pages.claim_verdict("equal", pages.Evidence(1.0, 0.8, 1.2, 95.0, "t", 0.001, False), margin=0.5)
+        == "contradicted"
+    )
     with pytest.raises(ValueError, match="expects"):
         pages.claim_verdict("similar", e)
 

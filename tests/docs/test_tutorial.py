@@ -74,15 +74,32 @@ def test_every_code_block_is_a_file_a_command_or_output():
             assert not Path(block.title).is_absolute() and ".." not in Path(block.title).parts, block.title
         else:
             assert block.language in ("bash", "console", "text"), (
-                f"a ```{block.language} block without title=\"path\": it would be neither written nor run")
-    shown = [line[2:].strip() for b in blocks if b.language == "console" for line in b.code.splitlines()
-             if line.startswith("$ ")]
+                f'a ```{block.language} block without title="path": it would be neither written nor run'
+            )
+    shown = [
+        line[2:].strip()
+        for b in blocks
+        if b.language == "console"
+        for line in b.code.splitlines()
+        if line.startswith("$ ")
+    ]
     assert shown == NOT_RUN, "only `cem-ablate ui` may be shown without being run"
     files = page_files()
-    assert {"my-gelu-mlp/pyproject.toml", "my-gelu-mlp/gelu_mlp.py", f"{STUDY}.yaml",
-            "my-sigmoid-attention/pyproject.toml", "my-sigmoid-attention/sigmoid_attention.py"} <= set(files)
-    for command in ("pip install", "cem-ablate study", "cem-ablate report", "cem-ablate export", "cem-ablate eval",
-                    "cem-ablate components --check sigmoid"):
+    assert {
+        "my-gelu-mlp/pyproject.toml",
+        "my-gelu-mlp/gelu_mlp.py",
+        f"{STUDY}.yaml",
+        "my-sigmoid-attention/pyproject.toml",
+        "my-sigmoid-attention/sigmoid_attention.py",
+    } <= set(files)
+    for command in (
+        "pip install",
+        "cem-ablate study",
+        "cem-ablate report",
+        "cem-ablate export",
+        "cem-ablate eval",
+        "cem-ablate components --check sigmoid",
+    ):
         assert command in page_script(), f"the page runs no `{command}`"
 
 
@@ -112,14 +129,27 @@ def tutorial(tmp_path_factory):
         **os.environ,
         "PATH": f"{_wrappers(root / 'bin')}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",  # the plugin, then this checkout's cem_ablate
-        "PIP_TARGET": str(site), "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_TARGET": str(site),
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PIP_CACHE_DIR": str(root / "pip-cache"),  # the plugin's wheel, built once, stays here too
-        "CEM_ABLATE_CACHE": str(root / "cache"), "HF_HOME": str(root / "hf"),
-        "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PS4": "$ ",
+        "CEM_ABLATE_CACHE": str(root / "cache"),
+        "HF_HOME": str(root / "hf"),
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PS4": "$ ",
     }
     env.pop("PYTHONHOME", None)
-    done = subprocess.run(["bash", str(root / "run.sh")], cwd=work, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=1200)
+    done = subprocess.run(
+        ["bash", str(root / "run.sh")],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-6000:]
     return work, done.stdout
 
@@ -132,8 +162,13 @@ def test_plugin_is_listed_and_installed_only_in_the_temporary_folder(tutorial):
     listing = printed_sample("[plugin gelu_mlp")
     for line in listing.splitlines():
         assert line.rstrip() in output, f"the page shows a line the listing did not print: {line!r}"
-    alone = subprocess.run([sys.executable, "-c", "import gelu_mlp"], capture_output=True, text=True,
-                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, cwd=ROOT)
+    alone = subprocess.run(
+        [sys.executable, "-c", "import gelu_mlp"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        cwd=ROOT,
+    )
     assert alone.returncode != 0, "the tutorial's plugin was installed outside its temporary folder"
 
 
@@ -173,8 +208,10 @@ def test_mlflow_holds_what_the_ui_page_shows(tutorial):
     work, output = tutorial
     client = MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(STUDY).experiment_id
-    parents = {r.data.tags["cem_ablate.variant"]: r
-               for r in client.search_runs([experiment], "tags.cem_ablate.kind = 'variant'")}
+    parents = {
+        r.data.tags["cem_ablate.variant"]: r
+        for r in client.search_runs([experiment], "tags.cem_ablate.kind = 'variant'")
+    }
     assert set(parents) == {"gelu", "llama"}
     trials = client.search_runs([experiment], "tags.cem_ablate.kind = 'trial'")
     assert len(trials) == 18 and {t.data.tags["cem_ablate.status"] for t in trials} == {"finished"}
@@ -183,7 +220,9 @@ def test_mlflow_holds_what_the_ui_page_shows(tutorial):
         assert metric in gelu.metrics, metric
     assert "CI llama" in gelu.tags
     verdict = gelu.tags["cem_ablate.verdict.llama"]
-    assert gelu.tags["verdict llama"] == verdict == _report_verdict((work / "reports" / STUDY / "report.md").read_text())
+    assert (
+        gelu.tags["verdict llama"] == verdict == _report_verdict((work / "reports" / STUDY / "report.md").read_text())
+    )
     assert f"verdict vs llama: {verdict}" in output  # what winner.py printed
 
 

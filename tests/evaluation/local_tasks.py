@@ -20,7 +20,7 @@ def write_tasks(folder: Path) -> Path:
 dataset_path: json
 dataset_kwargs:
   data_files:
-    test: {folder / 'mc.jsonl'}
+    test: {folder / "mc.jsonl"}
 test_split: test
 output_type: multiple_choice
 doc_to_text: "{{{{question}}}}"
@@ -33,7 +33,7 @@ metric_list:
 dataset_path: json
 dataset_kwargs:
   data_files:
-    test: {folder / 'ppl.jsonl'}
+    test: {folder / "ppl.jsonl"}
 test_split: test
 output_type: loglikelihood_rolling
 doc_to_text: ""

@@ -42,8 +42,10 @@ def test_loglikelihoods_are_the_platforms(trained_run, tasks_dir):
     assert len(mc) == len(MC_DOCS)
     correct = 0
     for sample in mc:
-        ours = [continuation_loglik(trained.model, trained.tokenizer, *_harness_split(*args))
-                for args in sample["arguments"]]
+        ours = [
+            continuation_loglik(trained.model, trained.tokenizer, *_harness_split(*args))
+            for args in sample["arguments"]
+        ]
         theirs = [resp[0][0] for resp in sample["resps"]]
         assert len(ours) == len(sample["doc"]["choices"])
         assert max(abs(a - b) for a, b in zip(ours, theirs)) <= 1e-5

@@ -7,11 +7,23 @@ from tests.data.conftest import isolated_cache  # noqa: F401  (session-wide auto
 
 TRAINED = {
     "name": "tiny-cem-export",
-    "model": {"size": "tiny", "max_seq_len": 64,
-              "attention": {"name": "cem", "steps": 2, "kq_diag": "shared"},
-              "mlp": {"name": "cem", "steps": 2}},
-    "train": {"lr": 3e-3, "batch_size": 8, "max_steps": 12, "val_every_n_steps": 12, "val_batches": 2,
-              "test_batches": 2, "ckpt_every_n_steps": 12, "log_every_n_steps": 4, "threads": 1},
+    "model": {
+        "size": "tiny",
+        "max_seq_len": 64,
+        "attention": {"name": "cem", "steps": 2, "kq_diag": "shared"},
+        "mlp": {"name": "cem", "steps": 2},
+    },
+    "train": {
+        "lr": 3e-3,
+        "batch_size": 8,
+        "max_steps": 12,
+        "val_every_n_steps": 12,
+        "val_batches": 2,
+        "test_batches": 2,
+        "ckpt_every_n_steps": 12,
+        "log_every_n_steps": 4,
+        "threads": 1,
+    },
     "data": {"block_size": 64, "tokenizer": "byte"},
 }
 

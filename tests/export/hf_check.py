@@ -20,11 +20,23 @@ for case in cases:
         logits = model(ref["ids"]).logits
     greedy = {}
     for use_cache in (True, False):
-        tokens = model.generate(ref["prompt"], max_new_tokens=case.get("new_tokens", 6), do_sample=False,
-                                use_cache=use_cache, attention_mask=torch.ones_like(ref["prompt"]))
+        tokens = model.generate(
+            ref["prompt"],
+            max_new_tokens=case.get("new_tokens", 6),
+            do_sample=False,
+            use_cache=use_cache,
+            attention_mask=torch.ones_like(ref["prompt"]),
+        )
         greedy[str(use_cache)] = tokens[0].tolist()
-        beams = model.generate(ref["prompt"], max_new_tokens=4, do_sample=False, num_beams=3, num_return_sequences=3,
-                               use_cache=use_cache, attention_mask=torch.ones_like(ref["prompt"]))
+        beams = model.generate(
+            ref["prompt"],
+            max_new_tokens=4,
+            do_sample=False,
+            num_beams=3,
+            num_return_sequences=3,
+            use_cache=use_cache,
+            attention_mask=torch.ones_like(ref["prompt"]),
+        )
         greedy[f"beams_{use_cache}"] = beams.tolist()
     with torch.no_grad():  # what a cached step keeps: the platform's decoding state, not the prefix to recompute
         cache = getattr(model(ref["prompt"], use_cache=True), "cache", None)
@@ -32,7 +44,6 @@ for case in cases:
     state = getattr(cache, "_cem_decoding", (None,))[0]
     incremental = state is not None and not state.recompute and state.position == ref["prompt"].shape[1]
     torch.save(logits, case["dir"] + ".logits.pt")
-    results.append({"dir": case["dir"], "class": type(model).__name__, "greedy": greedy,
-                    "incremental": incremental})
+    results.append({"dir": case["dir"], "class": type(model).__name__, "greedy": greedy, "incremental": incremental})
 platform = sorted(name for name in sys.modules if name.split(".")[0] in ("cem_ablate", "components"))
 json.dump({"results": results, "platform_modules": platform}, open(out_file, "w"))

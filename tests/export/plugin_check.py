@@ -40,9 +40,21 @@ with torch.no_grad():
     logits = model(ref["ids"]).logits
 greedy = {}
 for use_cache in (True, False, True):  # the cached call twice: the warning comes once
-    tokens = model.generate(ref["prompt"], max_new_tokens=5, do_sample=False, use_cache=use_cache,
-                            attention_mask=torch.ones_like(ref["prompt"]))
+    tokens = model.generate(
+        ref["prompt"],
+        max_new_tokens=5,
+        do_sample=False,
+        use_cache=use_cache,
+        attention_mask=torch.ones_like(ref["prompt"]),
+    )
     greedy[str(use_cache)] = tokens[0].tolist()
 torch.save(logits, out_file + ".logits.pt")
-json.dump({"class": type(model).__name__, "greedy": greedy, "importable": importable,
-           "loaded": sorted(n for n in sys.modules if n.split(".")[0] in BLOCKED)}, open(out_file, "w"))
+json.dump(
+    {
+        "class": type(model).__name__,
+        "greedy": greedy,
+        "importable": importable,
+        "loaded": sorted(n for n in sys.modules if n.split(".")[0] in BLOCKED),
+    },
+    open(out_file, "w"),
+)

@@ -22,15 +22,25 @@ CEM_MLP = {"name": "cem", "steps": 2, "preconditioner": {"name": "diag_lowrank",
 VARIANTS = {
     "llama": {},
     "cem_att_identity_T1": {"attention": {"name": "cem", "preconditioner": {"name": "identity"}}},
-    "cem_att_diag_perhead_exact_T3": {"attention": {"name": "cem", "steps": 3, "kq_diag": "per_head",
-                                                    "diag_update": "exact", "preconditioner": {"name": "diag"},
-                                                    "learnable_step_size": True}},
-    "cem_att_lowrank_normalized_heavy_ball": {"attention": {**CEM_ATT, "recursion_state": "normalized",
-                                                            "update": "heavy_ball", "learnable_momentum": True}},
+    "cem_att_diag_perhead_exact_T3": {
+        "attention": {
+            "name": "cem",
+            "steps": 3,
+            "kq_diag": "per_head",
+            "diag_update": "exact",
+            "preconditioner": {"name": "diag"},
+            "learnable_step_size": True,
+        }
+    },
+    "cem_att_lowrank_normalized_heavy_ball": {
+        "attention": {**CEM_ATT, "recursion_state": "normalized", "update": "heavy_ball", "learnable_momentum": True}
+    },
     "cem_att_nesterov_kq_none": {"attention": {**CEM_ATT, "kq_diag": "none", "update": "nesterov"}},
     "full_cem_T2": {"attention": CEM_ATT, "mlp": CEM_MLP},
-    "reuse_llama_att_cem_mlp": {"attention": {"name": "llama", "steps": 2, "depth_mode": "reuse"},
-                                "mlp": {**CEM_MLP, "steps": 2, "depth_mode": "reuse"}},
+    "reuse_llama_att_cem_mlp": {
+        "attention": {"name": "llama", "steps": 2, "depth_mode": "reuse"},
+        "mlp": {**CEM_MLP, "steps": 2, "depth_mode": "reuse"},
+    },
     "cem_param_matched_mlp": {"mlp": {"name": "cem_param_matched", "steps": 2}},
     "hopfield_mlp_nesterov": {"mlp": {"name": "hopfield", "steps": 2, "update": "nesterov"}},
     "stream_heavy_ball_rms": {"attention": CEM_ATT, "stream": "heavy_ball", "velocity_norm": "rms"},
@@ -62,8 +72,7 @@ def platform_greedy(model, prompt: torch.Tensor, new_tokens: int) -> list[int]:
 def fresh_process(script: Path, *args, tmp: Path) -> None:
     """`python -I`: no PYTHONPATH, no cwd on sys.path; HF caches inside tmp, offline."""
     env = {**os.environ, "HF_HOME": str(tmp / "hf_home"), "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-I", str(script), *map(str, args)], check=True, cwd=tmp, env=env,
-                   timeout=600)
+    subprocess.run([sys.executable, "-I", str(script), *map(str, args)], check=True, cwd=tmp, env=env, timeout=600)
 
 
 def test_every_variant_loads_without_the_platform(tmp_path):
@@ -87,12 +96,13 @@ def test_every_variant_loads_without_the_platform(tmp_path):
         folder.mkdir(parents=True)
         write_model(model, folder)
         with torch.no_grad():
-            expected[str(folder)] = (model(torch.load(tmp_path / f"{name}.pt")["ids"]),
-                                     platform_greedy(model, torch.load(tmp_path / f"{name}.pt")["prompt"], 6))
+            expected[str(folder)] = (
+                model(torch.load(tmp_path / f"{name}.pt")["ids"]),
+                platform_greedy(model, torch.load(tmp_path / f"{name}.pt")["prompt"], 6),
+            )
         cases.append({"dir": str(folder), "inputs": str(tmp_path / f"{name}.pt")})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
-    fresh_process(Path(__file__).with_name("hf_check.py"), tmp_path / "cases.json", tmp_path / "out.json",
-                  tmp=tmp_path)
+    fresh_process(Path(__file__).with_name("hf_check.py"), tmp_path / "cases.json", tmp_path / "out.json", tmp=tmp_path)
     report = json.loads((tmp_path / "out.json").read_text())
     assert report["platform_modules"] == []
     assert len(report["results"]) == len(VARIANTS) + 2

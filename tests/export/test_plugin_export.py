@@ -20,7 +20,7 @@ HERE = Path(__file__).parent
 # Two distributions: three top-level modules importing each other (absolute imports), and
 # a package with relative imports. Neither uses a built-in component; the attention
 # imports RoPE from the zoo's public building blocks.
-SIGMOID_ATTENTION = textwrap.dedent('''
+SIGMOID_ATTENTION = textwrap.dedent("""
     import torch
     from torch import nn
 
@@ -51,8 +51,8 @@ SIGMOID_ATTENTION = textwrap.dedent('''
         def flops_per_token(self, seq_len):
             d = self.out.in_features
             return 2 * 4 * d * d + 2 * 2 * (seq_len + 1) / 2 * d
-''')
-SIG_PARTS = textwrap.dedent('''
+""")
+SIG_PARTS = textwrap.dedent("""
     import math
 
     import torch
@@ -64,11 +64,11 @@ SIG_PARTS = textwrap.dedent('''
         j = q.shape[-2]
         weights = torch.sigmoid(q @ k.transpose(-1, -2) * scale - math.log(j))
         return (weights * causal_keep(j, q.device)) @ v
-''')
+""")
 SIG_MASKS = "import torch\n\n\ndef causal_keep(j, device):\n    return torch.ones(j, j, device=device).tril()\n"
 RELU_PACKAGE = {
     "relu_pkg/__init__.py": "from . import mlp  # noqa: F401  (registers)\n",
-    "relu_pkg/mlp.py": textwrap.dedent('''
+    "relu_pkg/mlp.py": textwrap.dedent("""
         from torch import nn
 
         from cem_ablate.model.blocks import RMSNorm, linear
@@ -92,20 +92,26 @@ RELU_PACKAGE = {
 
             def flops_per_token(self, seq_len):
                 return 4 * self.up.in_features * self.up.out_features
-    '''),
+    """),
     "relu_pkg/ops.py": "import torch\n\n\ndef relu_squared(x):\n    return torch.relu(x).square()\n",
 }
 # Imports the export cannot copy: a module of no distribution, a third-party package.
-LOOSE_MLP = RELU_PACKAGE["relu_pkg/mlp.py"].replace("from .ops import relu_squared",
-                                                    "from loose_helper import relu_squared").replace(
-    '"relu2_pkg"', '"loose_mlp"')
-YAML_MLP = RELU_PACKAGE["relu_pkg/mlp.py"].replace("from .ops import relu_squared",
-                                                   "import yaml\nfrom torch import relu as relu_squared").replace(
-    '"relu2_pkg"', '"yaml_mlp"')
+LOOSE_MLP = (
+    RELU_PACKAGE["relu_pkg/mlp.py"]
+    .replace("from .ops import relu_squared", "from loose_helper import relu_squared")
+    .replace('"relu2_pkg"', '"loose_mlp"')
+)
+YAML_MLP = (
+    RELU_PACKAGE["relu_pkg/mlp.py"]
+    .replace("from .ops import relu_squared", "import yaml\nfrom torch import relu as relu_squared")
+    .replace('"relu2_pkg"', '"yaml_mlp"')
+)
 
 DISTRIBUTIONS = {  # distribution -> (files, entry points)
-    "two-module-plugin": ({"sig_attention.py": SIGMOID_ATTENTION, "sig_parts.py": SIG_PARTS,
-                           "sig_masks.py": SIG_MASKS}, {"sigmoid": "sig_attention"}),
+    "two-module-plugin": (
+        {"sig_attention.py": SIGMOID_ATTENTION, "sig_parts.py": SIG_PARTS, "sig_masks.py": SIG_MASKS},
+        {"sigmoid": "sig_attention"},
+    ),
     "relu-pkg": (RELU_PACKAGE, {"relu2": "relu_pkg"}),
     "loose-mlp": ({"loose_mlp.py": LOOSE_MLP}, {"loose": "loose_mlp"}),
     "yaml-mlp": ({"yaml_mlp.py": YAML_MLP}, {"yaml_user": "yaml_mlp"}),
@@ -129,7 +135,7 @@ def install(site: Path) -> None:
     (site / "loose_helper.py").write_text(RELU_PACKAGE["relu_pkg/ops.py"])
 
 
-EXPORT = textwrap.dedent('''
+EXPORT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     import torch
@@ -165,7 +171,7 @@ EXPORT = textwrap.dedent('''
     json.dump({"greedy": greedy[0].tolist(), "warning": decoding_warning(model), "errors": errors,
                "written": sorted(p.name for name in errors for p in (tmp / name).iterdir())},
               open(tmp / "export.json", "w"))
-''')
+""")
 
 
 @pytest.mark.slow
@@ -173,18 +179,27 @@ def test_plugin_modules_are_bundled_and_the_folder_loads_without_them(tmp_path):
     site = tmp_path / "site"
     install(site)
     env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}
-    made = subprocess.run([sys.executable, "-c", EXPORT, str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    made = subprocess.run(
+        [sys.executable, "-c", EXPORT, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     export = json.loads((tmp_path / "export.json").read_text())
     files = sorted(p.name for p in (tmp_path / "hf").glob("*.py"))
-    for module in ("sig_attention", "sig_parts", "sig_masks", "relu_pkg__mlp", "relu_pkg__ops",
-                   "components__attention_blocks", "components__rope"):
+    for module in (
+        "sig_attention",
+        "sig_parts",
+        "sig_masks",
+        "relu_pkg__mlp",
+        "relu_pkg__ops",
+        "components__attention_blocks",
+        "components__rope",
+    ):
         assert f"{module}.py" in files, (module, files)
     assert export["warning"] == (
         "warning: attention 'sigmoid_two_module' (plugin sigmoid (sig_attention)) has no decode "
         "(model/protocol.py IncrementalDecoding): the exported model's generate(use_cache=True) recomputes "
-        "the whole prefix for every new token.")
+        "the whole prefix for every new token."
+    )
 
     # Refused, one sentence naming the import (and the chain that reached it), nothing written.
     assert export["written"] == []
@@ -195,10 +210,23 @@ def test_plugin_modules_are_bundled_and_the_folder_loads_without_them(tmp_path):
 
     out = tmp_path / "check.json"
     check = subprocess.run(
-        [sys.executable, "-I", str(HERE / "plugin_check.py"), str(tmp_path / "hf"), str(tmp_path / "inputs.pt"),
-         str(out), "cem_ablate", "components", *PLUGIN_MODULES],
-        cwd=tmp_path, env={**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"},
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-I",
+            str(HERE / "plugin_check.py"),
+            str(tmp_path / "hf"),
+            str(tmp_path / "inputs.pt"),
+            str(out),
+            "cem_ablate",
+            "components",
+            *PLUGIN_MODULES,
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert check.returncode == 0, check.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["importable"] == [] and report["loaded"] == []
@@ -208,6 +236,8 @@ def test_plugin_modules_are_bundled_and_the_folder_loads_without_them(tmp_path):
     theirs, ours = torch.load(str(out) + ".logits.pt"), torch.load(tmp_path / "inputs.pt")["logits"]
     assert (theirs - ours).abs().max().item() <= 1e-5
     assert report["greedy"]["True"] == report["greedy"]["False"] == export["greedy"]
-    assert [line for line in check.stderr.splitlines() if "has no decode" in line] == ["attention 'sigmoid_two_module' has no decode: "
-                             "generate(use_cache=True) recomputes the whole prefix for every new token "
-                             "(no incremental decoding)."]
+    assert [line for line in check.stderr.splitlines() if "has no decode" in line] == [
+        "attention 'sigmoid_two_module' has no decode: "
+        "generate(use_cache=True) recomputes the whole prefix for every new token "
+        "(no incremental decoding)."
+    ]

@@ -22,8 +22,13 @@ def test_export_cli_writes_a_loadable_folder(trained_run, tmp_path, capsys):
     assert main(["export", str(run_dir), "--to", str(tmp_path / "hf")]) == 0
     assert "CEMAblateForCausalLM" in capsys.readouterr().out
     names = {p.name for p in (tmp_path / "hf").iterdir()}
-    assert {"config.json", "model.safetensors", "modeling_cem_ablate.py", "tokenizer.json",
-            "cem_ablate_export.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_cem_ablate.py",
+        "tokenizer.json",
+        "cem_ablate_export.json",
+    } <= names
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hf.")]  # the temporary folder is gone
     provenance = json.loads((tmp_path / "hf" / "cem_ablate_export.json").read_text())
     assert provenance["trained_by_this_code"] is True and provenance["run_dir"] == str(run_dir.resolve())
@@ -32,16 +37,24 @@ def test_export_cli_writes_a_loadable_folder(trained_run, tmp_path, capsys):
     ids = torch.tensor([ByteTokenizer().encode_batch([TEXT])[0].tolist()])
     with torch.no_grad():
         torch.save({"ids": ids, "logits": trained.model(ids)}, tmp_path / "ref.pt")
-    script = ("import sys, torch; from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-              f"d = {str(tmp_path / 'hf')!r}; ref = torch.load({str(tmp_path / 'ref.pt')!r})\n"
-              "tok = AutoTokenizer.from_pretrained(d, trust_remote_code=True)\n"
-              f"assert tok({TEXT!r}).input_ids == ref['ids'][0].tolist(), 'tokenizer ids differ'\n"
-              "m = AutoModelForCausalLM.from_pretrained(d, trust_remote_code=True)\n"
-              "print((m(ref['ids']).logits - ref['logits']).abs().max().item())\n"
-              "assert not [k for k in sys.modules if k.split('.')[0] in ('cem_ablate', 'components')]\n")
-    out = subprocess.run([sys.executable, "-I", "-c", script], check=True, capture_output=True, text=True,
-                         cwd=tmp_path, env={"HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1",
-                                            "PATH": "/usr/bin:/bin"}, timeout=300)
+    script = (
+        "import sys, torch; from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        f"d = {str(tmp_path / 'hf')!r}; ref = torch.load({str(tmp_path / 'ref.pt')!r})\n"
+        "tok = AutoTokenizer.from_pretrained(d, trust_remote_code=True)\n"
+        f"assert tok({TEXT!r}).input_ids == ref['ids'][0].tolist(), 'tokenizer ids differ'\n"
+        "m = AutoModelForCausalLM.from_pretrained(d, trust_remote_code=True)\n"
+        "print((m(ref['ids']).logits - ref['logits']).abs().max().item())\n"
+        "assert not [k for k in sys.modules if k.split('.')[0] in ('cem_ablate', 'components')]\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        timeout=300,
+    )
     assert float(out.stdout.strip().splitlines()[-1]) <= 1e-5
 
 

@@ -31,18 +31,42 @@ import torch
 
 CONFIGS = {
     "llama": {"size": "tiny", "vocab_size": 256},
-    "cem_attention_T2": {"size": "tiny", "vocab_size": 256,
-                         "attention": {"name": "cem", "steps": 2, "kq_diag": "shared",
-                                       "preconditioner": {"name": "diag_lowrank", "rank": 4}}},
-    "full_cem_T2": {"size": "tiny", "vocab_size": 256,
-                    "attention": {"name": "cem", "steps": 2, "kq_diag": "per_head", "diag_update": "exact",
-                                  "preconditioner": "diag"},
-                    "mlp": {"name": "cem", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 16}}},
-    "hopfield_nesterov": {"size": "tiny", "vocab_size": 256, "stream": "nesterov",
-                          "attention": {"name": "cem", "steps": 3, "update": "heavy_ball"},
-                          "mlp": {"name": "hopfield", "steps": 2, "learnable_step_size": True}},
-    "parallel": {"size": "tiny", "vocab_size": 256, "block": "parallel",
-                 "attention": {"name": "cem", "steps": 2}, "mlp": {"name": "cem", "steps": 2}},
+    "cem_attention_T2": {
+        "size": "tiny",
+        "vocab_size": 256,
+        "attention": {
+            "name": "cem",
+            "steps": 2,
+            "kq_diag": "shared",
+            "preconditioner": {"name": "diag_lowrank", "rank": 4},
+        },
+    },
+    "full_cem_T2": {
+        "size": "tiny",
+        "vocab_size": 256,
+        "attention": {
+            "name": "cem",
+            "steps": 2,
+            "kq_diag": "per_head",
+            "diag_update": "exact",
+            "preconditioner": "diag",
+        },
+        "mlp": {"name": "cem", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 16}},
+    },
+    "hopfield_nesterov": {
+        "size": "tiny",
+        "vocab_size": 256,
+        "stream": "nesterov",
+        "attention": {"name": "cem", "steps": 3, "update": "heavy_ball"},
+        "mlp": {"name": "hopfield", "steps": 2, "learnable_step_size": True},
+    },
+    "parallel": {
+        "size": "tiny",
+        "vocab_size": 256,
+        "block": "parallel",
+        "attention": {"name": "cem", "steps": 2},
+        "mlp": {"name": "cem", "steps": 2},
+    },
     "reuse": {"size": "tiny", "vocab_size": 256, "attention": {"name": "llama", "steps": 2, "depth_mode": "reuse"}},
 }
 
@@ -88,8 +112,10 @@ def projections(outputs=None, k: int = 8) -> dict[str, dict[str, dict[str, objec
         for part, ts in parts.items():
             v = torch.cat([t.reshape(-1).to(torch.float64) for t in ts])
             basis = torch.randn(k, v.numel(), generator=torch.Generator().manual_seed(123), dtype=torch.float64)
-            out[name][part] = {"scale": float(v.square().mean().sqrt()),
-                               "values": [float(x) for x in basis @ v / v.numel() ** 0.5]}
+            out[name][part] = {
+                "scale": float(v.square().mean().sqrt()),
+                "values": [float(x) for x in basis @ v / v.numel() ** 0.5],
+            }
     return out
 
 
@@ -133,6 +159,13 @@ def study_variant_keys(studies_dir: Path) -> dict[str, str]:
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2]
     outputs = outputs_of_configs()
-    json.dump({"models_by_machine": {kernel_canary(): model_digests(outputs)},
-               "projections": projections(outputs), "variant_keys": study_variant_keys(root / "studies")},
-              sys.stdout, indent=1, sort_keys=True)
+    json.dump(
+        {
+            "models_by_machine": {kernel_canary(): model_digests(outputs)},
+            "projections": projections(outputs),
+            "variant_keys": study_variant_keys(root / "studies"),
+        },
+        sys.stdout,
+        indent=1,
+        sort_keys=True,
+    )

@@ -37,8 +37,7 @@ def test_param_matched_mlp_equals_swiglu_parameters():
     assert llama_mlp == cem_mlp
 
 
-@pytest.mark.parametrize("kind,name", [("attention", "cem"), ("mlp", "cem"), ("attention", "llama"),
-                                       ("mlp", "llama")])
+@pytest.mark.parametrize("kind,name", [("attention", "cem"), ("mlp", "cem"), ("attention", "llama"), ("mlp", "llama")])
 def test_reuse_applies_the_whole_sublayer_again(kind, name):
     torch.manual_seed(0)
     model = build_model({**SMALL, kind: {"name": name, "steps": 2, "depth_mode": "reuse"}}).double()
@@ -63,17 +62,30 @@ def test_reuse_differs_from_recursion(kind):
 
 
 def test_forward_shape_and_dtype():
-    model = build_model({**SMALL, "attention": {"name": "cem", "steps": 2, "kq_diag": "per_head"},
-                         "mlp": {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank"}})
+    model = build_model(
+        {
+            **SMALL,
+            "attention": {"name": "cem", "steps": 2, "kq_diag": "per_head"},
+            "mlp": {"name": "cem", "steps": 2, "preconditioner": "diag_lowrank"},
+        }
+    )
     logits = model(torch.randint(0, 50, (3, 11)))
     assert logits.shape == (3, 11, 50)
     assert torch.isfinite(logits).all()
 
 
 def test_parameter_groups_decay_only_matrices_and_embeddings():
-    model = build_model({**SMALL, "attention": {"name": "cem", "kq_diag": "shared",
-                                                "preconditioner": "diag_lowrank",
-                                                "learnable_step_size": True}})
+    model = build_model(
+        {
+            **SMALL,
+            "attention": {
+                "name": "cem",
+                "kq_diag": "shared",
+                "preconditioner": "diag_lowrank",
+                "learnable_step_size": True,
+            },
+        }
+    )
     decay, no_decay = model.parameter_groups(0.1)
     named = {id(p): n for n, p in model.named_parameters()}
     decayed = {named[id(p)] for p in decay["params"]}

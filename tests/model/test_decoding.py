@@ -25,38 +25,70 @@ def _cem(steps=2, **options):
 
 VARIANTS = {
     "llama": {},
-    **{f"cem_att_{i}_{kq}_{du}": {"attention": _cem(2, preconditioner=p, kq_diag=kq, diag_update=du)}
-       for i, p in enumerate(PRE) for kq in ("none", "shared", "per_head") for du in ("paper", "exact")
-       if not (kq == "none" and du == "exact")},
+    **{
+        f"cem_att_{i}_{kq}_{du}": {"attention": _cem(2, preconditioner=p, kq_diag=kq, diag_update=du)}
+        for i, p in enumerate(PRE)
+        for kq in ("none", "shared", "per_head")
+        for du in ("paper", "exact")
+        if not (kq == "none" and du == "exact")
+    },
     "cem_att_T1": {"attention": _cem(1, kq_diag="shared")},
-    "cem_att_T4_nesterov": {"attention": _cem(4, kq_diag="per_head", update="nesterov", momentum=0.6,
-                                              learnable_momentum=True, step_size=0.7, learnable_step_size=True)},
-    "cem_att_heavy_ball_normalized": {"attention": _cem(3, kq_diag="shared", update="heavy_ball", momentum=0.5,
-                                                        recursion_state="normalized", backprop_steps=1)},
+    "cem_att_T4_nesterov": {
+        "attention": _cem(
+            4,
+            kq_diag="per_head",
+            update="nesterov",
+            momentum=0.6,
+            learnable_momentum=True,
+            step_size=0.7,
+            learnable_step_size=True,
+        )
+    },
+    "cem_att_heavy_ball_normalized": {
+        "attention": _cem(
+            3, kq_diag="shared", update="heavy_ball", momentum=0.5, recursion_state="normalized", backprop_steps=1
+        )
+    },
     "cem_att_reference": {"attention": _cem(2, kq_diag="shared", impl="reference", diag_update="exact")},
     "cem_att_sdpa": {"attention": _cem(2, kernel="sdpa")},
-    "reuse": {"attention": _cem(2, kq_diag="shared", depth_mode="reuse"),
-              "mlp": {"name": "llama", "steps": 2, "depth_mode": "reuse"}},
+    "reuse": {
+        "attention": _cem(2, kq_diag="shared", depth_mode="reuse"),
+        "mlp": {"name": "llama", "steps": 2, "depth_mode": "reuse"},
+    },
     "llama_reuse": {"attention": {"name": "llama", "steps": 3, "depth_mode": "reuse"}},
     "cem_mlp": {"mlp": {**CEM_MLP, "steps": 3, "update": "heavy_ball"}},
     "cem_mlp_param_matched": {"mlp": {"name": "cem_param_matched", "steps": 2, "recursion_state": "normalized"}},
     "hopfield": {"mlp": {"name": "hopfield", "steps": 2, "update": "nesterov", "preconditioner": "diag"}},
     "full_cem_T4": {"attention": _cem(4, kq_diag="shared", preconditioner=PRE[2]), "mlp": {**CEM_MLP, "steps": 4}},
     "heavy_ball_stream": {"stream": "heavy_ball", "attention": _cem(2, kq_diag="shared"), "mlp": CEM_MLP},
-    "nesterov_stream_rms": {"stream": "nesterov", "velocity_norm": "rms",
-                            "attention": _cem(2, depth_mode="reuse"), "mlp": {"name": "hopfield"}},
+    "nesterov_stream_rms": {
+        "stream": "nesterov",
+        "velocity_norm": "rms",
+        "attention": _cem(2, depth_mode="reuse"),
+        "mlp": {"name": "hopfield"},
+    },
     "llama_nesterov_stream": {"stream": "nesterov"},
     "parallel_llama": {"block": "parallel"},
-    "parallel_energy": {"block": "parallel", "attention": _cem(3, kq_diag="per_head", diag_update="exact"),
-                        "mlp": {"name": "hopfield", "steps": 3}},
-    "parallel_cem_mlp_stream": {"block": "parallel", "stream": "heavy_ball",
-                                "attention": _cem(2, kq_diag="shared", step_size=0.5),
-                                "mlp": {"name": "cem", "steps": 2, "step_size": 0.5}},
+    "parallel_energy": {
+        "block": "parallel",
+        "attention": _cem(3, kq_diag="per_head", diag_update="exact"),
+        "mlp": {"name": "hopfield", "steps": 3},
+    },
+    "parallel_cem_mlp_stream": {
+        "block": "parallel",
+        "stream": "heavy_ball",
+        "attention": _cem(2, kq_diag="shared", step_size=0.5),
+        "mlp": {"name": "cem", "steps": 2, "step_size": 0.5},
+    },
     # muP (docs/design/parametrization.md#s12-parametrization): the attention temperature d_head / sqrt(d_head_base) in every decode path
     "llama_mup": {"parametrization": "mup", "base_d_model": 12},
-    "full_cem_mup_inverse_steps": {"parametrization": "mup", "base_d_model": 48, "step_scaling": "inverse_steps",
-                                   "attention": _cem(3, kq_diag="shared", preconditioner=PRE[2]),
-                                   "mlp": {**CEM_MLP, "steps": 2}},
+    "full_cem_mup_inverse_steps": {
+        "parametrization": "mup",
+        "base_d_model": 48,
+        "step_scaling": "inverse_steps",
+        "attention": _cem(3, kq_diag="shared", preconditioner=PRE[2]),
+        "mlp": {**CEM_MLP, "steps": 2},
+    },
 }
 
 
@@ -86,7 +118,7 @@ def cached_logits(model, ids, prefill: int) -> torch.Tensor:
     cache = new_cache(model)
     out = [decode(model, ids[:, :prefill], cache)]
     for i in range(prefill, ids.shape[1]):
-        out.append(decode(model, ids[:, i:i + 1], cache))
+        out.append(decode(model, ids[:, i : i + 1], cache))
     assert cache.position == ids.shape[1]
     return torch.cat(out, dim=1)
 
@@ -110,8 +142,10 @@ def test_a_chunk_after_a_cached_prefix_is_exact():
         model = random_model(VARIANTS[name])
         ids = token_ids(seed=1, seq=10)
         cache = new_cache(model)
-        got = torch.cat([decode(model, ids[:, :3], cache), decode(model, ids[:, 3:7], cache),
-                         decode(model, ids[:, 7:], cache)], dim=1)
+        got = torch.cat(
+            [decode(model, ids[:, :3], cache), decode(model, ids[:, 3:7], cache), decode(model, ids[:, 7:], cache)],
+            dim=1,
+        )
         assert (got - model(ids).detach()).abs().max().item() < 1e-10, name
 
 

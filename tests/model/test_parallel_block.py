@@ -20,15 +20,24 @@ from cem_ablate.model import model_report
 from tests.components.reference_cem import attention_energy, attention_scores, dense_preconditioner, rms_norm
 
 DIMS = {"d_model": 24, "n_layers": 2, "n_heads": 3, "d_mlp": 40, "vocab_size": 31}
-ATTENTION = {"name": "cem", "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank", "rank": 2},
-             "step_size": 0.7}
+ATTENTION = {
+    "name": "cem",
+    "kq_diag": "shared",
+    "preconditioner": {"name": "diag_lowrank", "rank": 2},
+    "step_size": 0.7,
+}
 HOPFIELD = {"name": "hopfield", "preconditioner": "diag", "step_size": 1.3}
 
 
 def parallel_model(attention: dict, mlp: dict, steps: int, seed: int = 0, randomize: bool = True, **options):
     torch.manual_seed(seed)
-    cfg = {**DIMS, "block": "parallel", **options,
-           "attention": {**attention, "steps": steps}, "mlp": {**mlp, "steps": steps}}
+    cfg = {
+        **DIMS,
+        "block": "parallel",
+        **options,
+        "attention": {**attention, "steps": steps},
+        "mlp": {**mlp, "steps": steps},
+    }
     model = build_model(cfg).double()
     if randomize:  # every parameter off its init (KQ diagonal, self bias, low-rank V are 0 at init)
         with torch.no_grad():
@@ -75,8 +84,11 @@ def hopfield_delta(layer, u, c, step_size):
 def cem_mlp_delta(layer, u, c, step_size):
     """eta P V^T (gamma ⊙ SiLU(V u)), gamma = W c (docs/design/layers.md#s3-cem-mlp)."""
     gamma = c @ layer.w.weight.T
-    return step_size * ((gamma * F.silu(u @ layer.v.weight.T)) @ layer.v.weight) @ \
-        dense_preconditioner(layer.precond, u.shape[-1]).T
+    return (
+        step_size
+        * ((gamma * F.silu(u @ layer.v.weight.T)) @ layer.v.weight)
+        @ dense_preconditioner(layer.precond, u.shape[-1]).T
+    )
 
 
 MLP_DELTAS = {"hopfield": hopfield_delta, "cem": cem_mlp_delta}
@@ -89,8 +101,11 @@ def reference_block(block, h, steps, att_eta, mlp_name, mlp_eta, diag_update="pa
     x = h
     for t in range(steps):
         u = c if t == 0 else rms_norm(x, gain)
-        x = x + attention_delta(block.attention, u, c, att_eta, diag_update) + \
-            MLP_DELTAS[mlp_name](block.mlp, u, c, mlp_eta)
+        x = (
+            x
+            + attention_delta(block.attention, u, c, att_eta, diag_update)
+            + MLP_DELTAS[mlp_name](block.mlp, u, c, mlp_eta)
+        )
     return x
 
 
@@ -118,10 +133,18 @@ def assert_agree(model, fn, ref_fn):
 
 CASES = [  # (attention options, mlp options, mlp name in MLP_DELTAS, diag_update)
     (ATTENTION, HOPFIELD, "hopfield", "paper"),
-    ({**ATTENTION, "impl": "reference", "kq_diag": "per_head", "diag_update": "exact"},
-     {**HOPFIELD, "impl": "reference"}, "hopfield", "exact"),
-    ({**ATTENTION, "kq_diag": "none", "preconditioner": "identity", "step_size": 1.0},
-     {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 3}}, "cem", "paper"),
+    (
+        {**ATTENTION, "impl": "reference", "kq_diag": "per_head", "diag_update": "exact"},
+        {**HOPFIELD, "impl": "reference"},
+        "hopfield",
+        "exact",
+    ),
+    (
+        {**ATTENTION, "kq_diag": "none", "preconditioner": "identity", "step_size": 1.0},
+        {"name": "cem", "preconditioner": {"name": "diag_lowrank", "rank": 3}},
+        "cem",
+        "paper",
+    ),
 ]
 
 
@@ -131,10 +154,14 @@ def test_joint_step_matches_the_reference_in_outputs_and_gradients(attention, ml
     model = parallel_model(attention, mlp, steps)
     batch = ids()
     att_eta, mlp_eta = attention.get("step_size", 1.0), mlp.get("step_size", 1.0)
-    out = assert_agree(model, lambda: model(batch),
-                       lambda: reference_logits(model, batch, steps, att_eta, mlp_name, mlp_eta, diag_update))
-    sequential = build_model({**DIMS, "attention": {**attention, "steps": steps},
-                              "mlp": {**mlp, "steps": steps}}).double()
+    out = assert_agree(
+        model,
+        lambda: model(batch),
+        lambda: reference_logits(model, batch, steps, att_eta, mlp_name, mlp_eta, diag_update),
+    )
+    sequential = build_model(
+        {**DIMS, "attention": {**attention, "steps": steps}, "mlp": {**mlp, "steps": steps}}
+    ).double()
     sequential.load_state_dict(model.state_dict(), strict=False)  # all but the MLP norms
     assert (sequential(batch) - out).abs().max() > 1e-6  # the joint step is another function
 
@@ -196,8 +223,11 @@ def test_energy_trace_is_the_sum_of_both_energies_at_each_query_state():
     with torch.no_grad():
         for t in range(steps + 1):
             u = c if t == 0 else rms_norm(x, block.attention.norm.weight)
-            expected = (attention_energy(block.attention, u, h)
-                        - 0.5 * F.relu(u @ block.mlp.xi.weight.T).square().sum((1, 2))).mean().item()
+            expected = (
+                (attention_energy(block.attention, u, h) - 0.5 * F.relu(u @ block.mlp.xi.weight.T).square().sum((1, 2)))
+                .mean()
+                .item()
+            )
             assert abs(trace[f"blocks.0/step{t}"] - expected) <= 1e-9 * max(1.0, abs(expected))
             x = x + attention_delta(block.attention, u, c, 0.05) + hopfield_delta(block.mlp, u, c, 0.05)
     assert trace["blocks.0/step1"] < trace["blocks.0/step0"]  # small steps descend the joint energy
@@ -239,7 +269,9 @@ def test_parallel_block_compiles_without_graph_breaks():
     block = parallel_model(ATTENTION, HOPFIELD, steps=2).blocks[0].float()
     h = torch.randn(2, 10, DIMS["d_model"], generator=torch.Generator().manual_seed(3))
     eager = block(h)
-    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")(h)  # why aot_eager: tests/components/test_compile.py
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")(
+        h
+    )  # why aot_eager: tests/components/test_compile.py
     assert (eager - compiled).abs().max() <= 1e-4
 
 
@@ -247,16 +279,36 @@ def test_parallel_block_compiles_without_graph_breaks():
     "attention,mlp,path,fragment",
     [
         ({"name": "cem", "steps": 2}, {"name": "hopfield", "steps": 1}, "model.mlp.steps", "must be equal"),
-        ({"name": "cem", "steps": 2, "update": "nesterov"}, {"name": "hopfield", "steps": 2},
-         "model.attention.update", "'gd'"),
-        ({"name": "cem", "steps": 2}, {"name": "hopfield", "steps": 2, "update": "heavy_ball"},
-         "model.mlp.update", "'gd'"),
-        ({"name": "cem", "steps": 2, "depth_mode": "reuse"}, {"name": "hopfield", "steps": 2},
-         "model.attention.depth_mode", "recursion"),
-        ({"name": "cem", "steps": 2, "recursion_state": "normalized"}, {"name": "hopfield", "steps": 2},
-         "model.attention.recursion_state", "x^0 = h"),
-        ({"name": "cem", "steps": 2}, {"name": "cem", "steps": 2, "backprop_steps": 1},
-         "model.mlp.backprop_steps", "every joint step"),
+        (
+            {"name": "cem", "steps": 2, "update": "nesterov"},
+            {"name": "hopfield", "steps": 2},
+            "model.attention.update",
+            "'gd'",
+        ),
+        (
+            {"name": "cem", "steps": 2},
+            {"name": "hopfield", "steps": 2, "update": "heavy_ball"},
+            "model.mlp.update",
+            "'gd'",
+        ),
+        (
+            {"name": "cem", "steps": 2, "depth_mode": "reuse"},
+            {"name": "hopfield", "steps": 2},
+            "model.attention.depth_mode",
+            "recursion",
+        ),
+        (
+            {"name": "cem", "steps": 2, "recursion_state": "normalized"},
+            {"name": "hopfield", "steps": 2},
+            "model.attention.recursion_state",
+            "x^0 = h",
+        ),
+        (
+            {"name": "cem", "steps": 2},
+            {"name": "cem", "steps": 2, "backprop_steps": 1},
+            "model.mlp.backprop_steps",
+            "every joint step",
+        ),
     ],
 )
 def test_bad_parallel_configs_name_the_key(attention, mlp, path, fragment):

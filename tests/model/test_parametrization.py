@@ -21,9 +21,14 @@ from tests.model import standard_regression
 REFERENCE = json.loads((Path(__file__).parent / "data" / "standard_reference.json").read_text())
 ROOT = Path(__file__).resolve().parents[2]
 
-FULL = {"n_layers": 2, "n_heads": 4, "d_mlp": 176, "vocab_size": 256,
-        "attention": {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank"}},
-        "mlp": {"name": "cem", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 16}}}
+FULL = {
+    "n_layers": 2,
+    "n_heads": 4,
+    "d_mlp": 176,
+    "vocab_size": 256,
+    "attention": {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank"}},
+    "mlp": {"name": "cem", "steps": 2, "preconditioner": {"name": "diag_lowrank", "rank": 16}},
+}
 
 
 def _built(cfg, seed=0):
@@ -54,8 +59,10 @@ def test_the_projections_see_a_change_the_digests_see():
     """The tolerance is no blindfold: parameters 1e-4 off (relative) move the after-step
     projections far beyond 1e-9 of their scale."""
     outputs = standard_regression.outputs_of_configs()
-    moved = {name: {"logits": parts["logits"], "after_step": [t * 1.0001 for t in parts["after_step"]]}
-             for name, parts in outputs.items()}
+    moved = {
+        name: {"logits": parts["logits"], "after_step": [t * 1.0001 for t in parts["after_step"]]}
+        for name, parts in outputs.items()
+    }
     base, other = standard_regression.projections(outputs), standard_regression.projections(moved)
     for name in outputs:
         gap = max(abs(a - b) for a, b in zip(base[name]["after_step"]["values"], other[name]["after_step"]["values"]))
@@ -78,14 +85,17 @@ def test_explicit_standard_and_ignored_base_width_keep_the_mapping():
     assert mup.to_mapping()["parametrization"] == "mup" and mup.to_mapping()["base_d_model"] == 128
 
 
-@pytest.mark.parametrize("mapping, key", [
-    ({"size": "tiny", "parametrization": "mu"}, "model.parametrization"),
-    ({"size": "tiny", "parametrization": "mup", "base_d_model": 0}, "model.base_d_model"),
-    ({"size": "tiny", "step_scaling": "sqrt"}, "model.step_scaling"),
-    ({"size": "tiny", "parametrization": "mup", "mup_readout": "small"}, "model.mup_readout"),
-    ({"size": "tiny", "readout_init_scale": 0}, "model.readout_init_scale"),
-    ({"size": "tiny", "readout_init_scale": float("inf")}, "model.readout_init_scale"),
-])
+@pytest.mark.parametrize(
+    "mapping, key",
+    [
+        ({"size": "tiny", "parametrization": "mu"}, "model.parametrization"),
+        ({"size": "tiny", "parametrization": "mup", "base_d_model": 0}, "model.base_d_model"),
+        ({"size": "tiny", "step_scaling": "sqrt"}, "model.step_scaling"),
+        ({"size": "tiny", "parametrization": "mup", "mup_readout": "small"}, "model.mup_readout"),
+        ({"size": "tiny", "readout_init_scale": 0}, "model.readout_init_scale"),
+        ({"size": "tiny", "readout_init_scale": float("inf")}, "model.readout_init_scale"),
+    ],
+)
 def test_bad_values_name_their_key(mapping, key):
     with pytest.raises(ConfigError) as err:
         parse_model_config(mapping)
@@ -151,7 +161,7 @@ def test_mup_init_and_lr_follow_each_class_rule(width, readout):
         if init_exp is None:
             assert torch.count_nonzero(p) == 0
         else:
-            torch.testing.assert_close(p, std_params[name] * m ** init_exp, rtol=1e-6, atol=0)
+            torch.testing.assert_close(p, std_params[name] * m**init_exp, rtol=1e-6, atol=0)
     optimizer = build_adamw(mup.parameter_groups(0.1), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, kernel="single")
     lr_of = {id(p): (g["lr"], g["weight_decay"]) for g in optimizer.param_groups for p in g["params"]}
     for name, p in mup.named_parameters():
@@ -175,16 +185,22 @@ def test_the_classes_of_the_energy_layers_are_decided_not_inferred():
 
 
 def test_mup_attention_temperature_grows_with_the_head_dim():
-    dims = [parse_model_config({**FULL, "d_model": d, "parametrization": "mup", "base_d_model": 64}).dims
-            for d in (64, 128, 256)]
+    dims = [
+        parse_model_config({**FULL, "d_model": d, "parametrization": "mup", "base_d_model": 64}).dims
+        for d in (64, 128, 256)
+    ]
     taus = [d.attention_temperature for d in dims]
     assert taus[0] == pytest.approx(math.sqrt(16))
     assert taus[1] / taus[0] == pytest.approx(2.0) and taus[2] / taus[0] == pytest.approx(4.0)
 
 
 def test_inverse_steps_divides_eta_by_the_steps():
-    base = {**FULL, "d_model": 64, "mlp": {"name": "llama"},
-            "attention": {"name": "cem", "steps": 4, "step_size": 0.5, "impl": "reference"}}
+    base = {
+        **FULL,
+        "d_model": 64,
+        "mlp": {"name": "llama"},
+        "attention": {"name": "cem", "steps": 4, "step_size": 0.5, "impl": "reference"},
+    }
     scaled = _built({**base, "step_scaling": "inverse_steps"})
     explicit = _built({**base, "attention": {**base["attention"], "step_size": 0.125}})
     ids = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(3))

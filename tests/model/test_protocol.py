@@ -128,8 +128,9 @@ def test_registration_checks_the_generic_contract():
 
 @pytest.mark.parametrize("attention, mlp", [("llama", "llama"), ("cem", "cem"), ("cem", "cem_param_matched")])
 def test_the_builtin_zoo_follows_the_protocol(attention, mlp):
-    model = build_model({"d_model": 16, "n_layers": 1, "n_heads": 2, "d_mlp": 24, "vocab_size": 11,
-                         "attention": attention, "mlp": mlp}).double()
+    model = build_model(
+        {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_mlp": 24, "vocab_size": 11, "attention": attention, "mlp": mlp}
+    ).double()
     for kind in ("attention", "mlp"):
         module = getattr(model.blocks[0], kind)
         spec = registry.get(kind, module_name := (attention if kind == "attention" else mlp))

@@ -51,8 +51,10 @@ def test_truncated_backprop_drops_the_backward_of_frozen_steps():
     one_step = {"name": "cem", "steps": 1}
     two_steps = {"name": "cem", "steps": 2}
     # forward FLOPs of one step of every CEM sublayer in the model
-    per_step = flops(attention=two_steps, mlp=two_steps).flops_per_token \
+    per_step = (
+        flops(attention=two_steps, mlp=two_steps).flops_per_token
         - flops(attention=one_step, mlp=one_step).flops_per_token
+    )
     assert per_step > 0
     frozen = 4 - 1
     assert full.train_flops_per_token - truncated.train_flops_per_token == pytest.approx(2 * frozen * per_step)
@@ -60,6 +62,8 @@ def test_truncated_backprop_drops_the_backward_of_frozen_steps():
 
 def test_normalized_state_costs_the_same_flops():
     raw = flops(attention={"name": "cem", "steps": 2}, mlp={"name": "cem", "steps": 2})
-    normalized = flops(attention={"name": "cem", "steps": 2, "recursion_state": "normalized"},
-                       mlp={"name": "cem", "steps": 2, "recursion_state": "normalized"})
+    normalized = flops(
+        attention={"name": "cem", "steps": 2, "recursion_state": "normalized"},
+        mlp={"name": "cem", "steps": 2, "recursion_state": "normalized"},
+    )
     assert normalized.flops_by_module == raw.flops_by_module  # norms and adds are not counted

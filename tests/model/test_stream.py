@@ -17,10 +17,14 @@ from cem_ablate.model import model_report
 DIMS = {"d_model": 24, "n_layers": 2, "n_heads": 3, "d_mlp": 40, "vocab_size": 31}
 SUBLAYERS = {
     "llama": {"attention": {"name": "llama"}, "mlp": {"name": "llama"}},
-    "cem_T2": {"attention": {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": "diag"},
-               "mlp": {"name": "cem", "steps": 2}},
-    "reuse": {"attention": {"name": "cem", "steps": 2, "depth_mode": "reuse"},
-              "mlp": {"name": "llama", "steps": 2, "depth_mode": "reuse"}},
+    "cem_T2": {
+        "attention": {"name": "cem", "steps": 2, "kq_diag": "shared", "preconditioner": "diag"},
+        "mlp": {"name": "cem", "steps": 2},
+    },
+    "reuse": {
+        "attention": {"name": "cem", "steps": 2, "depth_mode": "reuse"},
+        "mlp": {"name": "llama", "steps": 2, "depth_mode": "reuse"},
+    },
 }
 
 
@@ -90,8 +94,9 @@ def test_stream_matches_the_reference_in_outputs_and_gradients(sublayers, stream
         assert (g - r).abs().max() <= 1e-9 * max(1.0, r.abs().max().item()), name
     # the stream really moved something: it differs from the residual model with the same weights
     residual = stream_model(sublayers, randomize=False)
-    residual.load_state_dict({k: v for k, v in model.state_dict().items() if "stream_logit" not in k
-                              and "velocity_norm" not in k})
+    residual.load_state_dict(
+        {k: v for k, v in model.state_dict().items() if "stream_logit" not in k and "velocity_norm" not in k}
+    )
     assert (residual(batch) - out).abs().max() > 1e-6
 
 
@@ -107,8 +112,7 @@ def test_stream_logit_gets_a_gradient_and_starts_at_stream_momentum():
 @pytest.mark.parametrize("sublayers", list(SUBLAYERS))
 def test_residual_stream_is_todays_model_bit_for_bit(sublayers):
     today = stream_model(sublayers, randomize=False)
-    explicit = stream_model(sublayers, randomize=False, stream="residual", velocity_norm="rms",
-                            stream_momentum=0.9)
+    explicit = stream_model(sublayers, randomize=False, stream="residual", velocity_norm="rms", stream_momentum=0.9)
     assert list(today.state_dict()) == list(explicit.state_dict())
     assert not any("stream" in k or "velocity" in k for k in today.state_dict())
     for a, b in zip(today.parameters(), explicit.parameters()):
@@ -153,8 +157,7 @@ def test_parameter_counts_and_names(sublayers):
 
 def test_report_counts_the_stream_flops():
     residual = model_report(stream_model("reuse", randomize=False), seq_len=16)
-    nesterov = model_report(stream_model("reuse", randomize=False, stream="nesterov", velocity_norm="rms"),
-                            seq_len=16)
+    nesterov = model_report(stream_model("reuse", randomize=False, stream="nesterov", velocity_norm="rms"), seq_len=16)
     d, applications = DIMS["d_model"], 4  # attention and MLP applied twice each (reuse)
     per_block = applications * (5 * d + 4 * d)
     assert nesterov.flops_by_module["blocks.0.stream"] == per_block
@@ -222,9 +225,16 @@ def test_cli_components_lists_the_model_options_with_defaults():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "components"],
-                         capture_output=True, text=True, check=True).stdout
-    listing = out[out.index("model options:"):]
-    for fragment in ["stream = 'residual'", "stream_momentum = 0.5", "velocity_norm = 'none'",
-                     "block = 'sequential'", "nesterov", "parallel"]:
+    out = subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", "components"], capture_output=True, text=True, check=True
+    ).stdout
+    listing = out[out.index("model options:") :]
+    for fragment in [
+        "stream = 'residual'",
+        "stream_momentum = 0.5",
+        "velocity_norm = 'none'",
+        "block = 'sequential'",
+        "nesterov",
+        "parallel",
+    ]:
         assert fragment in listing, fragment

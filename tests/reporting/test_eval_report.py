@@ -28,8 +28,9 @@ def test_higher_accuracy_is_better_and_higher_perplexity_worse():
         ("llama", "eval/t/word_perplexity"): {1e-3: dict(enumerate(base_ppl))},
         ("cem", "eval/t/word_perplexity"): {1e-3: {s: v + 2 + rng.normal(0, 0.1) for s, v in enumerate(base_ppl)}},
     }
-    tests = {metric: d for _, metric, d in eval_tests(comparisons(True), values,
-                                                        ["eval/t/acc", "eval/t/word_perplexity"])}
+    tests = {
+        metric: d for _, metric, d in eval_tests(comparisons(True), values, ["eval/t/acc", "eval/t/word_perplexity"])
+    }
     acc, ppl = tests["eval/t/acc"], tests["eval/t/word_perplexity"]
     assert acc.verdict == "better" and 0.09 < acc.delta < 0.11 and acc.low < acc.delta < acc.high
     assert ppl.verdict == "worse" and 1.8 < ppl.delta < 2.2 and ppl.low < ppl.delta < ppl.high
@@ -38,5 +39,5 @@ def test_higher_accuracy_is_better_and_higher_perplexity_worse():
 
 def test_missing_scores_are_unresolved():
     values = {("cem", "eval/t/acc"): {1e-3: {0: 0.5}}}
-    (_, _, d), = eval_tests(comparisons(False), values, ["eval/t/acc"])
+    ((_, _, d),) = eval_tests(comparisons(False), values, ["eval/t/acc"])
     assert d.verdict == "unresolved" and d.delta is None

@@ -23,11 +23,17 @@ def _records(expanded, gap: float, drop: str | None = None, noise: float = 0.01)
     for v in expanded.variants:
         n = estimate(v.run_config(1e-3, 0)).params_total
         log_ppl = 3.0 - 0.3 * math.log(n / 1e4) + (gap if v.family == "cem_attention" else 0.0)
-        trials = [] if v.name == drop else [
-            TrialRecord(2e-3, s, TrialStatus.FINISHED, float(math.exp(log_ppl + rng.normal(0, noise))))
-            for s in range(3)]
-        records.append(VariantRecord("run", v.key, v.name, v.role, "finished", v.axis_values, v.baselines, {}, None,
-                                     trials=trials))
+        trials = (
+            []
+            if v.name == drop
+            else [
+                TrialRecord(2e-3, s, TrialStatus.FINISHED, float(math.exp(log_ppl + rng.normal(0, noise))))
+                for s in range(3)
+            ]
+        )
+        records.append(
+            VariantRecord("run", v.key, v.name, v.role, "finished", v.axis_values, v.baselines, {}, None, trials=trials)
+        )
     return records
 
 
@@ -39,8 +45,9 @@ def test_the_section_says_it_extrapolates_and_forecasts_a_clear_gap_as_worse(tmp
     assert "**An extrapolation, not a measurement.**" in text and "d_model 256, which was not trained" in text
     row = next(line for line in lines if line.startswith("| cem_attention vs llama |"))
     assert row.endswith("| worse |")
-    assert {line.split(" | ")[0] for line in lines if line.startswith("| llama |") or line.startswith("| cem_attention |")} \
-        == {"| llama", "| cem_attention"}
+    assert {
+        line.split(" | ")[0] for line in lines if line.startswith("| llama |") or line.startswith("| cem_attention |")
+    } == {"| llama", "| cem_attention"}
     assert "power_shared" in text and "α " in text  # the form and its shared exponent
 
 

@@ -27,9 +27,28 @@ def test_width_families_group_variants_that_differ_in_width_alone():
 def test_the_smoke_study_reports_each_familys_drift(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    code = main(["study", str(STUDIES / "mup_width.yaml"), "--scale", "smoke", "--threads", "1", "--workers", "1",
-                 "--set", "lr_search.grid=[1e-3,4e-3,1.6e-2]", "--storage", f"sqlite:///{tmp_path}/optuna.db",
-                 "--tracking-uri", uri, "--workdir", str(tmp_path / "work"), "--report-dir", str(tmp_path / "reports")])
+    code = main(
+        [
+            "study",
+            str(STUDIES / "mup_width.yaml"),
+            "--scale",
+            "smoke",
+            "--threads",
+            "1",
+            "--workers",
+            "1",
+            "--set",
+            "lr_search.grid=[1e-3,4e-3,1.6e-2]",
+            "--storage",
+            f"sqlite:///{tmp_path}/optuna.db",
+            "--tracking-uri",
+            uri,
+            "--workdir",
+            str(tmp_path / "work"),
+            "--report-dir",
+            str(tmp_path / "reports"),
+        ]
+    )
     assert code == 0
     report = (tmp_path / "reports" / "mup_width_smoke" / "report.md").read_text()
     assert "## Learning-rate drift across width" in report

@@ -15,16 +15,29 @@ SIZES = {"1": 2e6, "2": 4e6, "3": 8e6, "4": 16e6}
 
 def record(family, size, objective, baseline_key=None, metric="test RMSE"):
     n = SIZES[size]
-    obs = [Observation(lr, s, objective + 0.3 * (np.log2(lr) + 10) ** 2 + 0.01 * s) for lr in (5e-4, 1e-3, 2e-3)
-           for s in range(3)]
+    obs = [
+        Observation(lr, s, objective + 0.3 * (np.log2(lr) + 10) ** 2 + 0.01 * s)
+        for lr in (5e-4, 1e-3, 2e-3)
+        for s in range(3)
+    ]
     stats = variant_stats(obs, n_resamples=200)
     key = f"{family}-{size}"
-    trials = [TrialRecord(o.lr, o.seed, "finished", o.value, run_id=f"r{i}", trial_key=f"{key}/{i}")
-              for i, o in enumerate(obs)]
-    rec = VariantRecord(key, key, f"{family},n_layers={size}", "variant" if baseline_key else "baseline", "done",
-                        {"variant": family, "model.n_layers": size}, {"llama": baseline_key} if baseline_key else {},
-                        {"params_total": n, "tokens_per_trial": 1e6, "train_flops_per_token": 6 * n}, None,
-                        trials=trials)
+    trials = [
+        TrialRecord(o.lr, o.seed, "finished", o.value, run_id=f"r{i}", trial_key=f"{key}/{i}")
+        for i, o in enumerate(obs)
+    ]
+    rec = VariantRecord(
+        key,
+        key,
+        f"{family},n_layers={size}",
+        "variant" if baseline_key else "baseline",
+        "done",
+        {"variant": family, "model.n_layers": size},
+        {"llama": baseline_key} if baseline_key else {},
+        {"params_total": n, "tokens_per_trial": 1e6, "train_flops_per_token": 6 * n},
+        None,
+        trials=trials,
+    )
     return rec, stats
 
 
@@ -40,8 +53,10 @@ def study(metric="test RMSE"):
 
 
 def comparison_table(records):
-    return {(c.variant, c.baseline, c.test.at): comparison_cells(c.variant, c.baseline, c.test)
-            for c in build_comparisons(records).rows}
+    return {
+        (c.variant, c.baseline, c.test.at): comparison_cells(c.variant, c.baseline, c.test)
+        for c in build_comparisons(records).rows
+    }
 
 
 def test_report_names_the_metric_and_shows_verdicts_and_scaling(tmp_path):
@@ -75,7 +90,8 @@ def test_a_variant_with_two_baselines_gets_a_paired_row_against_each(tmp_path):
     llama.stats = VariantStatistics("test perplexity", ls, {}).to_dict()
     t1.stats = VariantStatistics("test perplexity", s1, {}).to_dict()  # no pairing recorded: Welch
     t2.stats = VariantStatistics("test perplexity", s2, {}).to_dict() | {
-        "pairing": {"llama": {"paired": False, "reason": ""}, "T1": {"paired": True, "reason": ""}}}
+        "pairing": {"llama": {"paired": False, "reason": ""}, "T1": {"paired": True, "reason": ""}}
+    }
     records = [llama, t1, t2]
     table = comparison_table(records)
     vs_llama, vs_t1 = table[(t2.name, llama.name, "baseline lr*")], table[(t2.name, t1.name, "baseline lr*")]
@@ -107,13 +123,19 @@ def test_holm_over_the_report_and_the_verdict_follow_the_adjusted_p():
         obs = [Observation(t.lr, t.seed, t.value + shift + noise[t.seed]) for t in llama.trials]
         vs = variant_stats(obs, n_resamples=0)
         rec.stats = VariantStatistics("test perplexity", vs, {}).to_dict() | {
-            "pairing": {"llama": {"paired": True, "reason": ""}}}
+            "pairing": {"llama": {"paired": True, "reason": ""}}
+        }
         records.append(rec)
     comparisons = build_comparisons(records)
     ps = [c.test.decision.p for c in comparisons.rows]
     for c in comparisons.rows:
         lr = c.test.lr_variant
-        v = [o for o in VariantStatistics.from_dict(next(r for r in records if r.name == c.variant).stats).stats.at(lr).values]
+        v = [
+            o
+            for o in VariantStatistics.from_dict(next(r for r in records if r.name == c.variant).stats)
+            .stats.at(lr)
+            .values
+        ]
         b = list(ls.at(lr).values)
         assert c.test.decision.p == pytest.approx(st.ttest_rel(v, b).pvalue, rel=1e-9)
     order = np.argsort(ps)
@@ -136,8 +158,9 @@ def test_correction_none_tests_each_comparison_at_alpha_alone():
     plain = build_comparisons(records, spec)
     assert [c.test.decision.p_holm for c in plain.rows] == [c.test.decision.p for c in plain.rows]
     assert all(h.test.decision.p_holm >= p.test.decision.p_holm for h, p in zip(holm.rows, plain.rows))
-    assert "not adjusted for the report's 4 tested comparison(s) (statistics.correction: none)" in \
-        plain.definition("test RMSE")
+    assert "not adjusted for the report's 4 tested comparison(s) (statistics.correction: none)" in plain.definition(
+        "test RMSE"
+    )
     assert "Holm-adjusted over the report's 4 tested comparison(s) (one family)" in holm.definition("test RMSE")
 
 
@@ -149,13 +172,16 @@ def test_a_comparison_without_seeds_is_said_apart_from_holms_family():
     obs = [Observation(t.lr, t.seed, t.value) for t in kept]
     var.trials = kept
     var.stats = VariantStatistics("test RMSE", variant_stats(obs, n_resamples=200), {}).to_dict() | {
-        "pairing": {"llama": {"paired": True, "reason": ""}}}
+        "pairing": {"llama": {"paired": True, "reason": ""}}
+    }
     comparisons = build_comparisons(records)
     untested = [c for c in comparisons.rows if c.test.decision.p_design is None]
     assert len(untested) == 1 and untested[0].test.lr_baseline == 1e-3
     tested = len(comparisons.rows) - 1
-    assert (f"Holm-adjusted over the report's {tested} tested comparison(s) (one family; 1 more without a "
-            "test (too few seeds), unresolved)") in comparisons.definition("test RMSE")
+    assert (
+        f"Holm-adjusted over the report's {tested} tested comparison(s) (one family; 1 more without a "
+        "test (too few seeds), unresolved)"
+    ) in comparisons.definition("test RMSE")
 
 
 def test_a_store_without_recorded_pairing_is_paired_by_the_study_file():
@@ -168,9 +194,12 @@ def test_a_store_without_recorded_pairing_is_paired_by_the_study_file():
     from cem_ablate.study.variants import expand
     from tests.study.tiny_study import TINY_BASE
 
-    mapping = {"name": "old", "base": copy.deepcopy(TINY_BASE),
-               "variants": [{"name": "T2", "set": {"model.attention": {"name": "cem", "steps": 2}}}],
-               "baselines": {"T1": {"model.attention": {"name": "cem", "steps": 1}}}}
+    mapping = {
+        "name": "old",
+        "base": copy.deepcopy(TINY_BASE),
+        "variants": [{"name": "T2", "set": {"model.attention": {"name": "cem", "steps": 2}}}],
+        "baselines": {"T1": {"model.attention": {"name": "cem", "steps": 1}}},
+    }
     expanded = expand(parse_study(mapping), mapping)
     t2, t1 = expanded.variants
     base, bs = record("cem_T1", "1", 10.0, metric="test perplexity")
@@ -199,8 +228,10 @@ def test_verdicts_without_an_estimated_lr_star_are_marked(tmp_path):
     var.trials = kept
     var.stats = VariantStatistics(var_stats.objective, one_lr, {}).to_dict() | {"pairing": var.stats["pairing"]}
     notes = build_comparisons([base, var]).notes
-    assert notes == ["the verdict of cem,n_layers=1 vs llama,n_layers=1 rests on no estimated lr* "
-                     "(cem,n_layers=1: 1 learning rate; an lr* needs at least 3): it compares them at a fixed "
-                     "learning rate, not at their tuned optima."]
+    assert notes == [
+        "the verdict of cem,n_layers=1 vs llama,n_layers=1 rests on no estimated lr* "
+        "(cem,n_layers=1: 1 learning rate; an lr* needs at least 3): it compares them at a fixed "
+        "learning rate, not at their tuned optima."
+    ]
     text = write_report([base, var], "one_lr", tmp_path, None).read_text()
     assert f"Note: {notes[0]}" in text

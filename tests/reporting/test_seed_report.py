@@ -5,8 +5,20 @@ from cem_ablate.reporting.seed_report import decimals, decision_delta_text
 
 
 def decision(delta, low=None, high=None):
-    return Decision(delta=delta, low=low, high=high, p=0.01, p_design=0.01, test="paired t", n_variant=3,
-                    n_baseline=3, n_pairs=3, p_holm=0.02, verdict="better", level=0.95 if low is not None else None)
+    return Decision(
+        delta=delta,
+        low=low,
+        high=high,
+        p=0.01,
+        p_design=0.01,
+        test="paired t",
+        n_variant=3,
+        n_baseline=3,
+        n_pairs=3,
+        p_holm=0.02,
+        verdict="better",
+        level=0.95 if low is not None else None,
+    )
 
 
 def test_delta_and_interval_share_their_decimals():

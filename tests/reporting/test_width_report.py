@@ -20,8 +20,11 @@ WIDTHS = (32, 64, 128, 192)
 
 def _stats(level: float, seed_values: dict[int, float], curvature=0.3):
     """A bowl in log2 lr with its minimum at 2e-3; per-seed offsets shared across lrs."""
-    obs = [Observation(lr, s, level * (1 + curvature * math.log2(lr / 2e-3) ** 2 / 10) + off)
-           for lr in LRS for s, off in seed_values.items()]
+    obs = [
+        Observation(lr, s, level * (1 + curvature * math.log2(lr / 2e-3) ** 2 / 10) + off)
+        for lr in LRS
+        for s, off in seed_values.items()
+    ]
     return variant_stats(obs, intervals=False)
 
 
@@ -44,8 +47,12 @@ def synthetic():
 
 def test_width_section_recomputes_with_scipy(synthetic, tmp_path):
     design, st, expected = synthetic
-    energy = {"d64_T2": [{"energy/blocks.0.attention/step1": 2.0, "energy/blocks.0.attention/step2": 1.0},
-                         {"energy/blocks.0.attention/step1": 2.0, "energy/blocks.0.attention/step2": 3.0}]}
+    energy = {
+        "d64_T2": [
+            {"energy/blocks.0.attention/step1": 2.0, "energy/blocks.0.attention/step2": 1.0},
+            {"energy/blocks.0.attention/step1": 2.0, "energy/blocks.0.attention/step2": 3.0},
+        ]
+    }
     section = analyze(design, st, {f"d{w}_T2": True for w in WIDTHS}, energy=energy)
     t2 = next(t for t in section.trends if t.comparison == T2_VS_T1)
     ref = stats.linregress([math.log2(w / 64) for w in WIDTHS], [expected[w] for w in WIDTHS])
@@ -69,8 +76,9 @@ def test_flat_width_trend_says_none(synthetic):
     design, st, _ = synthetic
     for w in WIDTHS:  # the same penalty at every width: b ~ 0
         t1 = st[f"d{w}_T1"].at(2e-3).by_seed()
-        st[f"d{w}_T2"] = _stats(6.0 * math.exp(0.1), {s: (v * math.exp(0.1)) + 0.02 * ((s + w) % 3 - 1)
-                                                      for s, v in t1.items()})
+        st[f"d{w}_T2"] = _stats(
+            6.0 * math.exp(0.1), {s: (v * math.exp(0.1)) + 0.02 * ((s + w) % 3 - 1) for s, v in t1.items()}
+        )
     section = analyze(design, st, {f"d{w}_T2": True for w in WIDTHS})
     t2 = next(t for t in section.trends if t.comparison == T2_VS_T1)
     if t2.trend.b_low < 0 < t2.trend.b_high:

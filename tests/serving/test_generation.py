@@ -14,7 +14,7 @@ def greedy_by_recomputation(model, prompt, n):
     ids = prompt
     for _ in range(n):
         ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return ids[:, prompt.shape[1]:]
+    return ids[:, prompt.shape[1] :]
 
 
 def test_greedy_generation_equals_greedy_decoding_by_full_recomputation():
@@ -45,7 +45,7 @@ def test_stops_when_every_sequence_has_produced_eos():
     prompt = token_ids(batch=1, seq=4)
     greedy = [int(t) for t in generate(model, prompt, Sampling(max_new_tokens=6))]
     stopped = [int(t) for t in generate(model, prompt, Sampling(max_new_tokens=6), eos_id=greedy[2])]
-    assert stopped == greedy[:greedy.index(greedy[2]) + 1]
+    assert stopped == greedy[: greedy.index(greedy[2]) + 1]
 
 
 def test_top_k_and_top_p_keep_the_tokens_they_say():

@@ -9,8 +9,18 @@ import pytest
 from cem_ablate.cli.study_command import load_expanded
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
-ARMS = ["T1", "T2_gd", "T2_heavy_ball", "T2_nesterov", "T4_gd", "T4_heavy_ball", "T4_nesterov",
-        "llama_nesterov_stream", "parallel_hopfield_T1", "parallel_hopfield_T2"]
+ARMS = [
+    "T1",
+    "T2_gd",
+    "T2_heavy_ball",
+    "T2_nesterov",
+    "T4_gd",
+    "T4_heavy_ball",
+    "T4_nesterov",
+    "llama_nesterov_stream",
+    "parallel_hopfield_T1",
+    "parallel_hopfield_T2",
+]
 
 
 def expanded(name: str, scale: str | None):

@@ -32,8 +32,12 @@ def test_every_arm_is_paired_with_its_own_t1(scale):
 def test_arms_change_one_thing_each():
     arms = {v.name: attention(v) for v in expanded("readings").variants}
     a = arms["A_T2"]
-    assert (a["preconditioner"]["name"], a["diag_update"], a["recursion_state"], a["kq_diag"]) == \
-        ("diag", "paper", "raw", "shared")
+    assert (a["preconditioner"]["name"], a["diag_update"], a["recursion_state"], a["kq_diag"]) == (
+        "diag",
+        "paper",
+        "raw",
+        "shared",
+    )
     differs = {name: {k for k in a if arms[name][k] != a[k]} for name in ("B_T2", "C_T2", "D_T2")}
     assert differs == {"B_T2": {"preconditioner"}, "C_T2": {"diag_update"}, "D_T2": {"recursion_state"}}
     assert {k for k in a if arms["E_T1"][k] != a[k]} == {"kq_diag", "steps"}
@@ -59,8 +63,11 @@ def test_arm_f_is_arm_a_at_d128_with_two_seeds():
 
 
 def test_gap_study_switches_the_reading_by_set():
-    reading = ["base.model.attention.recursion_state=normalized", "base.model.mlp.recursion_state=normalized",
-               "base.model.attention.diag_update=exact"]
+    reading = [
+        "base.model.attention.recursion_state=normalized",
+        "base.model.mlp.recursion_state=normalized",
+        "base.model.attention.diag_update=exact",
+    ]
     study = expanded("readings_gap", "cpu", reading)
     full = next(v for v in study.variants if v.name == "full_cem_T2")
     model = full.run_config(2e-3, 0).model.to_mapping()

@@ -21,9 +21,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_smoke(name: str, tmp_path: Path) -> str:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    code = main(["study", str(ROOT / "studies" / f"{name}.yaml"), "--scale", "smoke", "--threads", "1",
-                 "--storage", f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", uri,
-                 "--workdir", str(tmp_path / "work"), "--report-dir", str(tmp_path / "reports")])
+    code = main(
+        [
+            "study",
+            str(ROOT / "studies" / f"{name}.yaml"),
+            "--scale",
+            "smoke",
+            "--threads",
+            "1",
+            "--storage",
+            f"sqlite:///{tmp_path}/optuna.db",
+            "--tracking-uri",
+            uri,
+            "--workdir",
+            str(tmp_path / "work"),
+            "--report-dir",
+            str(tmp_path / "reports"),
+        ]
+    )
     assert code == 0
     return uri
 
@@ -53,8 +68,21 @@ def test_gp_smoke_runs_and_the_report_reads_rmse(tmp_path, monkeypatch, capsys):
         (trial,) = r.trials
         assert trial.status == "finished" and 0.0 < trial.value < 10.0  # an RMSE, not a perplexity
     out = tmp_path / "table"
-    assert main(["report", str(ROOT / "studies" / "table3_gp.yaml"), "--scale", "smoke", "--tracking-uri", uri,
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(ROOT / "studies" / "table3_gp.yaml"),
+                "--scale",
+                "smoke",
+                "--tracking-uri",
+                uri,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = (out / "report.md").read_text()
     assert "test RMSE at lr* [95%]" in report and "mean ± std" in report
     assert "perplexity" not in report and "ppl*" not in report  # the task's metric, named

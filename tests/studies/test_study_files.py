@@ -19,9 +19,16 @@ from cem_ablate.study.estimates import estimate
 from cem_ablate.study.spec import PAPER_LR_GRID
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
-LM_FIGURES = ["fig2a_cem_attention", "fig2b_cem_mlp", "fig2c_attention_recursion", "fig2d_mlp_recursion",
-              "fig3a_full_cem_lr", "fig3b_kq_diagonal", "fig3c_mlp_recursion_vs_reuse",
-              "fig4_attention_recursion_vs_reuse"]
+LM_FIGURES = [
+    "fig2a_cem_attention",
+    "fig2b_cem_mlp",
+    "fig2c_attention_recursion",
+    "fig2d_mlp_recursion",
+    "fig3a_full_cem_lr",
+    "fig3b_kq_diagonal",
+    "fig3c_mlp_recursion_vs_reuse",
+    "fig4_attention_recursion_vs_reuse",
+]
 GP_TABLE = "table3_gp"
 PAPER_SIZES = ["86M", "108M", "134M", "162M"]
 SLIMPAJAMA = "gmongaras/SlimPajama-627B_Reupload"
@@ -96,8 +103,10 @@ def _sizes(vs):
     return sorted({run_config(v).model.size for v in vs}, key=PAPER_SIZES.index)
 
 
-@pytest.mark.parametrize("name, sizes", [(n, PAPER_SIZES) for n in LM_FIGURES if n != "fig3a_full_cem_lr"]
-                         + [("fig3a_full_cem_lr", PAPER_SIZES[:3])])
+@pytest.mark.parametrize(
+    "name, sizes",
+    [(n, PAPER_SIZES) for n in LM_FIGURES if n != "fig3a_full_cem_lr"] + [("fig3a_full_cem_lr", PAPER_SIZES[:3])],
+)
 def test_every_variant_is_paired_with_the_llama_of_its_size(name, sizes):
     roles = _role(name)
     by_key = {v.key: v for v in variants(name)}
@@ -127,7 +136,9 @@ def test_fig2_variants_are_the_papers():
     assert _variant_signatures("fig2a_cem_attention", "attention") == {("cem", 1, "recursion", "identity", "shared")}
     assert _fixed("fig2a_cem_attention", "mlp") == {"llama"}
     assert {s[:4] for s in _variant_signatures("fig2b_cem_mlp", "mlp")} == {
-        ("cem", 1, "recursion", "identity"), ("cem_param_matched", 1, "recursion", "identity")}
+        ("cem", 1, "recursion", "identity"),
+        ("cem_param_matched", 1, "recursion", "identity"),
+    }
     assert _fixed("fig2b_cem_mlp", "attention") == {"llama"}
     grid = {("cem", t, "recursion", p, "shared") for t in (1, 2) for p in ("diag", "diag_lowrank")}
     assert _variant_signatures("fig2c_attention_recursion", "attention") == grid
@@ -143,14 +154,22 @@ def test_fig3_and_fig4_variants_are_the_papers():
     assert {sublayer(v, "attention")["preconditioner"]["rank"] for v in full} == {4}
     assert {sublayer(v, "mlp")["preconditioner"]["rank"] for v in full} == {16}
     assert _variant_signatures("fig3b_kq_diagonal", "attention") == {
-        ("cem", 1, "recursion", "diag", kq) for kq in ("none", "shared", "per_head")}
+        ("cem", 1, "recursion", "diag", kq) for kq in ("none", "shared", "per_head")
+    }
     assert _fixed("fig3b_kq_diagonal", "mlp") == {"llama"}
     assert {s[:3] for s in _variant_signatures("fig3c_mlp_recursion_vs_reuse", "mlp")} == {
-        ("llama", 2, "reuse"), ("cem", 1, "recursion"), ("cem", 2, "recursion"),
-        ("cem_param_matched", 1, "recursion"), ("cem_param_matched", 2, "recursion")}
+        ("llama", 2, "reuse"),
+        ("cem", 1, "recursion"),
+        ("cem", 2, "recursion"),
+        ("cem_param_matched", 1, "recursion"),
+        ("cem_param_matched", 2, "recursion"),
+    }
     assert _fixed("fig3c_mlp_recursion_vs_reuse", "attention") == {"llama"}
     assert {s[:3] for s in _variant_signatures("fig4_attention_recursion_vs_reuse", "attention")} == {
-        ("llama", 2, "reuse"), ("cem", 1, "recursion"), ("cem", 2, "recursion")}
+        ("llama", 2, "reuse"),
+        ("cem", 1, "recursion"),
+        ("cem", 2, "recursion"),
+    }
     assert _fixed("fig4_attention_recursion_vs_reuse", "mlp") == {"llama"}
 
 

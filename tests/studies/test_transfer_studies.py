@@ -61,8 +61,23 @@ def test_transfer_costs_less_than_the_calibrated_full_grid():
         assert sum(r["grid_gpu_hours"] for r in costs) == pytest.approx(grid)
 
 
-@pytest.mark.parametrize("scale", ["cpu", "pilot", "pilot_scaled", "pilot_scaled_d32_128", "pilot_scaled_llama", "steps", "steps_seed0",
-                                   "smoke", "gpu", "gpu_seed0", "gpu_seeds12_llama_mlp", "steps_gpu"])
+@pytest.mark.parametrize(
+    "scale",
+    [
+        "cpu",
+        "pilot",
+        "pilot_scaled",
+        "pilot_scaled_d32_128",
+        "pilot_scaled_llama",
+        "steps",
+        "steps_seed0",
+        "smoke",
+        "gpu",
+        "gpu_seed0",
+        "gpu_seeds12_llama_mlp",
+        "steps_gpu",
+    ],
+)
 def test_mup_width_scales_validate(scale):
     expanded = load_expanded(str(STUDIES / "mup_width.yaml"), scale, [])
     assert all(v.config.model.parametrization == "mup" for v in expanded.variants)
@@ -73,8 +88,12 @@ def test_mup_width_scales_validate(scale):
         cpu = {v.name: v.trial_key(1e-3, 0) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "cpu", []).variants}
         assert all(cpu[v.name] == v.trial_key(1e-3, 0) for v in expanded.variants) and expanded.spec.seeds == [0]
     if scale == "steps_seed0":  # the steps scale's own trials
-        steps = {v.name: v.trial_key(1e-3, 0) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "steps", []).variants}
-        assert all(steps[v.name] == v.trial_key(1e-3, 0) for v in expanded.variants) and len(steps) == 8  # 3 CEM + the llama baseline, x 2
+        steps = {
+            v.name: v.trial_key(1e-3, 0) for v in load_expanded(str(STUDIES / "mup_width.yaml"), "steps", []).variants
+        }
+        assert (
+            all(steps[v.name] == v.trial_key(1e-3, 0) for v in expanded.variants) and len(steps) == 8
+        )  # 3 CEM + the llama baseline, x 2
     readout = "zero" if scale in ("pilot", "gpu", "gpu_seed0", "gpu_seeds12_llama_mlp") else "scaled"
     assert all(v.config.model.dims.mup_readout == readout for v in expanded.variants), scale
     if scale.startswith("gpu") or scale.endswith("gpu"):  # fp32 as on CPU; the partial scales are gpu's own trials
@@ -103,8 +122,9 @@ def test_the_scaled_readout_gpu_scales_share_their_trials():
     full = {v.name: v for v in load_expanded(str(STUDIES / "mup_width.yaml"), "gpu_scaled", []).variants}
     seed0 = load_expanded(str(STUDIES / "mup_width.yaml"), "gpu_scaled_seed0", [])
     assert seed0.spec.seeds == [0] and len(full) == 20
-    assert all(v.config.model.dims.mup_readout == "scaled" and v.config.train.precision == "32-true"
-               for v in full.values())
+    assert all(
+        v.config.model.dims.mup_readout == "scaled" and v.config.train.precision == "32-true" for v in full.values()
+    )
     assert all(full[v.name].trial_key(1e-3, 0) == v.trial_key(1e-3, 0) for v in seed0.variants)
     proxies = proxy_study(load_expanded(str(STUDIES / "transfer.yaml"), "gpu_scaled", []))
     assert list(proxies.spec.lr_search.grid) == list(seed0.spec.lr_search.grid)

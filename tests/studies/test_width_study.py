@@ -96,9 +96,27 @@ def test_width_smoke_report_slope_matches_scipy_on_the_children(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    assert main(["study", str(STUDIES / "width.yaml"), "--scale", "smoke", "--threads", "1",
-                 "--storage", f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", uri,
-                 "--workdir", str(tmp_path / "work"), "--report-dir", str(tmp_path / "reports")]) == 0
+    assert (
+        main(
+            [
+                "study",
+                str(STUDIES / "width.yaml"),
+                "--scale",
+                "smoke",
+                "--threads",
+                "1",
+                "--storage",
+                f"sqlite:///{tmp_path}/optuna.db",
+                "--tracking-uri",
+                uri,
+                "--workdir",
+                str(tmp_path / "work"),
+                "--report-dir",
+                str(tmp_path / "reports"),
+            ]
+        )
+        == 0
+    )
     records = {r.name: r for r in read_study(uri, "width_smoke")}
     xs, ys = [], []
     for w in (32, 64, 128):

@@ -13,9 +13,12 @@ from tests.study.tiny_study import write_study
 
 def _complete_slots(root) -> Counter:
     storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'mlruns' / 'optuna.db'}")
-    return Counter(t.user_attrs["slot"] for name in optuna.get_all_study_names(storage)
-                   for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-                   if t.state == optuna.trial.TrialState.COMPLETE)
+    return Counter(
+        t.user_attrs["slot"]
+        for name in optuna.get_all_study_names(storage)
+        for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE
+    )
 
 
 def test_a_second_seed_trains_only_its_trials(tmp_path, corpus, monkeypatch):
@@ -36,14 +39,22 @@ def test_a_baseline_added_to_the_study_file_is_compared_on_rerun(tmp_path, corpu
     from cem_ablate.tracking.readback import read_study
 
     monkeypatch.chdir(tmp_path)
-    variants = [{"name": "llama"}, {"name": "cem_attention", "set": {"model.attention": "cem"}},
-                {"name": "full_cem", "set": {"model.attention": "cem", "model.mlp": "cem"}}]
+    variants = [
+        {"name": "llama"},
+        {"name": "cem_attention", "set": {"model.attention": "cem"}},
+        {"name": "full_cem", "set": {"model.attention": "cem", "model.mlp": "cem"}},
+    ]
     llama = {"llama": {"model.attention": "llama", "model.mlp": "llama"}}
     first = write_study(tmp_path, grid=(1e-3,), corpus=corpus, variants=variants, baselines=llama)
     assert main(["study", str(first), "--no-report"]) == 0
     slots = _complete_slots(tmp_path)
-    second = write_study(tmp_path, grid=(1e-3,), corpus=corpus, variants=variants,
-                         baselines=llama | {"cem_attention": {"model.mlp": "llama"}})
+    second = write_study(
+        tmp_path,
+        grid=(1e-3,),
+        corpus=corpus,
+        variants=variants,
+        baselines=llama | {"cem_attention": {"model.mlp": "llama"}},
+    )
     assert main(["study", str(second), "--no-report"]) == 0
     assert _complete_slots(tmp_path) == slots  # nothing retrained
     records = read_study(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", "tiny")

@@ -28,8 +28,13 @@ def test_the_figures_grid_campaign_counts_each_trial_key_once():
     """Counted here without the campaign code: every (variant, lr, seed) of every file's grid
     by its trial key."""
     files = _files(FIGURES, sets=["seeds=[0,1,2]"])
-    keys = {v.trial_key(lr, seed) for f in files for v in f.expanded.variants
-            for lr in f.expanded.spec.lr_search.grid for seed in (0, 1, 2)}
+    keys = {
+        v.trial_key(lr, seed)
+        for f in files
+        for v in f.expanded.variants
+        for lr in f.expanded.spec.lr_search.grid
+        for seed in (0, 1, 2)
+    }
     plan = _plan(files)
     assert len(plan.trials) == len(keys) < sum(len(plan.asked[f.name]) for f in files)
     assert set(plan.trials) == keys
@@ -41,8 +46,13 @@ def test_the_figures_grid_campaign_counts_each_trial_key_once():
 def test_the_figures_transfer_campaign_tunes_each_proxy_once():
     files = _files(FIGURES, "transfer")
     plan = _plan(files)
-    proxies = {p.trial_key(lr, seed) for f in files for p in f.expanded.proxies
-               for lr in f.expanded.spec.lr_search.grid for seed in (0, 1)}
+    proxies = {
+        p.trial_key(lr, seed)
+        for f in files
+        for p in f.expanded.proxies
+        for lr in f.expanded.spec.lr_search.grid
+        for seed in (0, 1)
+    }
     targets = {(v.variant_key, seed) for f in files for v in f.expanded.variants for seed in f.expanded.spec.seeds}
     by_role = {role: [t for t in plan.trials.values() if t.role == role] for role in ("proxy", "target")}
     assert {t.identity for t in by_role["proxy"]} == proxies
@@ -72,8 +82,12 @@ def test_the_figures_calibrated_campaign_fits_a_thousand_a100_hours():
 def test_sequential_seeds_expected_case_weights_the_seeds_past_min(tmp_path):
     seeds = "seeds={min: 2, max: 4, until: resolved}"
     a = write_study(tmp_path, name="a")
-    b = write_study(tmp_path, name="b", variants=[{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
-                    baselines={"llama": {"model.mlp": "llama"}})
+    b = write_study(
+        tmp_path,
+        name="b",
+        variants=[{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
+        baselines={"llama": {"model.mlp": "llama"}},
+    )
     plan = _plan(_files([str(a), str(b)], sets=[seeds]))
     by_seed = {}
     for t in plan.trials.values():
@@ -109,11 +123,14 @@ def test_two_seeds_with_a_pooled_variance_are_held_against_three_fixed_seeds(gro
     assert f"pooled t over {groups} points" in line.text()
 
 
-@pytest.mark.parametrize("extra, says", [
-    (["--set", "lr_search={method: tpe, low: 1.0e-3, high: 4.0e-3, n_trials: 2}"], "draws its learning rates"),
-    (["SAME"], "also"),
-    (["--scale", "x", "--scale", "y"], "a run takes one scale"),
-])
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--set", "lr_search={method: tpe, low: 1.0e-3, high: 4.0e-3, n_trials: 2}"], "draws its learning rates"),
+        (["SAME"], "also"),
+        (["--scale", "x", "--scale", "y"], "a run takes one scale"),
+    ],
+)
 def test_bad_campaigns_are_one_error_line_and_create_nothing(tmp_path, monkeypatch, capsys, extra, says):
     monkeypatch.chdir(tmp_path)
     a, b = write_study(tmp_path, name="a"), write_study(tmp_path, name="b")
@@ -127,17 +144,27 @@ def test_bad_campaigns_are_one_error_line_and_create_nothing(tmp_path, monkeypat
 def _complete(root: Path) -> dict[str, list]:
     """Optuna study name -> its complete trials."""
     storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'mlruns' / 'optuna.db'}")
-    return {name: [t for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-                   if t.state == optuna.trial.TrialState.COMPLETE] for name in optuna.get_all_study_names(storage)}
+    return {
+        name: [
+            t
+            for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE
+        ]
+        for name in optuna.get_all_study_names(storage)
+    }
 
 
 @pytest.mark.slow
 def test_a_campaign_of_two_files_trains_their_shared_baseline_once(tmp_path, corpus, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     a = write_study(tmp_path, name="a", corpus=corpus)
-    b = write_study(tmp_path, name="b", corpus=corpus,
-                    variants=[{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
-                    baselines={"llama": {"model.mlp": "llama"}})
+    b = write_study(
+        tmp_path,
+        name="b",
+        corpus=corpus,
+        variants=[{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
+        baselines={"llama": {"model.mlp": "llama"}},
+    )
     assert main(["study", str(a), str(b), "--dry-run"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "distinct: 6 trials (6 grid) of 8 the files ask for" in out
@@ -172,16 +199,30 @@ def test_a_transfer_campaign_tunes_and_trains_a_shared_model_once(tmp_path, corp
     from tests.study.test_transfer import TRANSFER
 
     paths = []
-    for name, variants in (("tr", None), ("tr2", [{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}])):
+    for name, variants in (
+        ("tr", None),
+        ("tr2", [{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}]),
+    ):
         extra = {"variants": variants, "baselines": {"llama": {"model.mlp": "llama"}}} if variants else {}
         path = write_study(tmp_path, name, corpus=corpus, lr_search=TRANSFER, **extra)
-        path.write_text(path.read_text().replace(
-            "max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 16"))
+        path.write_text(
+            path.read_text().replace(
+                "max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 16"
+            )
+        )
         paths.append(str(path))
     assert main(["study", *paths, "--no-report"]) == 0
     complete = _complete(tmp_path)
-    assert sorted(name.split("/")[0] for name in complete) == ["tr", "tr", "tr2", "tr2", "tr2_proxy", "tr2_proxy",
-                                                               "tr_proxy", "tr_proxy"]
+    assert sorted(name.split("/")[0] for name in complete) == [
+        "tr",
+        "tr",
+        "tr2",
+        "tr2",
+        "tr2_proxy",
+        "tr2_proxy",
+        "tr_proxy",
+        "tr_proxy",
+    ]
     trials = [t for ts in complete.values() for t in ts]
     trained = [t.user_attrs["trial_key"] for t in trials if "reused_from" not in t.user_attrs]
     # Llama's proxy (2 lrs) and its target (1 lr) are asked for by both files and trained once

@@ -34,8 +34,14 @@ VARIANTS = [{"name": "llama"}, {"name": "gelu", "set": {"model.mlp": "gelu_test"
 
 def _cli(root, command: str, *args: str) -> str:
     env = os.environ | {"PYTHONPATH": f"{root / 'src'}{os.pathsep}{root / 'site'}", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", command, *args], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", command, *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
@@ -55,8 +61,11 @@ def _report_note(root, study) -> str | None:
 def _trials(root, study: str, variant: str) -> list[optuna.trial.FrozenTrial]:
     storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'mlruns' / 'optuna.db'}")
     name = next(n for n in optuna.get_all_study_names(storage) if n.startswith(f"{study}/{variant}"))
-    return [t for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-            if t.state == optuna.trial.TrialState.COMPLETE]
+    return [
+        t
+        for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE
+    ]
 
 
 @pytest.mark.slow
@@ -64,32 +73,46 @@ def _trials(root, study: str, variant: str) -> list[optuna.trial.FrozenTrial]:
 def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corpus):
     source_copy(tmp_path / "src")
     activation = install_plugin(tmp_path / "site")
-    a = write_study(tmp_path, name="a", grid=GRID, corpus=corpus, variants=VARIANTS, max_steps=2,
-                    baselines={"llama": {"model.mlp": "llama"}})
+    a = write_study(
+        tmp_path,
+        name="a",
+        grid=GRID,
+        corpus=corpus,
+        variants=VARIANTS,
+        max_steps=2,
+        baselines={"llama": {"model.mlp": "llama"}},
+    )
     _study(tmp_path, str(a), "--no-report")
     old_gelu = {t.number: t for t in _trials(tmp_path, "a", "gelu")}
     old_llama = {t.number: t.value for t in _trials(tmp_path, "a", "llama")}
     assert len(old_gelu) == 2 and len(old_llama) == 2
 
     edit_to_tanh_gelu(activation)
-    assert ("to retrain (code changed): 2 trials of this study finished under other code; code changed in: "
-            "gelu_plugin/activation.py") in " ".join(_study(tmp_path, str(a), "--dry-run").split())
+    assert (
+        "to retrain (code changed): 2 trials of this study finished under other code; code changed in: "
+        "gelu_plugin/activation.py"
+    ) in " ".join(_study(tmp_path, str(a), "--dry-run").split())
     # Before the rerun the report still shows the stored numbers, but says whose they are.
     note = _report_note(tmp_path, a)
-    assert note is not None and note.startswith("note: 2 of 4 finished trials (gelu) were trained under another "
-                                                "trial key than this checkout gives them"), note
+    assert note is not None and note.startswith(
+        "note: 2 of 4 finished trials (gelu) were trained under another trial key than this checkout gives them"
+    ), note
     out = _study(tmp_path, str(a), "--no-report")
     lines = [line for line in out.splitlines() if "code changed" in line]
     assert len(lines) == 1
-    assert re.fullmatch(r"code changed since 2 trials were trained \(variant: gelu\): fingerprint \w+ -> \w+ "
-                        r"in gelu_plugin/activation\.py; retraining them", lines[0]), lines[0]
+    assert re.fullmatch(
+        r"code changed since 2 trials were trained \(variant: gelu\): fingerprint \w+ -> \w+ "
+        r"in gelu_plugin/activation\.py; retraining them",
+        lines[0],
+    ), lines[0]
 
     gelu = _trials(tmp_path, "a", "gelu")
     new_gelu = [t for t in gelu if t.number not in old_gelu]
     assert len(gelu) == 4 and len(new_gelu) == 2  # the old ones are kept, as history
     assert {t.params["lr"] for t in new_gelu} == set(GRID)
     assert {t.user_attrs["code_fingerprint"] for t in new_gelu}.isdisjoint(
-        t.user_attrs["code_fingerprint"] for t in old_gelu.values())
+        t.user_attrs["code_fingerprint"] for t in old_gelu.values()
+    )
     for t in new_gelu:  # tanh-GELU trains another function: other numbers
         old = next(o for o in old_gelu.values() if o.params["lr"] == t.params["lr"])
         assert t.value != old.value
@@ -105,12 +128,18 @@ def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corp
     stale = [c for c in children if T.STALE in c.data.tags]
     assert {c.info.run_id for c in stale} == {t.user_attrs["mlflow_run_id"] for t in old_gelu.values()}
     current = [c for c in children if c.data.tags.get(T.VARIANT) == "gelu" and T.STALE not in c.data.tags]
-    assert {c.data.tags[T.CODE_FINGERPRINT] for c in current} == {t.user_attrs["code_fingerprint"]
-                                                                   for t in new_gelu}
+    assert {c.data.tags[T.CODE_FINGERPRINT] for c in current} == {t.user_attrs["code_fingerprint"] for t in new_gelu}
 
     # A second study of the same config reuses the new code's trials, none from before the edit.
-    b = write_study(tmp_path, name="b", grid=GRID, corpus=corpus, variants=VARIANTS, max_steps=2,
-                    baselines={"llama": {"model.mlp": "llama"}})
+    b = write_study(
+        tmp_path,
+        name="b",
+        grid=GRID,
+        corpus=corpus,
+        variants=VARIANTS,
+        max_steps=2,
+        baselines={"llama": {"model.mlp": "llama"}},
+    )
     _study(tmp_path, str(b), "--no-report")
     b_gelu = _trials(tmp_path, "b", "gelu")
     assert len(b_gelu) == 2
@@ -121,8 +150,12 @@ def test_an_edited_plugin_retrains_its_trials_and_is_never_reused(tmp_path, corp
 
 def test_git_dirty_reads_the_repository_state(tmp_path):
     assert git_dirty(str(tmp_path)) is None  # no repository: no tag
-    env = os.environ | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"}
+    env = os.environ | {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "x"]):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, env=env)
     assert git_dirty(str(tmp_path)) is False
@@ -150,8 +183,14 @@ def test_trials_of_another_key_are_stale_until_the_key_comes_back(tmp_path):
     storage = open_storage(StorageSettings(url, 10, 60))
 
     def open_with(code: str) -> VariantTrials:  # one process of one code
-        return VariantTrials.open(storage, url, "s/v", LrSearchConfig(grid=[1e-3, 4e-3]), [0],
-                                  trial_key=lambda lr, seed: f"{code}-{lr}-{seed}")[0]
+        return VariantTrials.open(
+            storage,
+            url,
+            "s/v",
+            LrSearchConfig(grid=[1e-3, 4e-3]),
+            [0],
+            trial_key=lambda lr, seed: f"{code}-{lr}-{seed}",
+        )[0]
 
     before = open_with("A")
     before.reconcile()
@@ -160,7 +199,9 @@ def test_trials_of_another_key_are_stale_until_the_key_comes_back(tmp_path):
 
     edited = open_with("B")
     assert {slot: [t.number for t in ts] for slot, ts in edited.stale_slots().items()} == {
-        "lr=0.001,seed=0": [old[0]], "lr=0.004,seed=0": [old[1]]}
+        "lr=0.001,seed=0": [old[0]],
+        "lr=0.004,seed=0": [old[1]],
+    }
     assert edited.points() == [] and not edited.is_done()
     assert len(edited.reconcile()) == 2 and edited.reconcile() == []  # queued once
     new = _train_all(edited)

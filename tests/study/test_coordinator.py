@@ -20,8 +20,10 @@ from tests.study.tiny_study import write_study
 
 def optuna_trials(root):
     storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'mlruns' / 'optuna.db'}")
-    return {name: optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-            for name in optuna.get_all_study_names(storage)}
+    return {
+        name: optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        for name in optuna.get_all_study_names(storage)
+    }
 
 
 def mlflow_runs(root, study):
@@ -97,8 +99,14 @@ def test_a_study_finishes_with_a_diverging_lr_and_reports(tmp_path, corpus, monk
 
 def _study_process(path, cwd, *args):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "cem_ablate.cli.main", "study", str(path), "--no-report", *args],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cem_ablate.cli.main", "study", str(path), "--no-report", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _wait_for_running_trial_after_a_complete_one(root, proc, timeout=600):  # a hang guard, not a bound
@@ -136,8 +144,9 @@ def test_kill_minus_9_mid_trial_then_rerun_finishes_every_point_once(tmp_path, c
     same_variant = next(ts for ts in trials.values() if any(trial_id_of(t) == trial_id_of(killed[0]) for t in ts))
     again = next(t for t in same_variant if trial_id_of(t) == trial_id_of(killed[0]))
     assert again.state == TrialState.FAIL and again.user_attrs["status"] == "killed"
-    retried = [t for t in same_variant
-               if t.user_attrs["slot"] == again.user_attrs["slot"] and t.state == TrialState.COMPLETE]
+    retried = [
+        t for t in same_variant if t.user_attrs["slot"] == again.user_attrs["slot"] and t.state == TrialState.COMPLETE
+    ]
     assert len(retried) == 1 and retried[0].user_attrs["attempt"] == 2
     assert all(c.info.status == "FINISHED" for c in children)  # the killed attempt's child was reused
 
@@ -170,9 +179,16 @@ def test_median_pruning_stops_a_hopeless_learning_rate(tmp_path, corpus, monkeyp
     monkeypatch.chdir(tmp_path)
     # One variant; trials run in grid order: two good ones first, then a learning rate
     # far too small, worse than their median at the first validation.
-    path = write_study(tmp_path, name="pruned", grid=[4e-3, 2e-3, 1e-7], max_steps=6, corpus=corpus,
-                       variants=[{"name": "llama"}], baselines={},
-                       lr_search={"method": "grid", "grid": [4e-3, 2e-3, 1e-7], "pruner": "median"})
+    path = write_study(
+        tmp_path,
+        name="pruned",
+        grid=[4e-3, 2e-3, 1e-7],
+        max_steps=6,
+        corpus=corpus,
+        variants=[{"name": "llama"}],
+        baselines={},
+        lr_search={"method": "grid", "grid": [4e-3, 2e-3, 1e-7], "pruner": "median"},
+    )
     assert main(["study", str(path), "--no-report"]) == 0
     (trials,) = optuna_trials(tmp_path).values()
     states = {t.params["lr"]: t.state for t in trials}

@@ -17,7 +17,8 @@ def test_measured_line_times_the_trials_left_at_their_variants_mean():
     assert line.startswith("measured: 3 finished trials of 2 of the 3 variants are in the storage")
     assert "the 9 trials left of those variants take 1 h of trial time, about 1 h wall clock with 1 worker " in line
     assert "take 1 h of trial time, about 30 min wall clock with 2 workers" in measured_line(
-        rows, seconds, finished={"a": 2, "b": 1}, workers=2)
+        rows, seconds, finished={"a": 2, "b": 1}, workers=2
+    )
     assert line.endswith("; 6 trials of variants with none finished not included")
 
 
@@ -32,8 +33,10 @@ def test_a_grid_of_fewer_than_three_rates_says_no_lr_star_is_estimated():
     def text(grid):
         return lr_plan_text(SimpleNamespace(spec=SimpleNamespace(lr_search=LrSearchConfig(grid=grid), seeds=[0, 1])))
 
-    assert text([4e-3]) == ("learning rates (grid): 0.004: no lr* is estimated (fewer than 3); the verdicts compare "
-                            "at a fixed learning rate; seeds [0, 1]")
+    assert text([4e-3]) == (
+        "learning rates (grid): 0.004: no lr* is estimated (fewer than 3); the verdicts compare "
+        "at a fixed learning rate; seeds [0, 1]"
+    )
     assert "no lr*" in text([2e-3, 4e-3])
     assert text([2e-3, 4e-3, 8e-3]) == "learning rates (grid, akima fit): 0.002, 0.004, 0.008; seeds [0, 1]"
 

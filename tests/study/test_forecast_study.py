@@ -11,8 +11,11 @@ from cem_ablate.cli.study_command import load_expanded
 from cem_ablate.study.trusted_widths import trust_warning, untrusted_widths
 from tests.study.tiny_study import write_study
 
-LADDER = [{"model.d_model": 32, "model.d_mlp": 64}, {"model.d_model": 64, "model.d_mlp": 128},
-          {"model.d_model": 96, "model.d_mlp": 192}]
+LADDER = [
+    {"model.d_model": 32, "model.d_mlp": 64},
+    {"model.d_model": 64, "model.d_mlp": 128},
+    {"model.d_model": 96, "model.d_mlp": 192},
+]
 TARGET = {"model.d_model": 256, "model.d_mlp": 512}
 TRANSFER = {"method": "transfer", "proxy": {"model.d_model": 32, "model.d_mlp": 64}, "grid": [1e-3, 4e-3]}
 
@@ -21,8 +24,11 @@ def forecast_study(tmp_path, ladder=LADDER, target=TARGET, lr_search=TRANSFER, m
     """The tiny study (2 heads) as a forecast: d_head 16, 32, 48 on the ladder, base d 32."""
     path = write_study(tmp_path, "fc", lr_search=lr_search, forecast={"ladder": ladder, "target": target}, **extra)
     if mup:
-        path.write_text(path.read_text().replace(
-            "max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 32"))
+        path.write_text(
+            path.read_text().replace(
+                "max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 32"
+            )
+        )
     return path
 
 
@@ -72,15 +78,21 @@ def _target_without_d_mlp(m):
     m["forecast"]["target"] = {"model.d_model": 256}
 
 
-@pytest.mark.parametrize("change, expected", [
-    (_ladder_of_two, "forecast.ladder: needs at least 3 widths (a law and its residual), got 2."),
-    (_small_target, "forecast.target.model.d_model: the target (64) must be wider than the ladder's widest width (96)"),
-    (_grid_search, "lr_search.method: a forecast trains every width at its proxy's transferred lr*"),
-    (_standard, "base.model.parametrization: a forecast needs parametrization: mup"),
-    (_variant_sets_width, "variants[1].set.model.d_model: the forecast's ladder sets the width"),
-    (_decreasing, "forecast.ladder[1].model.d_model: the ladder's widths must increase"),
-    (_target_without_d_mlp, "forecast.target: sets the keys every ladder width sets; missing model.d_mlp."),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (_ladder_of_two, "forecast.ladder: needs at least 3 widths (a law and its residual), got 2."),
+        (
+            _small_target,
+            "forecast.target.model.d_model: the target (64) must be wider than the ladder's widest width (96)",
+        ),
+        (_grid_search, "lr_search.method: a forecast trains every width at its proxy's transferred lr*"),
+        (_standard, "base.model.parametrization: a forecast needs parametrization: mup"),
+        (_variant_sets_width, "variants[1].set.model.d_model: the forecast's ladder sets the width"),
+        (_decreasing, "forecast.ladder[1].model.d_model: the ladder's widths must increase"),
+        (_target_without_d_mlp, "forecast.target: sets the keys every ladder width sets; missing model.d_mlp."),
+    ],
+)
 def test_a_bad_forecast_is_one_error_line_and_creates_nothing(tmp_path, monkeypatch, capsys, change, expected):
     import yaml
 
@@ -110,22 +122,36 @@ def test_a_ladder_width_below_the_trusted_range_is_one_warning_line_naming_it(tm
 def test_a_transfer_studys_proxy_outside_the_range_is_named(tmp_path):
     search = dict(TRANSFER, proxy={"model.d_model": 16, "model.d_mlp": 32})
     path = write_study(tmp_path, "tr", lr_search=search)
-    path.write_text(path.read_text().replace(
-        "max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 16"))
+    path.write_text(
+        path.read_text().replace("max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 16")
+    )
     expanded = load_expanded(str(path), None, [])
     widths = untrusted_widths(expanded)
     assert [(w.role, w.d_model, w.reasons) for w in widths] == [("proxy", 16, ("d_head 8 < 16",))]
-    assert trust_warning(expanded).startswith("warning: ") and "proxy d_model 16 (d_head 8 < 16)" in trust_warning(expanded)
+    assert trust_warning(expanded).startswith("warning: ") and "proxy d_model 16 (d_head 8 < 16)" in trust_warning(
+        expanded
+    )
 
 
 @pytest.mark.slow
-def test_a_forecast_study_runs_the_ladder_at_the_transferred_rate_and_reports_the_forecast(tmp_path, corpus,
-                                                                                           monkeypatch):
+def test_a_forecast_study_runs_the_ladder_at_the_transferred_rate_and_reports_the_forecast(
+    tmp_path, corpus, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     path = forecast_study(tmp_path, corpus=corpus, seeds=[0, 1])
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = ["study", str(path), "--storage", f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", uri,
-            "--workdir", str(tmp_path / "work"), "--report-dir", str(tmp_path / "reports")]
+    args = [
+        "study",
+        str(path),
+        "--storage",
+        f"sqlite:///{tmp_path}/optuna.db",
+        "--tracking-uri",
+        uri,
+        "--workdir",
+        str(tmp_path / "work"),
+        "--report-dir",
+        str(tmp_path / "reports"),
+    ]
     assert main(args) == 0
     from cem_ablate.tracking.readback import read_study
 

@@ -24,13 +24,36 @@ def test_facts_written_by_the_ledger_are_the_stored_strings_every_store_has(stud
     storage = storage_of(study)
     enqueue(study, {"lr": 1e-3, "seed": 0}, "lr=0.001,seed=0", 1)
     (t,) = study.get_trials(deepcopy=False)
-    record_trial(storage, trial_id_of(t), trial_key="k1", code_fingerprint="c1", code_parts={"a.py": "d"},
-                 mlflow_run_id="run1", run_dir="/x", worker={"host": "h", "pid": 3}, reason="", seconds=1.5,
-                 steps=4, tokens_seen=None, status="failed")
+    record_trial(
+        storage,
+        trial_id_of(t),
+        trial_key="k1",
+        code_fingerprint="c1",
+        code_parts={"a.py": "d"},
+        mlflow_run_id="run1",
+        run_dir="/x",
+        worker={"host": "h", "pid": 3},
+        reason="",
+        seconds=1.5,
+        steps=4,
+        tokens_seen=None,
+        status="failed",
+    )
     stored = storage.get_trial(trial_id_of(t)).user_attrs
-    assert stored == {"slot": "lr=0.001,seed=0", "attempt": 1, "trial_key": "k1", "code_fingerprint": "c1",
-                      "code_parts": {"a.py": "d"}, "mlflow_run_id": "run1", "run_dir": "/x",
-                      "worker": {"host": "h", "pid": 3}, "reason": "", "seconds": 1.5, "steps": 4, "status": "failed"}
+    assert stored == {
+        "slot": "lr=0.001,seed=0",
+        "attempt": 1,
+        "trial_key": "k1",
+        "code_fingerprint": "c1",
+        "code_parts": {"a.py": "d"},
+        "mlflow_run_id": "run1",
+        "run_dir": "/x",
+        "worker": {"host": "h", "pid": 3},
+        "reason": "",
+        "seconds": 1.5,
+        "steps": 4,
+        "status": "failed",
+    }
     facts = trial_facts(storage.get_trial(trial_id_of(t)))
     assert facts.slot == "lr=0.001,seed=0" and facts.attempt == 1 and facts.status == "failed"
     assert facts.outcome() == {"steps": 4, "seconds": 1.5} and facts.tokens_seen is None

@@ -33,8 +33,12 @@ from cem_ablate.study.storage import StorageSettings, open_storage, outage_toler
 
 PACKAGE = Path(cem_ablate.__file__).resolve().parent
 ADAPTER = Path(optuna_storage.__file__).resolve()
-OWNERS = {STUDY: optuna.study.Study, TRIAL: optuna.trial.Trial, FROZEN_TRIAL: optuna.trial.FrozenTrial,
-          RDB_STORAGE: optuna.storages.RDBStorage}
+OWNERS = {
+    STUDY: optuna.study.Study,
+    TRIAL: optuna.trial.Trial,
+    FROZEN_TRIAL: optuna.trial.FrozenTrial,
+    RDB_STORAGE: optuna.storages.RDBStorage,
+}
 
 
 @pytest.fixture
@@ -93,6 +97,7 @@ def test_optuna_calls_the_wrapped_private_methods_through_the_wrapper(url):
         def call(self, *args, **kwargs):
             called.append(name)
             return method(self, *args, **kwargs)
+
         return call
 
     storage = wrapped_rdb_storage("Recorded", recorded)(url, heartbeat_interval=10, grace_period=60)
@@ -123,8 +128,9 @@ def test_every_private_storage_method_optuna_calls_outside_its_rdb_module_is_wra
                 if name in private:
                     found.setdefault(name, []).append(f"optuna/{where}:{number}")
     unwrapped = {name: lines for name, lines in found.items() if name not in STORAGE_METHODS_CALLED_BY_OPTUNA}
-    assert not unwrapped, (f"Optuna {optuna.__version__} calls private RDBStorage methods "
-                           f"the adapter does not wrap: {unwrapped}")
+    assert not unwrapped, (
+        f"Optuna {optuna.__version__} calls private RDBStorage methods the adapter does not wrap: {unwrapped}"
+    )
     assert found, "the scan found no call at all: its pattern no longer fits Optuna's source"
 
 
@@ -187,10 +193,19 @@ def private_name_uses(path: Path, names: set[str]) -> list[str]:
 def test_optunas_private_names_appear_in_the_adapter_only():
     names = {private.name for private in PRIVATE_NAMES}
     here = Path(__file__).resolve()  # this file names them to take them away (fault injection)
-    sources = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "tests").rglob("*.py"),
-               *(PACKAGE.parent / "scripts").rglob("*.py")]
-    elsewhere = [use for path in sorted(sources) if path.resolve() not in (ADAPTER, here)
-                 for use in private_name_uses(path, names)]
-    assert not elsewhere, ("Optuna's private names belong in cem_ablate/study/optuna_storage.py "
-                           "(call its storage_of, trial_id_of, trial_for_id):\n" + "\n".join(elsewhere))
+    sources = [
+        *PACKAGE.rglob("*.py"),
+        *(PACKAGE.parent / "tests").rglob("*.py"),
+        *(PACKAGE.parent / "scripts").rglob("*.py"),
+    ]
+    elsewhere = [
+        use
+        for path in sorted(sources)
+        if path.resolve() not in (ADAPTER, here)
+        for use in private_name_uses(path, names)
+    ]
+    assert not elsewhere, (
+        "Optuna's private names belong in cem_ablate/study/optuna_storage.py "
+        "(call its storage_of, trial_id_of, trial_for_id):\n" + "\n".join(elsewhere)
+    )
     assert {use.rsplit(" ", 1)[1].strip(".'") for use in private_name_uses(ADAPTER, names)} == names

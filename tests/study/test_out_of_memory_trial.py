@@ -16,8 +16,15 @@ from tests.training.test_out_of_memory import OutOfMemoryAt
 
 
 def test_an_out_of_memory_trial_is_recorded_the_next_trains_and_the_report_lists_it(tmp_path, corpus, capsys):
-    path = write_study(tmp_path, name="oomstudy", grid=[1e-3, 4e-3], max_steps=4, corpus=corpus,
-                       variants=[{"name": "llama"}], baselines={})
+    path = write_study(
+        tmp_path,
+        name="oomstudy",
+        grid=[1e-3, 4e-3],
+        max_steps=4,
+        corpus=corpus,
+        variants=[{"name": "llama"}],
+        baselines={},
+    )
     session, tracking = prepared_session(tmp_path, path)
     (variant,) = session.variants
     trials = session.trials[variant.key]

@@ -15,8 +15,12 @@ def variants(sets: dict, baseline: dict, **base_changes):
     base = copy.deepcopy(TINY_BASE)
     for section, values in base_changes.items():
         base[section] |= values
-    mapping = {"name": "pairing", "base": base, "variants": [{"name": n, "set": s} for n, s in sets.items()],
-               "baselines": {"base": baseline}}
+    mapping = {
+        "name": "pairing",
+        "base": base,
+        "variants": [{"name": n, "set": s} for n, s in sets.items()],
+        "baselines": {"base": baseline},
+    }
     return expand(parse_study(mapping), mapping).variants
 
 
@@ -24,11 +28,11 @@ def test_depths_of_one_layer_are_paired_and_different_layers_are_not():
     one = {"model.attention": {"name": "cem", "steps": 1}}
     two = {"model.attention": {"name": "cem", "steps": 2}}
     depth = variants({"T2": two}, one)
-    (key, pairing), = pair_study(depth).items()
+    ((key, pairing),) = pair_study(depth).items()
     assert key[1] == "base" and pairing.paired and pairing.label == "paired", pairing
 
     layers = variants({"cem": {"model.attention": "cem"}}, {"model.attention": "llama"})
-    (_, pairing), = pair_study(layers).items()
+    ((_, pairing),) = pair_study(layers).items()
     assert not pairing.paired and "start different" in pairing.reason, pairing
 
 

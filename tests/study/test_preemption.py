@@ -30,8 +30,9 @@ CKPT_EVERY = 20
 
 
 def _study_file(folder: Path, corpus, name: str, grid, steps: int) -> Path:
-    path = write_study(folder, name=name, grid=grid, max_steps=steps, corpus=corpus,
-                       variants=[{"name": "llama"}], baselines={})
+    path = write_study(
+        folder, name=name, grid=grid, max_steps=steps, corpus=corpus, variants=[{"name": "llama"}], baselines={}
+    )
     mapping = yaml.safe_load(path.read_text())
     mapping["base"]["train"].update(ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=30, log_every_n_steps=2)
     path.write_text(yaml.safe_dump(mapping))
@@ -41,10 +42,26 @@ def _study_file(folder: Path, corpus, name: str, grid, steps: int) -> Path:
 def _start(path: Path, root: Path, workers: int = 1, env: dict | None = None, *options: str) -> subprocess.Popen:
     """`cem-ablate study` in its own process group (a batch job), its stores under `root`."""
     root.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "cem_ablate.cli.main", "study", str(path), "--no-report", "--workers",
-           str(workers), *options]
-    return subprocess.Popen(cmd, cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "cem_ablate.cli.main",
+        "study",
+        str(path),
+        "--no-report",
+        "--workers",
+        str(workers),
+        *options,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=root,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _run(path: Path, root: Path, workers: int = 1) -> str:
@@ -75,8 +92,12 @@ def _signal_after_first_checkpoint(proc: subprocess.Popen, root: Path, signum: i
 
 
 def _objectives(root: Path) -> dict[str, float]:
-    return {t.user_attrs["slot"]: t.value for ts in optuna_trials(root).values() for t in ts
-            if t.state == TrialState.COMPLETE}
+    return {
+        t.user_attrs["slot"]: t.value
+        for ts in optuna_trials(root).values()
+        for t in ts
+        if t.state == TrialState.COMPLETE
+    }
 
 
 def _child_histories(root: Path, experiment: str, tracking_uri: str | None = None) -> dict[str, dict[str, Counter]]:
@@ -89,7 +110,8 @@ def _child_histories(root: Path, experiment: str, tracking_uri: str | None = Non
             continue
         assert run.info.status == "FINISHED", run.info
         out[run.data.tags["cem_ablate.slot"]] = {
-            key: Counter(m.step for m in client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics}
+            key: Counter(m.step for m in client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics
+        }
     return out
 
 
@@ -135,7 +157,8 @@ def test_sigterm_mid_trial_saves_a_checkpoint_queues_the_trial_and_the_rerun_is_
             assert max(steps.values()) == 1, (slot, key, steps)  # no (metric, step) twice
         timed = ("tokens_per_sec", "mfu", "system/")  # sampled by the wall clock: steps depend on speed
         assert {k: set(v) for k, v in metrics.items() if not k.startswith(timed)} == {
-            k: set(v) for k, v in reference[slot].items() if not k.startswith(timed)}  # none missing
+            k: set(v) for k, v in reference[slot].items() if not k.startswith(timed)
+        }  # none missing
 
 
 @pytest.mark.slow
@@ -161,8 +184,10 @@ def _two_workers(tmp_path, corpus, compare: bool):
     # finished its trial before the other's first checkpoint (then only one was training).
     finished = len(_objectives(tmp_path / "job"))
     assert len(preempted) >= 1 and len(preempted) + finished == 2, out[-3000:]
-    print(f"SIGTERM, 2 workers: exited {seconds:.1f} s after the signal; checkpoints at steps "
-          f"{sorted(s for _, s in preempted)}")
+    print(
+        f"SIGTERM, 2 workers: exited {seconds:.1f} s after the signal; checkpoints at steps "
+        f"{sorted(s for _, s in preempted)}"
+    )
     again = _run(path, tmp_path / "job", workers=2)
     assert len(_objectives(tmp_path / "job")) == 2, again[-3000:]
     for slot, metrics in _child_histories(tmp_path / "job", "preempted2").items():
@@ -181,7 +206,7 @@ def test_sigusr1_in_a_slurm_job_requeues_it_and_the_requeued_job_resumes(tmp_pat
     bin_dir.mkdir()
     calls = tmp_path / "scontrol-calls"
     scontrol = bin_dir / "scontrol"
-    scontrol.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
     scontrol.chmod(0o755)
     path = _study_file(tmp_path, corpus, "requeued", [3e-3], steps=60)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}

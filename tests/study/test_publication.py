@@ -18,7 +18,9 @@ def test_stats_json_keeps_the_shape_every_stored_study_has():
     published = VariantPublication(statistics, {"llama": PairingRecord(True, "same init")}, design)
     # the exact mapping the publisher wrote before the record existed
     assert published.to_stats() == statistics.to_dict() | {
-        "pairing": {"llama": {"paired": True, "reason": "same init"}}, "design": design}
+        "pairing": {"llama": {"paired": True, "reason": "same init"}},
+        "design": design,
+    }
     assert list(published.to_stats()) == list(statistics.to_dict()) + ["pairing", "design"]
     assert VariantPublication.from_stats(published.to_stats()) == published
 
@@ -38,8 +40,9 @@ def test_a_report_parses_each_variant_once(monkeypatch, tmp_path):
     records = study()
     calls = []
     original = VariantPublication.from_stats.__func__
-    monkeypatch.setattr(VariantPublication, "from_stats",
-                        classmethod(lambda cls, data: calls.append(1) or original(cls, data)))
+    monkeypatch.setattr(
+        VariantPublication, "from_stats", classmethod(lambda cls, data: calls.append(1) or original(cls, data))
+    )
     published = publications(records)
     rows = report.build_rows(records, published)
     comparisons = report.build_comparisons(records, published=published)

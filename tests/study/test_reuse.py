@@ -16,9 +16,13 @@ GRID = (1e-3, 4e-3)
 def _trials(root, study: str) -> list[tuple[str, optuna.trial.FrozenTrial]]:
     """(Optuna study name, trial) of every complete trial of `study`'s variants."""
     storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'mlruns' / 'optuna.db'}")
-    return [(name, t) for name in optuna.get_all_study_names(storage) if name.startswith(f"{study}/")
-            for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-            if t.state == optuna.trial.TrialState.COMPLETE]
+    return [
+        (name, t)
+        for name in optuna.get_all_study_names(storage)
+        if name.startswith(f"{study}/")
+        for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE
+    ]
 
 
 def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, corpus, monkeypatch, capsys):
@@ -26,9 +30,14 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
     a = write_study(tmp_path, name="a", grid=GRID, corpus=corpus)
     assert main(["study", str(a), "--no-report"]) == 0
     # B shares the Llama variant (same config, lrs, seed, data) and adds CEM MLP.
-    b = write_study(tmp_path, name="b", grid=GRID, corpus=corpus,
-                    variants=[{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
-                    baselines={"llama": {"model.mlp": "llama"}})
+    b = write_study(
+        tmp_path,
+        name="b",
+        grid=GRID,
+        corpus=corpus,
+        variants=[{"name": "llama"}, {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
+        baselines={"llama": {"model.mlp": "llama"}},
+    )
     capsys.readouterr()
     assert main(["study", str(b), "--dry-run"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
@@ -41,7 +50,7 @@ def test_study_b_trains_only_its_new_trials_and_reports_the_reused(tmp_path, cor
 
     grid, _ = dry_run_reads(load_expanded(str(b), None, []), f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
     seconds = measured_seconds(grid)
-    (key, measured), = seconds.items()  # the Llama variant only
+    ((key, measured),) = seconds.items()  # the Llama variant only
     recorded = sorted(t.user_attrs["seconds"] for name, t in _trials(tmp_path, "a") if name.endswith(key))
     assert len(recorded) == 2 and sorted(measured) == recorded
     assert "measured: 2 finished trials of 1 of the 2 variants" in out

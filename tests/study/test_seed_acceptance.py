@@ -98,7 +98,9 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
         raw.append(result.pvalue)
         line = next(row for row in report.splitlines() if row.startswith(f"| {c.variant} | {c.baseline} | {c.test.at}"))
         places = decimals(d.delta, ci.low, ci.high)  # one rounding for Δ and its interval
-        assert f"| {d.delta:+.{places}f} [{ci.low:+.{places}f}, {ci.high:+.{places}f}] | Welch t | 3 vs 3 |" in line, line
+        assert f"| {d.delta:+.{places}f} [{ci.low:+.{places}f}, {ci.high:+.{places}f}] | Welch t | 3 vs 3 |" in line, (
+            line
+        )
     m, order = len(raw), np.argsort(raw)
     holm = np.minimum(1.0, np.maximum.accumulate([(m - i) * raw[j] for i, j in enumerate(order)]))
     for i, j in enumerate(order):
@@ -106,9 +108,13 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
         assert d.p_holm == pytest.approx(holm[i], rel=1e-6)
         expected = "unresolved" if holm[i] > 0.05 else ("better" if d.delta < 0 else "worse")
         assert d.verdict == expected
-        line = next(row for row in report.splitlines() if row.startswith(f"| {comparisons.rows[j].variant} | "
-                                                                  f"{comparisons.rows[j].baseline} | "
-                                                                  f"{comparisons.rows[j].test.at}"))
+        line = next(
+            row
+            for row in report.splitlines()
+            if row.startswith(
+                f"| {comparisons.rows[j].variant} | {comparisons.rows[j].baseline} | {comparisons.rows[j].test.at}"
+            )
+        )
         assert line.endswith(f"| {d.p:.3g} | {d.p_holm:.3g} | {expected} |"), line
     headline = next(c for c in comparisons.rows if c.test.at == "baseline lr*")
     cem = parents["cem_attention"]
@@ -120,16 +126,21 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
     # digits), and the report on every parent's page
     d = headline.test.decision
     assert {k: cem.data.metrics[k] for k in ("Δ llama", "Holm p llama", "p llama", "lr opt")} == {
-        "Δ llama": float(f"{d.delta:.4g}"), "Holm p llama": float(f"{d.p_holm:.4g}"), "p llama": float(f"{d.p:.4g}"),
-        "lr opt": float(f"{rows['cem_attention'].statistics.stats.optimum.lr_star:.4g}")}
+        "Δ llama": float(f"{d.delta:.4g}"),
+        "Holm p llama": float(f"{d.p_holm:.4g}"),
+        "p llama": float(f"{d.p:.4g}"),
+        "lr opt": float(f"{rows['cem_attention'].statistics.stats.optimum.lr_star:.4g}"),
+    }
     assert (cem.data.tags["verdict llama"], cem.data.tags["CI llama"]) == (d.verdict, interval_text(d.low, d.high))
     client = make_client(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     children = client.search_runs([experiment.experiment_id], f"tags.`{T.KIND}` = 'trial'", max_results=1000)
     assert len(children) == 2 * len(GRID) * len(SEEDS)
     for child in children:  # lr and seed as params: MLflow's Compare plots them against `objective`
         params = child.data.params
-        assert (float(params["train.lr"]), int(params["train.seed"])) == (float(child.data.tags["lr"]),
-                                                                           int(child.data.tags["seed"]))
+        assert (float(params["train.lr"]), int(params["train.seed"])) == (
+            float(child.data.tags["lr"]),
+            int(child.data.tags["seed"]),
+        )
         assert "objective" in child.data.metrics
     for parent in parents.values():
         logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
@@ -138,15 +149,19 @@ def test_report_statistics_equal_an_independent_computation(tmp_path, corpus, mo
     # The dry run of the same file reads the spread of these trials: the 80%-power Δ in perplexity too
     assert main(["study", str(path), "--dry-run"]) == 0
     dry = " ".join(capsys.readouterr().out.split())
-    side = math.sqrt(np.mean([np.var(list(by_seed.values()), ddof=1) for by_lr in values.values()
-                              for by_seed in by_lr.values()]))  # equal n: the pooled variance is the mean
+    side = math.sqrt(
+        np.mean([np.var(list(by_seed.values()), ddof=1) for by_lr in values.values() for by_seed in by_lr.values()])
+    )  # equal n: the pooled variance is the mean
     assert f"test perplexity at the std {side:.3g} of 12 finished trials" in dry, dry
 
     # MLflow: the training view's kind, MLflow's source tags, system metrics of trials
     assert experiment.tags[T.EXPERIMENT_KIND] == T.TRAINING_KIND
     client = make_client(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
-    children = [r for r in client.search_runs([experiment.experiment_id], max_results=1000)
-                if r.data.tags.get(T.KIND) == "trial"]
+    children = [
+        r
+        for r in client.search_runs([experiment.experiment_id], max_results=1000)
+        if r.data.tags.get(T.KIND) == "trial"
+    ]
     for run in list(parents.values()) + children:
         assert len(run.data.tags["mlflow.source.git.commit"]) == 40 and run.data.tags["mlflow.source.type"] == "LOCAL"
     assert any(k.startswith("system/") for c in children for k in c.data.metrics)
@@ -161,8 +176,9 @@ def test_sequential_seeds_add_a_seed_only_while_unresolved(tmp_path, corpus, mon
     finished = {}
     for name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
-        finished[study.user_attrs["variant"]] = {t.params["seed"]: t.value for t in study.get_trials()
-                                                 if t.state == optuna.trial.TrialState.COMPLETE}
+        finished[study.user_attrs["variant"]] = {
+            t.params["seed"]: t.value for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE
+        }
     v, b = finished["cem_attention"], finished["llama"]
     assert sorted(v) == sorted(b)  # the pair moves together
     # Not paired (different attention, different initial weights): Welch; two looks
@@ -179,11 +195,21 @@ def test_a_pooled_study_reports_the_pooled_t_from_the_trials_in_mlflow(tmp_path,
     report prints is the t-test with the variance pooled over the three variants, recomputed here
     from the trials' final metrics in MLflow (scipy's ANOVA gives the mean square)."""
     monkeypatch.chdir(tmp_path)
-    variants = [{"name": "llama"}, {"name": "cem_attention", "set": {"model.attention": "cem"}},
-                {"name": "cem_mlp", "set": {"model.mlp": "cem"}}]
-    path = write_study(tmp_path, name="pooled", grid=[2e-3], corpus=corpus, seeds=[0, 1], variants=variants,
-                       statistics={"variance": "pooled"},
-                       baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}})
+    variants = [
+        {"name": "llama"},
+        {"name": "cem_attention", "set": {"model.attention": "cem"}},
+        {"name": "cem_mlp", "set": {"model.mlp": "cem"}},
+    ]
+    path = write_study(
+        tmp_path,
+        name="pooled",
+        grid=[2e-3],
+        corpus=corpus,
+        seeds=[0, 1],
+        variants=variants,
+        statistics={"variance": "pooled"},
+        baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}},
+    )
     assert main(["study", str(path)]) == 0
     capsys.readouterr()
     _, _, values = independent(tmp_path, "pooled")

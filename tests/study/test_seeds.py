@@ -20,30 +20,40 @@ from tests.study.tiny_study import write_study
 SEQUENTIAL = {"min": 2, "max": 4, "until": "resolved"}
 
 
-@pytest.mark.parametrize("seeds, where", [
-    ([], "seeds: must hold at least one seed"),
-    ([0, -1], "seeds[1]: seeds must be >= 0"),
-    ([1, 2, 1], "seeds: holds a seed twice"),
-    ({"min": 2, "until": "resolved"}, "seeds.max: is required with until: resolved"),
-    ({"min": 2, "max": 6}, "seeds.until: is required"),
-    ({"min": 0, "max": 3, "until": "resolved"}, "seeds.min: must be at least 1"),
-    ({"min": 4, "max": 3, "until": "resolved"}, "seeds.max: must be at least min"),
-    ({"min": 2, "max": 3, "until": "forever"}, "seeds.until: unknown value 'forever'. Did you mean 'resolved'?"),
-    ({"min": 2, "max": 3, "until": "resolved", "at": "owned"}, "seeds.at: unknown value 'owned'. Did you mean 'own'?"),
-    ("all", "seeds: expected list | SequentialSeeds"),
-])
+@pytest.mark.parametrize(
+    "seeds, where",
+    [
+        ([], "seeds: must hold at least one seed"),
+        ([0, -1], "seeds[1]: seeds must be >= 0"),
+        ([1, 2, 1], "seeds: holds a seed twice"),
+        ({"min": 2, "until": "resolved"}, "seeds.max: is required with until: resolved"),
+        ({"min": 2, "max": 6}, "seeds.until: is required"),
+        ({"min": 0, "max": 3, "until": "resolved"}, "seeds.min: must be at least 1"),
+        ({"min": 4, "max": 3, "until": "resolved"}, "seeds.max: must be at least min"),
+        ({"min": 2, "max": 3, "until": "forever"}, "seeds.until: unknown value 'forever'. Did you mean 'resolved'?"),
+        (
+            {"min": 2, "max": 3, "until": "resolved", "at": "owned"},
+            "seeds.at: unknown value 'owned'. Did you mean 'own'?",
+        ),
+        ("all", "seeds: expected list | SequentialSeeds"),
+    ],
+)
 def test_bad_seeds_name_the_key(seeds, where):
     with pytest.raises(ConfigError) as err:
         parse_study({"name": "s", "base": {}, "seeds": seeds})
     assert str(err.value).startswith(where), str(err.value)
 
 
-@pytest.mark.parametrize("seeds, expected", [
-    ({"min": 2, "until": "resolved"}, "seeds.max: is required with until: resolved."),
-    ([0, 0], "seeds: holds a seed twice: [0, 0]."),
-])
-def test_bad_seeds_at_the_command_line_print_one_line_and_create_nothing(tmp_path, monkeypatch, capsys, seeds,
-                                                                         expected):
+@pytest.mark.parametrize(
+    "seeds, expected",
+    [
+        ({"min": 2, "until": "resolved"}, "seeds.max: is required with until: resolved."),
+        ([0, 0], "seeds: holds a seed twice: [0, 0]."),
+    ],
+)
+def test_bad_seeds_at_the_command_line_print_one_line_and_create_nothing(
+    tmp_path, monkeypatch, capsys, seeds, expected
+):
     monkeypatch.chdir(tmp_path)
     path = write_study(tmp_path, seeds=seeds)
     assert main(["study", str(path)]) == 2
@@ -78,8 +88,11 @@ class FakeTrials:
         self.values, self.n, self.max_seeds = values, n, max_seeds
 
     def points(self):
-        return [TrialRecord(lr, s, "finished", v, number=i) for i, ((lr, s), v) in enumerate(self.values.items())
-                if s < self.n]
+        return [
+            TrialRecord(lr, s, "finished", v, number=i)
+            for i, ((lr, s), v) in enumerate(self.values.items())
+            if s < self.n
+        ]
 
     def active_seeds(self):
         return self.n
@@ -99,15 +112,17 @@ def fake_session(variant_offsets, noise):
     for name, offset in variant_offsets.items():
         variants.append(SimpleNamespace(key=name, name=name, baselines={"llama": "llama"}))
         trials[name] = FakeTrials({k: v + offset + noise * (-1) ** k[1] for k, v in base.items()})
-    spec = SimpleNamespace(seeds=SequentialSeeds(2, 4, "resolved"), lr_search=LrSearchConfig(grid=grid),
-                           statistics=StatisticsConfig())
+    spec = SimpleNamespace(
+        seeds=SequentialSeeds(2, 4, "resolved"), lr_search=LrSearchConfig(grid=grid), statistics=StatisticsConfig()
+    )
     return SimpleNamespace(spec=spec, variants=variants, trials=trials)
 
 
 def paired(session):
     """What the coordinator's publisher holds: every pair of the fake study paired by seed."""
-    return SimpleNamespace(pairings={(v.key, name): Pairing(True, "test") for v in session.variants
-                                     for name in v.baselines})
+    return SimpleNamespace(
+        pairings={(v.key, name): Pairing(True, "test") for v in session.variants for name in v.baselines}
+    )
 
 
 def test_only_unresolved_pairs_get_a_seed_and_baselines_move_with_them():
@@ -141,12 +156,18 @@ def test_at_own_adds_seeds_where_the_variants_own_optimum_is_unresolved():
     moved = {(lr, s): 14.0 + 0.5 * (lr * 1e3 - 4) ** 2 + 0.1 * s + 0.05 * (-1) ** s for lr in grid for s in range(6)}
 
     def session(at):
-        variants = [SimpleNamespace(key="llama", name="llama", baselines={}),
-                    SimpleNamespace(key="moved", name="moved", baselines={"llama": "llama"})]
-        spec = SimpleNamespace(seeds=SequentialSeeds(2, 4, "resolved", at), lr_search=LrSearchConfig(grid=grid),
-                               statistics=StatisticsConfig())
-        return SimpleNamespace(spec=spec, variants=variants,
-                               trials={"llama": FakeTrials(base), "moved": FakeTrials(moved)})
+        variants = [
+            SimpleNamespace(key="llama", name="llama", baselines={}),
+            SimpleNamespace(key="moved", name="moved", baselines={"llama": "llama"}),
+        ]
+        spec = SimpleNamespace(
+            seeds=SequentialSeeds(2, 4, "resolved", at),
+            lr_search=LrSearchConfig(grid=grid),
+            statistics=StatisticsConfig(),
+        )
+        return SimpleNamespace(
+            spec=spec, variants=variants, trials={"llama": FakeTrials(base), "moved": FakeTrials(moved)}
+        )
 
     s = session("baseline")
     assert add_seeds(s, paired(s)) == []  # +6 at 2e-3, differences ± 0.05: resolved worse
@@ -159,10 +180,15 @@ def one_lr_session(diffs, spread=1.0, max_seeds=4, alpha=0.05, at="baseline"):
     """A variant and its baseline at one learning rate, with per-seed differences `diffs`."""
     base = {(2e-3, s): 10.0 + spread * s for s in range(len(diffs))}
     variant = {(2e-3, s): base[(2e-3, s)] + d for s, d in enumerate(diffs)}
-    variants = [SimpleNamespace(key="llama", name="llama", baselines={}),
-                SimpleNamespace(key="v", name="v", baselines={"llama": "llama"})]
-    spec = SimpleNamespace(seeds=SequentialSeeds(len(diffs), max_seeds, "resolved", at),
-                           lr_search=LrSearchConfig(grid=[2e-3]), statistics=StatisticsConfig(alpha=alpha))
+    variants = [
+        SimpleNamespace(key="llama", name="llama", baselines={}),
+        SimpleNamespace(key="v", name="v", baselines={"llama": "llama"}),
+    ]
+    spec = SimpleNamespace(
+        seeds=SequentialSeeds(len(diffs), max_seeds, "resolved", at),
+        lr_search=LrSearchConfig(grid=[2e-3]),
+        statistics=StatisticsConfig(alpha=alpha),
+    )
     trials = {"llama": FakeTrials(base, n=len(diffs)), "v": FakeTrials(variant, n=len(diffs))}
     return SimpleNamespace(spec=spec, variants=variants, trials=trials)
 
@@ -198,10 +224,12 @@ def family_session(diffs_by_variant, seeds=None, correction="holm"):
     trials = {"llama": FakeTrials(base, n=seeds.min, max_seeds=seeds.max)}
     for name, diffs in diffs_by_variant.items():
         variants.append(SimpleNamespace(key=name, name=name, baselines={"llama": "llama"}))
-        trials[name] = FakeTrials({(2e-3, s): base[(2e-3, s)] + d for s, d in enumerate(diffs)}, n=seeds.min,
-                                  max_seeds=seeds.max)
-    spec = SimpleNamespace(seeds=seeds, lr_search=LrSearchConfig(grid=[2e-3]),
-                           statistics=StatisticsConfig(correction=correction))
+        trials[name] = FakeTrials(
+            {(2e-3, s): base[(2e-3, s)] + d for s, d in enumerate(diffs)}, n=seeds.min, max_seeds=seeds.max
+        )
+    spec = SimpleNamespace(
+        seeds=seeds, lr_search=LrSearchConfig(grid=[2e-3]), statistics=StatisticsConfig(correction=correction)
+    )
     return SimpleNamespace(spec=spec, variants=variants, trials=trials)
 
 

@@ -33,8 +33,9 @@ def _record_trials(url: str, expanded, old_code, trial_key=lambda v, lr, seed: "
     storage = open_storage(StorageSettings(url, 10, 60))
     n = 0
     for v in expanded.variants:
-        vt, _ = VariantTrials.open(storage, url, optuna_study_name(expanded.spec.name, v),
-                                   expanded.spec.lr_search, list(expanded.spec.seeds))
+        vt, _ = VariantTrials.open(
+            storage, url, optuna_study_name(expanded.spec.name, v), expanded.spec.lr_search, list(expanded.spec.seeds)
+        )
         vt.reconcile()
         digest, parts = old_code(v)
         while (trial := vt.claim(worker_identity())) is not None:
@@ -73,16 +74,19 @@ def test_the_dry_run_names_the_module_that_changed(tmp_path, capsys):
     assert stale.counts == {v.key: 2 for v in expanded.variants}
     assert stale.cause.code_changed and stale.cause.files == (EDITED,)
     out = _dry_run(study, url, capsys)
-    assert f"to retrain (code changed): 4 trials of this study finished under other code; code changed in: {EDITED}" \
-        in out
+    assert (
+        f"to retrain (code changed): 4 trials of this study finished under other code; code changed in: {EDITED}" in out
+    )
     assert "not reused" not in out  # its own trials are retrained, not counted twice
     assert "to retrain (code changed): 4 trials" in _dry_run_no_reuse(study, url, capsys)  # with or without reuse
 
     # Another study of the same variants finds them trained under other code: not reused, and why.
     other = write_study(tmp_path, name="other")
     out = _dry_run(other, url, capsys)
-    assert ("not reused (code changed): 4 trials of this study's grid other studies finished under other code; "
-            f"code changed in: {EDITED}") in out
+    assert (
+        "not reused (code changed): 4 trials of this study's grid other studies finished under other code; "
+        f"code changed in: {EDITED}"
+    ) in out
     assert "to retrain" not in out and "reused: none" not in out
 
 
@@ -97,8 +101,7 @@ def test_the_dry_run_says_when_only_the_data_or_platform_changed(tmp_path, capsy
 
     _record_trials(url, expanded, same_code)
     out = _dry_run(study, url, capsys)
-    assert "to retrain (data or platform version changed): 4 trials of this study finished under the same code" \
-        in out
+    assert "to retrain (data or platform version changed): 4 trials of this study finished under the same code" in out
     assert "code changed" not in out
 
 
@@ -117,8 +120,14 @@ def test_a_cause_names_every_changed_module_and_counts_past_four():
 def _dry_run_of(src, study, url: str) -> str:
     """`cem-ablate study --dry-run` run by the code in `src` (a copy of the sources)."""
     env = os.environ | {"PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "study", str(study), "--dry-run",
-                          "--storage", url], cwd=src, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", "study", str(study), "--dry-run", "--storage", url],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return " ".join(out.stdout.split())
 
@@ -147,6 +156,8 @@ def test_a_docstring_edit_keeps_every_trial_and_a_changed_constant_retrains_them
 
     edited = next(p for p in sorted(training.glob("*.py")) if _bump_first_number(p))
     out = _dry_run_of(src, study, url)
-    assert (f"to retrain (code changed): 4 trials of this study finished under other code; code changed in: "
-            f"cem_ablate/training/{edited.name}") in out
+    assert (
+        f"to retrain (code changed): 4 trials of this study finished under other code; code changed in: "
+        f"cem_ablate/training/{edited.name}"
+    ) in out
     assert "done:" not in out

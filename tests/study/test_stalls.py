@@ -37,10 +37,23 @@ def _study(tmp_path, corpus, name, grid):
     mapping["base"]["train"].update(ckpt_every_n_steps=5, val_every_n_steps=20)
     path.write_text(yaml.safe_dump(mapping))
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "cem_ablate.cli.main", "study", str(path), "--no-report", "--workers", "2",
-           "--heartbeat", "1", "--grace", str(GRACE)]
-    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "cem_ablate.cli.main",
+        "study",
+        str(path),
+        "--no-report",
+        "--workers",
+        "2",
+        "--heartbeat",
+        "1",
+        "--grace",
+        str(GRACE),
+    ]
+    return subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def _trials(root):
@@ -62,8 +75,12 @@ def _stop_a_worker_mid_trial(root, proc, timeout=300):
         for t in _trials(root):
             run_dir = t.user_attrs.get("run_dir")
             pid = t.user_attrs.get("worker", {}).get("pid")
-            if t.state == TrialState.RUNNING and pid in workers and run_dir \
-                    and os.path.exists(os.path.join(run_dir, "checkpoints", "digests.json")):
+            if (
+                t.state == TrialState.RUNNING
+                and pid in workers
+                and run_dir
+                and os.path.exists(os.path.join(run_dir, "checkpoints", "digests.json"))
+            ):
                 os.kill(pid, signal.SIGSTOP)
                 return pid, t
         time.sleep(0.1)
@@ -121,12 +138,14 @@ def test_a_stopped_worker_that_wakes_up_writes_nothing_for_its_lost_trial(tmp_pa
     else:
         assert len(fenced) == 1 and f"trial {stopped.number}: " in fenced[0], fenced  # it woke up and was fenced
     # its slot: one result (the retry's, as recorded) and one point per step in the MLflow curve
-    retry = next(t for t in every if t.state == TrialState.COMPLETE and t.user_attrs["run_dir"] ==
-                 stopped.user_attrs["run_dir"])
+    retry = next(
+        t for t in every if t.state == TrialState.COMPLETE and t.user_attrs["run_dir"] == stopped.user_attrs["run_dir"]
+    )
     result = json.loads(open(os.path.join(retry.user_attrs["run_dir"], "result.json")).read())
     assert result["status"] == "finished" and result["test_ppl"] == retry.value
     curve = make_client(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}").get_metric_history(
-        stopped.user_attrs["mlflow_run_id"], "train_loss")
+        stopped.user_attrs["mlflow_run_id"], "train_loss"
+    )
     steps = sorted(m.step for m in curve)
     assert steps == list(range(1, STEPS, 2)), steps  # logged every 2 steps: each point once
 
@@ -154,8 +173,10 @@ def test_the_study_ends_without_the_worker_that_stays_stopped(tmp_path, corpus):
     lines = [line for line in out.splitlines() if "stopped making progress" in line]
     assert len(lines) == 1 and f"pid {pid}" in lines[0], out
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    print(f"stopped worker: study ended {ended_in:.0f} s after SIGSTOP (grace {GRACE} s), "
-          f"{(ended_at - last_done).total_seconds():.1f} s after its last trial finished")
+    print(
+        f"stopped worker: study ended {ended_in:.0f} s after SIGSTOP (grace {GRACE} s), "
+        f"{(ended_at - last_done).total_seconds():.1f} s after its last trial finished"
+    )
     assert ended_in < GRACE + 60 + 120, ended_in  # the rest of the trials ran meanwhile, on a shared machine
 
 

@@ -35,9 +35,20 @@ def postgres():
 
 
 def pg_dump(server, database: str) -> str:
-    proc = subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c",
-                           f"PGPASSWORD='{rig.PG_PASSWORD}' {server.bin}/pg_dump -h 127.0.0.1 -p {server.port} "
-                           f"-U postgres {database}"], capture_output=True, text=True, cwd="/", check=True)
+    proc = subprocess.run(
+        [
+            "su",
+            "postgres",
+            "-s",
+            "/bin/sh",
+            "-c",
+            f"PGPASSWORD='{rig.PG_PASSWORD}' {server.bin}/pg_dump -h 127.0.0.1 -p {server.port} -U postgres {database}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        check=True,
+    )
     return proc.stdout
 
 
@@ -65,14 +76,33 @@ def test_the_database_password_reaches_no_file(postgres, corpus, tmp_path):
     storage = postgres.url("optuna", host="127.0.0.1")
     assert rig.PG_PASSWORD in storage
     write_study(tmp_path, name="secret", grid=(1.7e-3, 5.1e-3), corpus=corpus)
-    env = {**os.environ, "CEM_ABLATE_CACHE": own_cache(tmp_path), "HF_DATASETS_OFFLINE": "1",
-           "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {
+        **os.environ,
+        "CEM_ABLATE_CACHE": own_cache(tmp_path),
+        "HF_DATASETS_OFFLINE": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
     watcher = PayloadWatcher(tmp_path)
     watcher.start()
     try:
-        proc = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "study", "secret.yaml", "--workers", "2",
-                               "--storage", storage], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=900)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cem_ablate.cli.main",
+                "study",
+                "secret.yaml",
+                "--workers",
+                "2",
+                "--storage",
+                storage,
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     finally:
         watcher.stop.set()
         watcher.join()
@@ -92,6 +122,9 @@ def test_the_database_password_reaches_no_file(postgres, corpus, tmp_path):
     assert secret.decode() not in pg_dump(postgres, "optuna")
 
     # Everything under mlruns/ is the user's only.
-    loose = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in [tmp_path / "mlruns", *(tmp_path / "mlruns").rglob("*")]
-             if stat.S_IMODE(p.stat().st_mode) & 0o077]
+    loose = [
+        (str(p), oct(stat.S_IMODE(p.stat().st_mode)))
+        for p in [tmp_path / "mlruns", *(tmp_path / "mlruns").rglob("*")]
+        if stat.S_IMODE(p.stat().st_mode) & 0o077
+    ]
     assert loose == []

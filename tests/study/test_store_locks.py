@@ -81,10 +81,12 @@ def test_proc_locks_lines_are_read_by_file_identity(tmp_path):
     db.write_bytes(b"")
     st = os.stat(db)
     dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    text = (f"1: POSIX  ADVISORY  WRITE 4242 {dev} 1073741824 1073741825\n"
-            f"1: -> POSIX  ADVISORY  WRITE 4343 {dev} 1073741824 1073741825\n"  # waits: holds nothing
-            f"2: FLOCK  ADVISORY  WRITE 4444 {dev} 0 EOF\n"  # not SQLite's kind of lock
-            f"3: POSIX  ADVISORY  READ 4545 00:00:{st.st_ino + 1} 0 EOF\n")  # another file
+    text = (
+        f"1: POSIX  ADVISORY  WRITE 4242 {dev} 1073741824 1073741825\n"
+        f"1: -> POSIX  ADVISORY  WRITE 4343 {dev} 1073741824 1073741825\n"  # waits: holds nothing
+        f"2: FLOCK  ADVISORY  WRITE 4444 {dev} 0 EOF\n"  # not SQLite's kind of lock
+        f"3: POSIX  ADVISORY  READ 4545 00:00:{st.st_ino + 1} 0 EOF\n"
+    )  # another file
     assert held_locks([db], text) == [HeldLock(4242, "WRITE", db)]
 
 

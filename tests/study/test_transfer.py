@@ -19,7 +19,9 @@ TRANSFER = {"method": "transfer", "proxy": {"model.d_model": 16, "model.d_mlp": 
 
 def _mup_study(tmp_path, corpus, **extra):
     path = write_study(tmp_path, "tr", corpus=corpus, lr_search=TRANSFER, **extra)
-    text = path.read_text().replace("max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 16")
+    text = path.read_text().replace(
+        "max_seq_len: 32", "max_seq_len: 32\n    parametrization: mup\n    base_d_model: 16"
+    )
     path.write_text(text)
     return path
 
@@ -41,10 +43,13 @@ def test_targets_train_at_their_proxys_rounded_lr_star_only(tmp_path, corpus):
     expanded = load_expanded(str(_mup_study(tmp_path, corpus, seeds=[0, 1])), None, [])
     proxies = proxy_study(expanded)
     assert proxies.spec.name == "tr_proxy" and proxies.spec.lr_search.method == "grid"
-    assert {len(trial_slots(v.lr_search(proxies.spec.lr_search), list(proxies.spec.seeds)))
-            for v in proxies.variants} == {4}  # 2 lrs x 2 seeds
-    optima = {p.key: ProxyOptimum(p.key, lr, round_lr(lr), None, None)
-              for p, lr in zip(expanded.proxies, (1.23456e-3, 3.0e-3))}
+    assert {
+        len(trial_slots(v.lr_search(proxies.spec.lr_search), list(proxies.spec.seeds))) for v in proxies.variants
+    } == {4}  # 2 lrs x 2 seeds
+    optima = {
+        p.key: ProxyOptimum(p.key, lr, round_lr(lr), None, None)
+        for p, lr in zip(expanded.proxies, (1.23456e-3, 3.0e-3))
+    }
     targets = target_study(expanded, optima)
     for v in targets.variants:
         search = v.lr_search(targets.spec.lr_search)
@@ -54,12 +59,15 @@ def test_targets_train_at_their_proxys_rounded_lr_star_only(tmp_path, corpus):
     assert targets.study_hash != dataclasses.replace(targets, variants=expanded.variants).study_hash
 
 
-@pytest.mark.parametrize("proxy, where", [
-    ({"model.d_modl": 16}, "lr_search.proxy.model.d_modl"),
-    ({"train.lr": 1e-3}, "lr_search.proxy.train.lr"),
-    ({"optimizer.lr": 1e-3}, "lr_search.proxy.optimizer.lr"),
-    ({}, "lr_search.proxy"),
-])
+@pytest.mark.parametrize(
+    "proxy, where",
+    [
+        ({"model.d_modl": 16}, "lr_search.proxy.model.d_modl"),
+        ({"train.lr": 1e-3}, "lr_search.proxy.train.lr"),
+        ({"optimizer.lr": 1e-3}, "lr_search.proxy.optimizer.lr"),
+        ({}, "lr_search.proxy"),
+    ],
+)
 def test_a_bad_proxy_key_is_one_error_naming_it(tmp_path, corpus, proxy, where):
     path = write_study(tmp_path, "bad", corpus=corpus, lr_search={**TRANSFER, "proxy": proxy})
     with pytest.raises(ConfigError) as err:
@@ -68,8 +76,9 @@ def test_a_bad_proxy_key_is_one_error_naming_it(tmp_path, corpus, proxy, where):
 
 
 def test_proxy_only_with_transfer(tmp_path, corpus):
-    path = write_study(tmp_path, "bad", corpus=corpus,
-                       lr_search={"method": "grid", "grid": [1e-3], "proxy": {"model.d_model": 16}})
+    path = write_study(
+        tmp_path, "bad", corpus=corpus, lr_search={"method": "grid", "grid": [1e-3], "proxy": {"model.d_model": 16}}
+    )
     with pytest.raises(ConfigError, match="lr_search.proxy"):
         load_expanded(str(path), None, [])
 
@@ -96,8 +105,18 @@ def test_a_transfer_study_runs_both_phases_and_reports_the_transfer(tmp_path, co
     monkeypatch.chdir(tmp_path)
     path = _mup_study(tmp_path, corpus)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = ["study", str(path), "--storage", f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", uri,
-            "--workdir", str(tmp_path / "work"), "--report-dir", str(tmp_path / "reports")]
+    args = [
+        "study",
+        str(path),
+        "--storage",
+        f"sqlite:///{tmp_path}/optuna.db",
+        "--tracking-uri",
+        uri,
+        "--workdir",
+        str(tmp_path / "work"),
+        "--report-dir",
+        str(tmp_path / "reports"),
+    ]
     assert main(args) == 0
     from cem_ablate.tracking.readback import read_study
 
@@ -140,8 +159,19 @@ def test_no_lr_is_transferred_from_an_unfinished_proxy_grid(tmp_path, corpus, mo
     monkeypatch.chdir(tmp_path)
     path = _mup_study(tmp_path, corpus)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    code = main(["study", str(path), "--storage", f"sqlite:///{tmp_path}/optuna.db", "--tracking-uri", uri,
-                 "--workdir", str(tmp_path / "work"), "--no-report"])
+    code = main(
+        [
+            "study",
+            str(path),
+            "--storage",
+            f"sqlite:///{tmp_path}/optuna.db",
+            "--tracking-uri",
+            uri,
+            "--workdir",
+            str(tmp_path / "work"),
+            "--no-report",
+        ]
+    )
     assert code == proxy_code and calls == ["tr_proxy"]  # phase 2 never started
     out = capsys.readouterr().out
     assert "no lr* is transferred from an unfinished proxy grid" in out and "phase 2" not in out

@@ -28,8 +28,14 @@ def test_unknown_eval_task_is_one_error_before_anything(tmp_path, corpus, monkey
 def test_every_finished_trial_is_scored_and_reported(tmp_path, corpus, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     tasks = write_tasks(tmp_path / "tasks")
-    path = write_study(tmp_path, name="evalstudy", grid=(4e-3,), corpus=corpus, seeds=[0, 1],
-                       eval={"tasks": ["cem_mc"], "limit": len(MC_DOCS), "include_path": str(tasks)})
+    path = write_study(
+        tmp_path,
+        name="evalstudy",
+        grid=(4e-3,),
+        corpus=corpus,
+        seeds=[0, 1],
+        eval={"tasks": ["cem_mc"], "limit": len(MC_DOCS), "include_path": str(tasks)},
+    )
     assert main(["study", str(path), "--report-dir", str(tmp_path / "reports")]) == 0
     captured = capsys.readouterr()
     out = captured.out
@@ -37,11 +43,17 @@ def test_every_finished_trial_is_scored_and_reported(tmp_path, corpus, monkeypat
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("evalstudy")
-    children = [r for r in client.search_runs([experiment.experiment_id])
-                if r.data.tags.get("cem_ablate.status") == TrialStatus.FINISHED.value and "lr" in r.data.tags]
+    children = [
+        r
+        for r in client.search_runs([experiment.experiment_id])
+        if r.data.tags.get("cem_ablate.status") == TrialStatus.FINISHED.value and "lr" in r.data.tags
+    ]
     assert len(children) == 4  # 2 variants x 1 lr x 2 seeds
-    missing = [(r.info.run_name, r.data.tags.get("cem_ablate.reused_from"), sorted(r.data.metrics)) for r in children
-               if "eval/cem_mc/acc" not in r.data.metrics]
+    missing = [
+        (r.info.run_name, r.data.tags.get("cem_ablate.reused_from"), sorted(r.data.metrics))
+        for r in children
+        if "eval/cem_mc/acc" not in r.data.metrics
+    ]
     assert not missing, missing
     scores = [r.data.metrics["eval/cem_mc/acc"] for r in children]
     assert all(s in {i / len(MC_DOCS) for i in range(len(MC_DOCS) + 1)} for s in scores)

@@ -48,8 +48,9 @@ STEPS, FENCE_STEP = 120, 50  # the fence at a checkpoint step (ckpt_every_n_step
 
 
 def test_a_fenced_attempt_writes_nothing_and_the_retry_resumes_its_checkpoint(tmp_path, corpus):
-    path = write_study(tmp_path, name="fenced", grid=[2e-3], max_steps=STEPS, corpus=corpus,
-                       variants=[{"name": "llama"}], baselines={})
+    path = write_study(
+        tmp_path, name="fenced", grid=[2e-3], max_steps=STEPS, corpus=corpus, variants=[{"name": "llama"}], baselines={}
+    )
     mapping = yaml.safe_load(path.read_text())
     mapping["base"]["train"].update(ckpt_every_n_steps=10, val_every_n_steps=100)
     path.write_text(yaml.safe_dump(mapping))

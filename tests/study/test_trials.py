@@ -38,8 +38,13 @@ def url(tmp_path):
 
 def test_trial_slots():
     assert [s.key for s in trial_slots(GRID, [0, 1])] == [
-        "lr=0.001,seed=0", "lr=0.001,seed=1", "lr=0.002,seed=0", "lr=0.002,seed=1", "lr=0.004,seed=0",
-        "lr=0.004,seed=1"]
+        "lr=0.001,seed=0",
+        "lr=0.001,seed=1",
+        "lr=0.002,seed=0",
+        "lr=0.002,seed=1",
+        "lr=0.004,seed=0",
+        "lr=0.004,seed=1",
+    ]
     tpe = LrSearchConfig(method="tpe", grid=[], low=1e-4, high=1e-2, n_trials=3)
     slots = trial_slots(tpe, [0])
     assert len(slots) == 3 and all(s.lr is None for s in slots)

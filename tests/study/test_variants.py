@@ -36,16 +36,24 @@ def test_axes_expand_as_a_cartesian_product():
 
 
 def test_explicit_variants_times_axes_and_baselines_of_the_same_size():
-    out = expanded(study(
-        variants=[{"name": "cem_attention", "set": {"model.attention": {"name": "cem", "steps": 2}}},
-                  {"name": "cem_mlp", "set": {"model.mlp": "cem"}}],
-        axes={"model.size": ["tiny", "mini"]},
-        baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}},
-    ))
+    out = expanded(
+        study(
+            variants=[
+                {"name": "cem_attention", "set": {"model.attention": {"name": "cem", "steps": 2}}},
+                {"name": "cem_mlp", "set": {"model.mlp": "cem"}},
+            ],
+            axes={"model.size": ["tiny", "mini"]},
+            baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}},
+        )
+    )
     variants = [v for v in out.variants if v.role == "variant"]
     baselines = [v for v in out.variants if v.role == "baseline"]
-    assert [v.name for v in variants] == ["cem_attention,size=tiny", "cem_attention,size=mini",
-                                          "cem_mlp,size=tiny", "cem_mlp,size=mini"]
+    assert [v.name for v in variants] == [
+        "cem_attention,size=tiny",
+        "cem_attention,size=mini",
+        "cem_mlp,size=tiny",
+        "cem_mlp,size=mini",
+    ]
     # one Llama per size, shared by both CEM variants of that size
     assert sorted(b.name for b in baselines) == ["llama,size=mini", "llama,size=tiny"]
     by_key = {v.key: v for v in out.variants}
@@ -59,41 +67,61 @@ def test_baselines_of_variants_that_set_their_own_width_get_one_name_each():
     """Variants that set d_model themselves (no axis) give one Llama per width: each is named
     by the settings it keeps, so no name stands for two configs (a report read by study name
     kept one config per name; tables and legends printed `llama` three times)."""
-    out = expanded(study(
-        variants=[{"name": "cem_d32", "set": {"model.d_model": 32, "model.d_mlp": 88, "model.attention": "cem"}},
-                  {"name": "cem_d64", "set": {"model.d_model": 64, "model.d_mlp": 176, "model.attention": "cem"}},
-                  {"name": "mlp_d64", "set": {"model.d_model": 64, "model.d_mlp": 176, "model.mlp": "cem"}}],
-        baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}},
-    ))
+    out = expanded(
+        study(
+            variants=[
+                {"name": "cem_d32", "set": {"model.d_model": 32, "model.d_mlp": 88, "model.attention": "cem"}},
+                {"name": "cem_d64", "set": {"model.d_model": 64, "model.d_mlp": 176, "model.attention": "cem"}},
+                {"name": "mlp_d64", "set": {"model.d_model": 64, "model.d_mlp": 176, "model.mlp": "cem"}},
+            ],
+            baselines={"llama": {"model.attention": "llama", "model.mlp": "llama"}},
+        )
+    )
     baselines = [v for v in out.variants if v.role == "baseline"]
     assert [b.name for b in baselines] == ["llama,d_model=32,d_mlp=88", "llama,d_model=64,d_mlp=176"]
     assert len({v.name for v in out.variants}) == len(out.variants)
     by_key = {v.key: v for v in out.variants}
-    assert [by_key[v.baselines["llama"]].config.model.d_model for v in out.variants if v.role == "variant"] == [32, 64, 64]
+    assert [by_key[v.baselines["llama"]].config.model.d_model for v in out.variants if v.role == "variant"] == [
+        32,
+        64,
+        64,
+    ]
     # one baseline config: the plain name, as before (stored studies keep their keys)
-    one = expanded(study(variants=[{"name": "cem", "set": {"model.attention": "cem"}}],
-                         baselines={"llama": {"model.attention": "llama"}}))
+    one = expanded(
+        study(
+            variants=[{"name": "cem", "set": {"model.attention": "cem"}}],
+            baselines={"llama": {"model.attention": "llama"}},
+        )
+    )
     assert [v.name for v in one.variants] == ["cem", "llama"]
 
 
 def test_a_baseline_that_is_listed_is_reused_not_added():
-    out = expanded(study(
-        variants=[{"name": "llama"}, {"name": "cem", "set": {"model.attention": "cem"}}],
-        baselines={"llama": {"model.attention": "llama"}},
-    ))
+    out = expanded(
+        study(
+            variants=[{"name": "llama"}, {"name": "cem", "set": {"model.attention": "cem"}}],
+            baselines={"llama": {"model.attention": "llama"}},
+        )
+    )
     assert [v.name for v in out.variants] == ["llama", "cem"]
     llama, cem = out.variants
     assert cem.baselines == {"llama": llama.key} and llama.baselines == {}
 
 
 def test_a_second_baseline_compares_recursion_with_one_step_and_names_each_run_once():
-    out = expanded(study(
-        variants=[{"name": "reuse_T2", "set": {"model.attention": {"name": "llama", "steps": 2, "depth_mode": "reuse"}}},
-                  {"name": "cem_T1", "set": {"model.attention": {"name": "cem", "steps": 1}}},
-                  {"name": "cem_T2", "set": {"model.attention": {"name": "cem", "steps": 2}}}],
-        baselines={"llama": {"model.attention": {"name": "llama"}},
-                   "T1": {"model.attention.steps": 1, "model.attention.depth_mode": "recursion"}},
-    ))
+    out = expanded(
+        study(
+            variants=[
+                {"name": "reuse_T2", "set": {"model.attention": {"name": "llama", "steps": 2, "depth_mode": "reuse"}}},
+                {"name": "cem_T1", "set": {"model.attention": {"name": "cem", "steps": 1}}},
+                {"name": "cem_T2", "set": {"model.attention": {"name": "cem", "steps": 2}}},
+            ],
+            baselines={
+                "llama": {"model.attention": {"name": "llama"}},
+                "T1": {"model.attention.steps": 1, "model.attention.depth_mode": "recursion"},
+            },
+        )
+    )
     by_name = {v.name: v for v in out.variants}
     assert list(by_name) == ["reuse_T2", "cem_T1", "cem_T2", "llama"]  # no extra run for any T1 baseline
     assert by_name["cem_T2"].baselines == {"llama": by_name["llama"].key, "T1": by_name["cem_T1"].key}
@@ -104,8 +132,7 @@ def test_a_second_baseline_compares_recursion_with_one_step_and_names_each_run_o
 
 def test_identity_is_stable_and_ignores_lr_and_seed():
     a = expanded(study(axes={"model.attention.name": ["llama", "cem"]}))
-    b = expanded(study(axes={"model.attention.name": ["llama", "cem"]}, seeds=[3, 4],
-                       lr_search={"grid": [5e-3, 7e-3]}))
+    b = expanded(study(axes={"model.attention.name": ["llama", "cem"]}, seeds=[3, 4], lr_search={"grid": [5e-3, 7e-3]}))
     assert [v.key for v in a.variants] == [v.key for v in b.variants]
     changed = study(axes={"model.attention.name": ["llama", "cem"]})
     changed["base"]["train"]["max_steps"] = 4
@@ -122,24 +149,27 @@ def test_trial_config_gets_lr_and_seed():
     assert (cfg.train.lr, cfg.train.seed) == (2e-3, 7)
 
 
-@pytest.mark.parametrize("change, where", [
-    ({"axes": {"model.attention.foo": [1, 2]}}, "axes.model.attention.foo"),
-    ({"axes": {"model.attention.name": ["llama", "nope"]}}, "axes.model.attention.name"),
-    ({"variants": [{"name": "v", "set": {"model.mlp": {"name": "cem", "rank": 2}}}]}, "variants[0].set.model.mlp"),
-    ({"lr_search": {"grid": []}}, "lr_search.grid"),
-    ({"lr_search": {"grid": [1e-3, -2e-3]}}, "lr_search.grid[1]"),
-    ({"lr_search": {"grid": [1e-3]}}, "lr_search.grid"),  # one rate, not said to be a fixed-rate comparison
-    ({"lr_search": {"method": "tpe", "low": 1e-4, "high": 1e-2, "n_trials": 3, "fixed": True}}, "lr_search.fixed"),
-    ({"lr_search": {"method": "tpe", "low": 1e-4}}, "lr_search.high"),
-    ({"lr_search": {"method": "bayes"}}, "lr_search.method"),
-    ({"axes": {"train.lr": [1e-3]}}, "axes.train.lr"),
-    ({"axes": {"model.size": []}}, "axes.model.size"),
-    ({"seeds": []}, "seeds"),
-    ({"variants": [{"name": "a"}, {"name": "a"}]}, "variants[1]"),
-    ({"name": "has space"}, "name"),
-    ({"axiss": {}}, "axiss"),
-    ({"execution": {"workers": 0}}, "execution.workers"),
-])
+@pytest.mark.parametrize(
+    "change, where",
+    [
+        ({"axes": {"model.attention.foo": [1, 2]}}, "axes.model.attention.foo"),
+        ({"axes": {"model.attention.name": ["llama", "nope"]}}, "axes.model.attention.name"),
+        ({"variants": [{"name": "v", "set": {"model.mlp": {"name": "cem", "rank": 2}}}]}, "variants[0].set.model.mlp"),
+        ({"lr_search": {"grid": []}}, "lr_search.grid"),
+        ({"lr_search": {"grid": [1e-3, -2e-3]}}, "lr_search.grid[1]"),
+        ({"lr_search": {"grid": [1e-3]}}, "lr_search.grid"),  # one rate, not said to be a fixed-rate comparison
+        ({"lr_search": {"method": "tpe", "low": 1e-4, "high": 1e-2, "n_trials": 3, "fixed": True}}, "lr_search.fixed"),
+        ({"lr_search": {"method": "tpe", "low": 1e-4}}, "lr_search.high"),
+        ({"lr_search": {"method": "bayes"}}, "lr_search.method"),
+        ({"axes": {"train.lr": [1e-3]}}, "axes.train.lr"),
+        ({"axes": {"model.size": []}}, "axes.model.size"),
+        ({"seeds": []}, "seeds"),
+        ({"variants": [{"name": "a"}, {"name": "a"}]}, "variants[1]"),
+        ({"name": "has space"}, "name"),
+        ({"axiss": {}}, "axiss"),
+        ({"execution": {"workers": 0}}, "execution.workers"),
+    ],
+)
 def test_malformed_studies_name_the_key(change, where):
     with pytest.raises(ConfigError) as err:
         expanded(study(**change))

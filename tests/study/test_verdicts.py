@@ -14,8 +14,9 @@ GRID = (1e-3, 2e-3, 4e-3, 8e-3)
 
 
 def grid_stats(lr_star: float, floor: float):
-    return variant_stats([Observation(lr, s, floor + 0.3 * (math.log2(lr / lr_star)) ** 2 + 0.02 * s)
-                          for lr in GRID for s in range(3)])
+    return variant_stats(
+        [Observation(lr, s, floor + 0.3 * (math.log2(lr / lr_star)) ** 2 + 0.02 * s) for lr in GRID for s in range(3)]
+    )
 
 
 def one_rate_stats(lr: float, value: float):
@@ -29,7 +30,10 @@ def family(stats):
 def test_a_grid_pair_with_different_optima_makes_three_tests():
     tests = family({"v": grid_stats(2e-3, 6.0), "b": grid_stats(4e-3, 5.0)})
     assert [(t.at, t.lr_variant, t.lr_baseline) for t in tests] == [
-        (AT_BASELINE, 4e-3, 4e-3), (AT_OWN, 2e-3, 2e-3), (AT_OPTIMA, 2e-3, 4e-3)]
+        (AT_BASELINE, 4e-3, 4e-3),
+        (AT_OWN, 2e-3, 2e-3),
+        (AT_OPTIMA, 2e-3, 4e-3),
+    ]
     assert all(t.decision.n_variant == 3 and t.decision.n_baseline == 3 for t in tests)
 
 
@@ -60,10 +64,13 @@ def test_a_pooled_family_takes_one_variance_from_every_point_it_compares():
     from cem_ablate.analysis.decision import POOLED_T, pool
 
     values = {"b": (5.0, 5.1), "v1": (5.3, 5.5), "v2": (6.0, 6.02), "v3": (4.0, 4.4)}
-    stats = {k: variant_stats([Observation(2e-3 if k == "b" else 1e-3, s, x) for s, x in enumerate(v)])
-             for k, v in values.items()}
-    tests = decide_family(stats, {k: {"llama": "b"} for k in ("v1", "v2", "v3")}, {},
-                          Design.fixed(2, 0.05, pooled=True), "holm")
+    stats = {
+        k: variant_stats([Observation(2e-3 if k == "b" else 1e-3, s, x) for s, x in enumerate(v)])
+        for k, v in values.items()
+    }
+    tests = decide_family(
+        stats, {k: {"llama": "b"} for k in ("v1", "v2", "v3")}, {}, Design.fixed(2, 0.05, pooled=True), "holm"
+    )
     expected = pool(list(values.values()))
     assert expected.df == 4 and len(tests) == 3
     for t in tests:

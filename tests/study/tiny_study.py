@@ -10,8 +10,16 @@ CORPUS_FILES = 60
 
 TINY_BASE = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_mlp": 64, "max_seq_len": 32},
-    "train": {"batch_size": 4, "max_steps": 4, "val_every_n_steps": 2, "val_batches": 1, "test_batches": 1,
-              "ckpt_every_n_steps": 2, "warmup_frac": 0.0, "log_every_n_steps": 2},
+    "train": {
+        "batch_size": 4,
+        "max_steps": 4,
+        "val_every_n_steps": 2,
+        "val_batches": 1,
+        "test_batches": 1,
+        "ckpt_every_n_steps": 2,
+        "warmup_frac": 0.0,
+        "log_every_n_steps": 2,
+    },
     "data": {"source": "stdlib", "tokenizer": "byte", "block_size": 32},
 }
 
@@ -42,8 +50,9 @@ def make_corpus(folder: Path) -> Path:
     return folder
 
 
-def write_study(folder: Path, name: str = "tiny", grid=(1e-3, 4e-3), max_steps: int = 4,
-                corpus: Path | None = None, **extra) -> Path:
+def write_study(
+    folder: Path, name: str = "tiny", grid=(1e-3, 4e-3), max_steps: int = 4, corpus: Path | None = None, **extra
+) -> Path:
     """llama vs CEM attention (paired with its Llama baseline) over `grid`."""
     mapping = {
         "name": name,
@@ -73,8 +82,13 @@ def prepared_session(tmp_path: Path, path: Path):
     from cem_ablate.study.storage import StorageSettings
 
     tracking = f"sqlite:///{Path(tmp_path) / 'mlflow.db'}"
-    settings = StudySettings(StorageSettings(f"sqlite:///{Path(tmp_path) / 'optuna.db'}", 10, 60), tracking,
-                             Path(tmp_path) / "work", threads=1, progress=False)
+    settings = StudySettings(
+        StorageSettings(f"sqlite:///{Path(tmp_path) / 'optuna.db'}", 10, 60),
+        tracking,
+        Path(tmp_path) / "work",
+        threads=1,
+        progress=False,
+    )
     session = StudySession(load_expanded(str(path), None, []), settings)
     session.prepare(echo=lambda *_: None)
     return session, tracking

@@ -31,9 +31,19 @@ def _arial_metric_font() -> bool:
 
 
 ARIAL_METRICS = _arial_metric_font()
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-quic", "--disable-dev-shm-usage",
-         "--hide-scrollbars", "--remote-debugging-port=0"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+]
 
 # Every visible ag-grid header and cell of the page: its column id, text, box, and
 # whether some element inside it overflows (text cut by an ellipsis).
@@ -63,9 +73,18 @@ class Chromium:
     def __enter__(self) -> Chromium:
         import websocket  # websocket-client (the `test` extra)
 
-        self.proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}",
-                                      f"--window-size={self.width},{self.height}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [
+                CHROMIUM,
+                *FLAGS,
+                f"--user-data-dir={self.profile}",
+                f"--window-size={self.width},{self.height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         port = None
         for line in self.proc.stderr:  # "DevTools listening on ws://127.0.0.1:<port>/devtools/browser/..."
             match = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
@@ -100,8 +119,13 @@ class Chromium:
     def open(self, url: str) -> None:
         # The viewport is exactly width x height (a headless window's size includes no
         # browser frame, but be explicit: the acceptance is about a 1600 x 1000 screen).
-        self.call("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
-                  deviceScaleFactor=1, mobile=False)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=self.width,
+            height=self.height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         self.call("Page.navigate", url=url)
 
     def wait_for(self, expression: str, timeout_s: float = 90) -> bool:

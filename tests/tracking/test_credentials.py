@@ -75,20 +75,46 @@ def auth_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("auth-server")
     password = "pw-" + secrets.token_urlsafe(12)
     config = folder / "basic_auth.ini"
-    config.write_text("[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
-                      f"database_uri = sqlite:///{folder / 'users.db'}\nadmin_username = {ADMIN}\n"
-                      "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    config.write_text(
+        "[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
+        f"database_uri = sqlite:///{folder / 'users.db'}\nadmin_username = {ADMIN}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
     port = rig.free_port()
-    env = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_AUTH_ADMIN_PASSWORD": password,
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-           "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {
+        **os.environ,
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": password,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
     log = folder / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth",
-                                 "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
-                                 "--artifacts-destination", str(folder / "artifacts"),
-                                 "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--app-name",
+                "basic-auth",
+                "--backend-store-uri",
+                f"sqlite:///{folder / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(folder / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
 
     def healthy():
@@ -111,8 +137,11 @@ def test_a_server_with_authentication_refuses_missing_or_wrong_credentials_in_on
     url, password, _ = auth_server
     for key in (MLFLOW_USERNAME_ENV, MLFLOW_PASSWORD_ENV):
         os.environ.pop(key, None)
-    with pytest.raises(ConfigError, match=r"refused a request without credentials \(HTTP 401\): set "
-                                          "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"):
+    with pytest.raises(
+        ConfigError,
+        match=r"refused a request without credentials \(HTTP 401\): set "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD",
+    ):
         check_tracking_server(url)
     wrong = url.replace("http://", f"http://{ADMIN}:not-{password}@")
     with pytest.raises(ConfigError) as refused:
@@ -135,12 +164,26 @@ def test_a_study_logs_to_a_server_with_authentication_and_writes_no_password(aut
     work.mkdir()
     write_study(work, name="authed", grid=(1.3e-3, 3.9e-3), corpus=corpus)
     env = {k: v for k, v in os.environ.items() if k not in (MLFLOW_USERNAME_ENV, MLFLOW_PASSWORD_ENV)}
-    env |= {"CEM_ABLATE_CACHE": str(tmp_path / "cache"), "HF_DATASETS_OFFLINE": "1",
-            "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env |= {"CEM_ABLATE_CACHE": str(tmp_path / "cache"), "HF_DATASETS_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
     tracking = url.replace("http://", f"http://{ADMIN}:{password}@")
-    proc = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "study", "authed.yaml", "--workers", "2",
-                           "--tracking-uri", tracking], cwd=work, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cem_ablate.cli.main",
+            "study",
+            "authed.yaml",
+            "--workers",
+            "2",
+            "--tracking-uri",
+            tracking,
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert password not in proc.stdout + proc.stderr
     leaks = [p for p in work.rglob("*") if p.is_file() and password.encode() in p.read_bytes()]
@@ -152,9 +195,14 @@ def test_a_study_logs_to_a_server_with_authentication_and_writes_no_password(aut
         client, runs = mlflow_runs(url, "authed")
         assert len(runs.parents) == 2 and len(runs.children) == 4
         assert all(c.info.status == "FINISHED" for c in runs.children)
-        report = subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", "report", "authed.yaml",
-                                 "--tracking-uri", url], cwd=work, env=dict(os.environ), capture_output=True,
-                                text=True, timeout=300)
+        report = subprocess.run(
+            [sys.executable, "-m", "cem_ablate.cli.main", "report", "authed.yaml", "--tracking-uri", url],
+            cwd=work,
+            env=dict(os.environ),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert report.returncode == 0, report.stderr[-3000:]
     finally:
         del os.environ[MLFLOW_USERNAME_ENV], os.environ[MLFLOW_PASSWORD_ENV]

@@ -59,5 +59,6 @@ def test_a_full_sqlite_database_is_recognised_through_sqlalchemy(tmp_path):
 
 def test_other_failures_are_not_a_full_disk(tmp_path):
     assert not out_of_space(ValueError("loss is nan"))
-    assert not out_of_space(RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
-                            [tmp_path])  # plenty of space here: some other write failure
+    assert not out_of_space(
+        RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"), [tmp_path]
+    )  # plenty of space here: some other write failure

@@ -46,11 +46,18 @@ def test_an_older_store_file_is_narrowed(tmp_path):
 
 def test_the_creation_lock_admits_one_process_at_a_time(tmp_path):
     db, log = tmp_path / "store.db", tmp_path / "log"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom pathlib import Path\nfrom cem_ablate.tracking.local_store import creation_lock\n"
-        f"log = Path({str(log)!r})\n"
-        f"with creation_lock(Path({str(db)!r})):\n"
-        "    log.write_text('held\\n'); time.sleep(1.5); log.write_text('held\\nreleased\\n')\n")])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\nfrom pathlib import Path\nfrom cem_ablate.tracking.local_store import creation_lock\n"
+                f"log = Path({str(log)!r})\n"
+                f"with creation_lock(Path({str(db)!r})):\n"
+                "    log.write_text('held\\n'); time.sleep(1.5); log.write_text('held\\nreleased\\n')\n"
+            ),
+        ]
+    )
     deadline = time.monotonic() + 600  # a hang guard: the holder imports the package first
     while not log.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -65,15 +72,21 @@ def test_two_processes_creating_one_mlflow_store_at_once_both_succeed(tmp_path):
     two first launches died in the migration (`table webhooks already exists`, 4 times in 4;
     the whole-study version of this is the soak test in tests/cli/test_store_errors.py)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = ("import sys, time\nfrom pathlib import Path\nfrom mlflow import MlflowClient\n"
-            "from cem_ablate.tracking.store import make_client\n"
-            # imported: wait for the other process, so that both open the new store together
-            f"folder = Path({str(tmp_path)!r})\n(folder / ('ready-' + sys.argv[1])).touch()\n"
-            "while len(list(folder.glob('ready-*'))) < 2:\n    time.sleep(0.005)\n"
-            f"client = make_client({uri!r})\n"
-            "client.create_experiment(sys.argv[1])\n")
-    procs = [subprocess.Popen([sys.executable, "-c", code, name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for name in ("a", "b")]
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom mlflow import MlflowClient\n"
+        "from cem_ablate.tracking.store import make_client\n"
+        # imported: wait for the other process, so that both open the new store together
+        f"folder = Path({str(tmp_path)!r})\n(folder / ('ready-' + sys.argv[1])).touch()\n"
+        "while len(list(folder.glob('ready-*'))) < 2:\n    time.sleep(0.005)\n"
+        f"client = make_client({uri!r})\n"
+        "client.create_experiment(sys.argv[1])\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for name in ("a", "b")
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]  # a hang guard
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
     from cem_ablate.tracking.store import make_client

@@ -35,14 +35,31 @@ def free_port() -> int:
 def dom(url: str, profile, width: int = 1600) -> str:
     """The rendered page; the runs table renders only the columns in view: `width`."""
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-         f"--window-size={width},1000", "--virtual-time-budget=20000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=120).stdout
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+            f"--window-size={width},1000",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
 
 
-def rendered_experiment(uri: str, experiment: str, tmp_path, profile: str, query: str = "", width: int = 1600,
-                        app_name: str | None = None) -> str:
+def rendered_experiment(
+    uri: str, experiment: str, tmp_path, profile: str, query: str = "", width: int = 1600, app_name: str | None = None
+) -> str:
     """The experiment's page as a fresh browser profile sees it, from a server on `uri`."""
     with TrackingServer(uri, "127.0.0.1", free_port(), str(tmp_path / "artifacts"), app_name=app_name) as server:
         assert server.wait_ready()
@@ -64,8 +81,9 @@ def test_the_ui_lists_parent_runs_with_their_aggregates(tmp_path):
     tracker = StudyTracker(uri, "ui_check")
     experiment = tracker.experiment_id("UI check")
     for name, objective in (("llama_parent", 13.2), ("cem_attention_parent", 12.4)):
-        run = add_parent(tracker, name, {"objective_star": objective, "n_seeds": 3.0},
-                         {T.VERDICT_PREFIX + "llama": "better"})
+        run = add_parent(
+            tracker, name, {"objective_star": objective, "n_seeds": 3.0}, {T.VERDICT_PREFIX + "llama": "better"}
+        )
     assert tracker.client.get_experiment(experiment).tags[T.EXPERIMENT_KIND] == T.TRAINING_KIND
     parent = tracker.client.get_run(run).data
     assert parent.metrics["objective_star"] == 12.4 and parent.tags[T.VERDICT_PREFIX + "llama"] == "better"
@@ -76,10 +94,14 @@ def test_the_ui_lists_parent_runs_with_their_aggregates(tmp_path):
 
 STUDY = {  # variant -> {baseline: (Δ, low, high, p, Holm p, verdict)}: a 3-variant study, two baselines
     "llama": {},
-    "cem_attention": {"llama": (-0.14893621, -0.31245, 0.0124567, 0.0123456, 0.0370368, "unresolved"),
-                      "dim_matched": (-0.7512345, -1.10234, -0.40012, 0.0031234, 0.0062468, "better")},
-    "full_cem_T2": {"llama": (0.3112345, 0.1002, 0.52234, 0.00041234, 0.0016494, "worse"),
-                    "dim_matched": (0.0212345, -0.2, 0.24, 0.81234, 0.81234, "unresolved")},
+    "cem_attention": {
+        "llama": (-0.14893621, -0.31245, 0.0124567, 0.0123456, 0.0370368, "unresolved"),
+        "dim_matched": (-0.7512345, -1.10234, -0.40012, 0.0031234, 0.0062468, "better"),
+    },
+    "full_cem_T2": {
+        "llama": (0.3112345, 0.1002, 0.52234, 0.00041234, 0.0016494, "worse"),
+        "dim_matched": (0.0212345, -0.2, 0.24, 0.81234, 0.81234, "unresolved"),
+    },
 }
 
 
@@ -89,7 +111,9 @@ def significant_digits(text: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not ARIAL_METRICS, reason="no Arial-metric font (apt-get install -y fonts-liberation): the widths are sized for it")
+@pytest.mark.skipif(
+    not ARIAL_METRICS, reason="no Arial-metric font (apt-get install -y fonts-liberation): the widths are sized for it"
+)
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install -y chromium)")
 def test_cem_ablate_ui_opens_on_the_answer_readable_at_1600_px(tmp_path):
     """The answer readable with no setup: the experiment's plain URL in a fresh browser
@@ -115,12 +139,18 @@ def test_cem_ablate_ui_opens_on_the_answer_readable_at_1600_px(tmp_path):
         metrics |= {"objective_star": 16.91234567} | {f"delta_vs_{b}": t[0] for b, t in tests.items()}
         tags |= {T.VERDICT_PREFIX + b: t[5] for b, t in tests.items()}
         records[name] = metrics, tags
-        runs[name] = add_parent(tracker, name, {k: metrics[k] for k in ("lr opt", "ppl opt")},
-                                {k: "unresolved" for k in tags if k.startswith(("verdict ", T.VERDICT_PREFIX))})
+        runs[name] = add_parent(
+            tracker,
+            name,
+            {k: metrics[k] for k in ("lr opt", "ppl opt")},
+            {k: "unresolved" for k in tags if k.startswith(("verdict ", T.VERDICT_PREFIX))},
+        )
     verdict_cells = "document.querySelectorAll('.ag-cell[col-id^=\"tags.`verdict\"]').length >= 3"
 
-    with TrackingServer(uri, "127.0.0.1", free_port(), str(tmp_path / "artifacts"), app_name=UI_APP) as server, \
-            Chromium(tmp_path / "profile", width=1600, height=1000) as browser:
+    with (
+        TrackingServer(uri, "127.0.0.1", free_port(), str(tmp_path / "artifacts"), app_name=UI_APP) as server,
+        Chromium(tmp_path / "profile", width=1600, height=1000) as browser,
+    ):
         assert server.wait_ready()
         url = f"{server.url}/#/experiments/{experiment}"
         browser.open(url)
@@ -139,8 +169,11 @@ def test_cem_ablate_ui_opens_on_the_answer_readable_at_1600_px(tmp_path):
     assert not assistant_open
     assert (table["width"], table["height"]) == (1600, 1000)
     headers = {h["col"]: h for h in table["headers"]}
-    answer = [f"{group}.`{name} {b}`" for b in ("llama", "dim_matched")
-              for group, name in (("metrics", "Δ"), ("tags", "CI"), ("metrics", "Holm p"), ("tags", "verdict"))]
+    answer = [
+        f"{group}.`{name} {b}`"
+        for b in ("llama", "dim_matched")
+        for group, name in (("metrics", "Δ"), ("tags", "CI"), ("metrics", "Holm p"), ("tags", "verdict"))
+    ]
     for column in ["attributes.`Run Name`"] + answer:
         h = headers.get(column)
         assert h is not None, f"{column} not rendered (off screen): {sorted(headers)}"
@@ -149,8 +182,18 @@ def test_cem_ablate_ui_opens_on_the_answer_readable_at_1600_px(tmp_path):
     cells = [c for c in table["cells"] if c["col"] in answer or c["col"] == "attributes.`Run Name`"]
     shown = {c["text"] for c in cells}
     assert {"cem_attention", "full_cem_T2", "llama"} <= {t.split("\n")[-1] for t in shown}
-    assert {"-0.1489", "[-0.312, 0.0125]", "0.03704", "unresolved", "-0.7512", "0.006247", "better",
-            "0.3112", "0.001649", "worse"} <= shown, shown
+    assert {
+        "-0.1489",
+        "[-0.312, 0.0125]",
+        "0.03704",
+        "unresolved",
+        "-0.7512",
+        "0.006247",
+        "better",
+        "0.3112",
+        "0.001649",
+        "worse",
+    } <= shown, shown
     for c in cells:
         assert c["right"] <= table["width"] and not c["cut"], c
         if c["col"].startswith("metrics.") and c["text"] != "-":
@@ -177,8 +220,10 @@ def test_a_plain_mlflow_server_opens_the_studys_shared_view(tmp_path):
     assert share_views(uri, "shared") == {experiment: "cem-ablate"}
     assert "Holm p llama" in tracker.client.get_experiment(experiment).tags[SHARED_VIEW_TAG]
 
-    with TrackingServer(uri, "127.0.0.1", free_port(), str(tmp_path / "artifacts")) as server, \
-            Chromium(tmp_path / "profile") as browser:
+    with (
+        TrackingServer(uri, "127.0.0.1", free_port(), str(tmp_path / "artifacts")) as server,
+        Chromium(tmp_path / "profile") as browser,
+    ):
         assert server.wait_ready()
         browser.open(shared_view_url(server.url, experiment))
         assert browser.wait_for("document.body.innerText.includes('better')")
@@ -186,10 +231,17 @@ def test_a_plain_mlflow_server_opens_the_studys_shared_view(tmp_path):
         table = browser.table()
     # The view's columns, in its order, from the left (a plain server's assistant panel,
     # open on a first visit, may push the last ones off screen: not our page there).
-    shown = [h["col"] for h in sorted(table["headers"], key=lambda h: h["left"])
-             if h["col"].startswith(("metrics.", "tags."))]
+    shown = [
+        h["col"]
+        for h in sorted(table["headers"], key=lambda h: h["left"])
+        if h["col"].startswith(("metrics.", "tags."))
+    ]
     view = json.loads(tracker.client.get_experiment(experiment).tags[SHARED_VIEW_TAG])
-    assert len(shown) >= 4 and shown == view["selectedColumns"][:len(shown)], shown
-    assert shown[:4] == ["metrics.`Δ dim_matched`", "tags.`CI dim_matched`", "metrics.`Holm p dim_matched`",
-                         "tags.`verdict dim_matched`"]
+    assert len(shown) >= 4 and shown == view["selectedColumns"][: len(shown)], shown
+    assert shown[:4] == [
+        "metrics.`Δ dim_matched`",
+        "tags.`CI dim_matched`",
+        "metrics.`Holm p dim_matched`",
+        "tags.`verdict dim_matched`",
+    ]
     assert not any(h["cut"] for h in table["headers"] if h["col"] in shown)

@@ -64,7 +64,8 @@ def _outage_mid_trial(tmp_path, corpus, outage_s: float):
     for slot, metrics in histories.items():
         assert all(max(steps.values()) == 1 for steps in metrics.values()), metrics  # no step twice
         assert {k: set(v) for k, v in metrics.items() if not _timed(k)} == {
-            k: set(v) for k, v in reference[slot].items() if not _timed(k)}  # none missing
+            k: set(v) for k, v in reference[slot].items() if not _timed(k)
+        }  # none missing
 
 
 @pytest.mark.slow
@@ -98,8 +99,9 @@ def test_a_tracking_server_away_past_the_window_queues_the_trial_with_one_line(t
     print(f"server away: the study ended {time.monotonic() - stopped:.0f} s after the server stopped")
     assert proc.returncode == 2, out[-3000:]
     errors = [line for line in out.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and errors[0].startswith(f"error: --tracking-uri: lost the MLflow server "
-                                                     f"http://127.0.0.1:{port} for more than 12 s"), out[-3000:]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: --tracking-uri: lost the MLflow server http://127.0.0.1:{port} for more than 12 s"
+    ), out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     (trial,) = [t for ts in optuna_trials(tmp_path / "job").values() for t in ts]
     assert trial.state == TrialState.WAITING, trial  # queued again, not failed

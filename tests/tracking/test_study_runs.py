@@ -15,9 +15,15 @@ def uri(tmp_path):
 
 def info(key="cem-abc", name="cem", baselines=None):
     return VariantRunInfo(
-        key=key, name=name, role="variant", labels={"variant": name, "model.size": "tiny"},
-        baselines=baselines or {}, params=flatten_dotted({"model": {"size": "tiny", "attention": {"name": "cem"}}}),
-        metrics={"params_total": 1234, "flops_per_token": 5.0e4}, study_yaml="name: s\n")
+        key=key,
+        name=name,
+        role="variant",
+        labels={"variant": name, "model.size": "tiny"},
+        baselines=baselines or {},
+        params=flatten_dotted({"model": {"size": "tiny", "attention": {"name": "cem"}}}),
+        metrics={"params_total": 1234, "flops_per_token": 5.0e4},
+        study_yaml="name: s\n",
+    )
 
 
 def test_experiment_parent_and_child_are_found_not_duplicated(uri, tmp_path):
@@ -53,8 +59,13 @@ def test_readback_returns_what_the_report_reads(uri, tmp_path):
             tracker.log_trial_outcome(child, status, "loss not finite" if ppl is None else "", {"test_ppl": ppl})
         plot = tmp_path / "akima.png"
         plot.write_bytes(b"png")
-        tracker.log_variant_summary(parent, {"lr_akima": 2e-3, "ppl_akima": 27.5 if key == "cem-1" else 28.0},
-                                    {T.AKIMA_EDGE: "high", T.PROGRESS: "done"}, str(plot), done=True)
+        tracker.log_variant_summary(
+            parent,
+            {"lr_akima": 2e-3, "ppl_akima": 27.5 if key == "cem-1" else 28.0},
+            {T.AKIMA_EDGE: "high", T.PROGRESS: "done"},
+            str(plot),
+            done=True,
+        )
 
     records = {r.name: r for r in read_study(uri, "s")}
     assert set(records) == {"llama", "cem"}
@@ -63,7 +74,10 @@ def test_readback_returns_what_the_report_reads(uri, tmp_path):
     assert (cem_rec.lr_star, cem_rec.ppl_star, cem_rec.edge, cem_rec.params_total) == (2e-3, 27.5, "high", 1234)
     assert cem_rec.labels == {"variant": "cem", "model.size": "tiny"}
     assert [(t.lr, t.status, t.value) for t in cem_rec.trials] == [
-        (1e-3, "finished", 30.0), (2e-3, "finished", 28.0), (8e-3, "diverged", None)]
+        (1e-3, "finished", 30.0),
+        (2e-3, "finished", 28.0),
+        (8e-3, "diverged", None),
+    ]
     assert cem_rec.trials[2].reason == "loss not finite"
     assert tracker.client.get_run(cem).info.status == "FINISHED"
     assert sorted(a.path for a in tracker.client.list_artifacts(cem)) == ["akima.png", "study.yaml"]

@@ -16,8 +16,16 @@ def tiny_run(name: str = "tiny-test", **train) -> dict:
     cfg = {
         "name": name,
         "model": {"size": "tiny"},
-        "train": {"lr": 3e-3, "batch_size": 8, "max_steps": 40, "val_every_n_steps": 20, "val_batches": 4,
-                  "test_batches": 8, "ckpt_every_n_steps": 10, "log_every_n_steps": 5},
+        "train": {
+            "lr": 3e-3,
+            "batch_size": 8,
+            "max_steps": 40,
+            "val_every_n_steps": 20,
+            "val_batches": 4,
+            "test_batches": 8,
+            "ckpt_every_n_steps": 10,
+            "log_every_n_steps": 5,
+        },
         "data": {"block_size": 64},
     }
     cfg["train"].update(train)
@@ -49,5 +57,11 @@ class CrashAt(L.Callback):
 def cli_process(*args, cwd, cache, timeout: float = 600) -> subprocess.CompletedProcess:
     """`cem-ablate ARGS` as a user runs it: its own process, this test's cache, output captured."""
     env = dict(os.environ, CEM_ABLATE_CACHE=str(cache), MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "cem_ablate.cli.main", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cem_ablate.cli.main", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

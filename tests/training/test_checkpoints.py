@@ -26,8 +26,11 @@ def _truncate(path):
 
 
 def _random_bytes(path):
-    path.write_bytes(torch.randint(0, 256, (path.stat().st_size,), generator=torch.Generator().manual_seed(0),
-                                   dtype=torch.uint8).numpy().tobytes())
+    path.write_bytes(
+        torch.randint(0, 256, (path.stat().st_size,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+        .numpy()
+        .tobytes()
+    )
 
 
 def _perturbed_weights(path):
@@ -41,8 +44,9 @@ def _perturbed_weights(path):
 def runs(tmp_path_factory, tracking_uri):
     root = tmp_path_factory.mktemp("integrity")
     full = train_run(CFG, run_dir=root / "straight", tracking_uri=tracking_uri, progress=False)
-    crashed = train_run(CFG, run_dir=root / "crashed", tracking_uri=tracking_uri, progress=False,
-                        extra_callbacks=[CrashAt(step=12)])
+    crashed = train_run(
+        CFG, run_dir=root / "crashed", tracking_uri=tracking_uri, progress=False, extra_callbacks=[CrashAt(step=12)]
+    )
     assert full.status == "finished" and crashed.status == "failed"
     return root, full
 
@@ -133,8 +137,9 @@ def test_kill_9_then_a_rewritten_checkpoint_is_refused_by_the_rerun(tmp_path, is
     assert len(warnings) == 1 and str(last.relative_to(tmp_path)) in warnings[0], rerun.stderr[-3000:]
     resumed = json.loads((run_dir / "result.json").read_text())
     # the uninterrupted run, by the same command (same process settings, so same float order)
-    done = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
-               env_cache=isolated_cache)
+    done = cli(
+        config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path, env_cache=isolated_cache
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     straight = json.loads((tmp_path / "straight" / "result.json").read_text())
     assert resumed["status"] == "finished" and resumed["steps"] == 30

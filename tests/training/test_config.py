@@ -57,8 +57,9 @@ def test_chinchilla_budget_counts_the_vocabulary_the_model_is_built_with():
     from cem_ablate.model.config import llama_baseline_params
     from cem_ablate.training.engine import resolve_run
 
-    cfg = parse_run_config({"model": {"size": "tiny"}, "train": {"token_budget": "chinchilla"},
-                            "data": {"tokenizer": "byte"}})
+    cfg = parse_run_config(
+        {"model": {"size": "tiny"}, "train": {"token_budget": "chinchilla"}, "data": {"tokenizer": "byte"}}
+    )
     assert cfg.training_model().vocab_size == 257 and cfg.model.vocab_size is None
     baseline = llama_baseline_params(cfg.training_model())
     assert resolve_budget(cfg).requested_tokens == 20 * baseline
@@ -66,12 +67,12 @@ def test_chinchilla_budget_counts_the_vocabulary_the_model_is_built_with():
     assert resolve_run(llama).report.params_total == baseline  # the model that trains is that baseline
     # a tokenizer the engine has loaded decides when the config does not say
     assert resolve_budget(cfg, tokenizer_vocab_size=1000).requested_tokens == 20 * llama_baseline_params(
-        cfg.training_model(1000))
+        cfg.training_model(1000)
+    )
 
 
 def test_token_budget_steps_and_accumulation():
-    cfg = parse_run_config(tiny_run(max_steps=None, token_budget="1e6", batch_size=4, effective_batch=16,
-                                    devices=2))
+    cfg = parse_run_config(tiny_run(max_steps=None, token_budget="1e6", batch_size=4, effective_batch=16, devices=2))
     assert accumulation_steps(cfg.train) == 2
     budget = resolve_budget(cfg)
     assert budget.tokens_per_step == 16 * 64 and budget.steps == math.ceil(1e6 / (16 * 64))
@@ -131,7 +132,15 @@ def test_a_bare_preset_keeps_its_key():
     cfg = parse_run_config(tiny_run())
     mapping = cfg.to_mapping()
     del mapping["name"]
-    for key in ("lr", "seed", "threads", "ckpt_every_n_steps", "log_every_n_steps", "loss_impl", "optimizer_kernel",
-                "compile_backend"):
+    for key in (
+        "lr",
+        "seed",
+        "threads",
+        "ckpt_every_n_steps",
+        "log_every_n_steps",
+        "loss_impl",
+        "optimizer_kernel",
+        "compile_backend",
+    ):
         del mapping["train"][key]
     assert cfg.variant_key() == digest(mapping) and mapping["model"]["size"] == "tiny"

@@ -48,10 +48,10 @@ MUP = {"parametrization": "mup", "base_d_model": 32}
 
 NOT_ON_CPU = {
     "flex attention (CEM attention's kernel on CUDA)": "FlexAttention has no backward on CPU; CEM attention "
-                                                        "trains with its blocked kernel here (same function)",
+    "trains with its blocked kernel here (same function)",
     "inductor's GPU code (Triton kernels)": "CPU inductor writes C++, another code generator, and compiling it "
-                                            "costs minutes per family; the rehearsal compiles with aot_eager: "
-                                            "dynamo's capture and AOT autograd, the device-independent half",
+    "costs minutes per family; the rehearsal compiles with aot_eager: "
+    "dynamo's capture and AOT autograd, the device-independent half",
     "NCCL (DDP's backend on CUDA)": "NCCL needs CUDA devices; the DDP rehearsal runs gloo",
     "fused AdamW's CUDA kernel": "CPU torch has its own fused AdamW: the same option, another kernel",
 }
@@ -70,11 +70,24 @@ def family_config(name: str, family: str, **train) -> dict:
     return {
         "name": name,
         "model": model,
-        "train": {"lr": 3e-3, "batch_size": 4, "max_steps": STEPS, "warmup_frac": 0.0, "val_every_n_steps": STEPS,
-                  "val_batches": 1, "test_batches": 1, "ckpt_every_n_steps": STEPS, "log_every_n_steps": 2,
-                  "seed": 0, **train},
-        "data": {"task": "mqar", "block_size": SEQ,
-                 "mqar": {"vocab_size": VOCAB, "num_kv_pairs": 4, "n_train": 256, "n_val": 8, "n_test": 8}},
+        "train": {
+            "lr": 3e-3,
+            "batch_size": 4,
+            "max_steps": STEPS,
+            "warmup_frac": 0.0,
+            "val_every_n_steps": STEPS,
+            "val_batches": 1,
+            "test_batches": 1,
+            "ckpt_every_n_steps": STEPS,
+            "log_every_n_steps": 2,
+            "seed": 0,
+            **train,
+        },
+        "data": {
+            "task": "mqar",
+            "block_size": SEQ,
+            "mqar": {"vocab_size": VOCAB, "num_kv_pairs": 4, "n_train": 256, "n_val": 8, "n_test": 8},
+        },
     }
 
 
@@ -109,11 +122,20 @@ def train_cli(mapping: dict, folder: Path, capsys, tracking_uri: str) -> tuple[d
 
 def test_the_cuda_profile_is_the_gpu_recipe_and_the_cpu_profile_keeps_earlier_results():
     gpu = resolve_device_profile(TrainConfig(), "cuda", device_has_bf16=True)
-    assert (gpu.accelerator, gpu.precision, gpu.optimizer_kernel, gpu.loss_impl) == \
-        ("gpu", "bf16-mixed", "fused", "chunked")
+    assert (gpu.accelerator, gpu.precision, gpu.optimizer_kernel, gpu.loss_impl) == (
+        "gpu",
+        "bf16-mixed",
+        "fused",
+        "chunked",
+    )
     assert gpu.grad_clip == TrainConfig().grad_clip > 0 and gpu.strategy == "auto" and gpu.ddp_backend is None
     cpu = resolve_device_profile(TrainConfig(), "cpu")
-    assert (cpu.accelerator, cpu.precision, cpu.optimizer_kernel, cpu.loss_impl) == ("cpu", "32-true", "single", "plain")
+    assert (cpu.accelerator, cpu.precision, cpu.optimizer_kernel, cpu.loss_impl) == (
+        "cpu",
+        "32-true",
+        "single",
+        "plain",
+    )
     old_gpu = resolve_device_profile(TrainConfig(), "cuda", device_has_bf16=False)  # a V100: no bf16
     assert old_gpu.precision == "32-true" and old_gpu.optimizer_kernel == "fused"
     ddp = resolve_device_profile(TrainConfig(devices=2), "cuda", device_has_bf16=True)
@@ -203,8 +225,17 @@ def test_the_cuda_profile_trains_under_ddp_on_two_cpu_processes(tmp_path, isolat
     mapping = forced(base, cuda_profile(parse_run_config(base).train))
     path = tmp_path / "ddp.yaml"
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
-    done = cli_process("train", path, "--run-dir", tmp_path / "run", "--tracking-uri",
-                          f"sqlite:///{tmp_path / 'mlflow.db'}", "--no-progress", cwd=tmp_path, cache=isolated_cache)
+    done = cli_process(
+        "train",
+        path,
+        "--run-dir",
+        tmp_path / "run",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "--no-progress",
+        cwd=tmp_path,
+        cache=isolated_cache,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "AdamW fused, clip norm 1, compile on (aot_eager), head + loss chunked" in done.stdout
     assert "ddp (gloo)" in done.stdout
@@ -237,8 +268,19 @@ def test_a_study_trial_through_a_worker_trains_with_the_cuda_profile(tmp_path, i
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    done = cli_process("study", path, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", uri,
-                          "--workdir", tmp_path / "studies", "--no-report", cwd=tmp_path, cache=isolated_cache)
+    done = cli_process(
+        "study",
+        path,
+        "--storage",
+        f"sqlite:///{tmp_path / 'optuna.db'}",
+        "--tracking-uri",
+        uri,
+        "--workdir",
+        tmp_path / "studies",
+        "--no-report",
+        cwd=tmp_path,
+        cache=isolated_cache,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("cudaprofile").experiment_id])
@@ -246,6 +288,10 @@ def test_a_study_trial_through_a_worker_trains_with_the_cuda_profile(tmp_path, i
     assert len(trials) == 3, [(r.info.run_name, r.data.tags.get("cem_ablate.status")) for r in runs]
     for run in trials:  # each trial logged the profile it trained with
         params = run.data.params
-        assert (params["device.precision"], params["device.optimizer_kernel"], params["device.compile"],
-                params["device.loss_impl"]) == ("bf16-mixed", "fused", "True", "chunked")
+        assert (
+            params["device.precision"],
+            params["device.optimizer_kernel"],
+            params["device.compile"],
+            params["device.loss_impl"],
+        ) == ("bf16-mixed", "fused", "True", "chunked")
         assert math.isfinite(run.data.metrics["test_ppl"])

@@ -15,8 +15,9 @@ from tests.training.helpers import UNIFORM_BYTE_PPL, CrashAt, RecordLosses, tiny
 def test_tiny_run_learns_and_logs_to_mlflow(tmp_path, tracking_uri):
     losses = RecordLosses()
     cfg = parse_run_config(tiny_run(name="learns", max_steps=60))
-    result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False,
-                       extra_callbacks=[losses])
+    result = train_run(
+        cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False, extra_callbacks=[losses]
+    )
     assert result.status == "finished" and result.error is None and result.steps == 60
     assert result.test_ppl < UNIFORM_BYTE_PPL / 5 and result.val_ppl < UNIFORM_BYTE_PPL / 5
     assert math.isclose(result.test_loss, math.log(result.test_ppl), rel_tol=1e-5)
@@ -43,15 +44,18 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_run(tmp_path, trackin
     # (a loader as short as the remaining steps once replayed batches 9-16 here).
     cfg = parse_run_config(tiny_run(name="resume", max_steps=24, ckpt_every_n_steps=8, val_every_n_steps=12))
     straight = RecordLosses()
-    full = train_run(cfg, run_dir=tmp_path / "straight", tracking_uri=tracking_uri, progress=False,
-                     extra_callbacks=[straight])
+    full = train_run(
+        cfg, run_dir=tmp_path / "straight", tracking_uri=tracking_uri, progress=False, extra_callbacks=[straight]
+    )
 
-    crashed = train_run(cfg, run_dir=tmp_path / "resumed", tracking_uri=tracking_uri, progress=False,
-                        extra_callbacks=[CrashAt(step=10)])
+    crashed = train_run(
+        cfg, run_dir=tmp_path / "resumed", tracking_uri=tracking_uri, progress=False, extra_callbacks=[CrashAt(step=10)]
+    )
     assert crashed.status == "failed" and "simulated crash" in crashed.error
     resumed_losses = RecordLosses()
-    resumed = train_run(cfg, run_dir=tmp_path / "resumed", tracking_uri=tracking_uri, progress=False,
-                        extra_callbacks=[resumed_losses])
+    resumed = train_run(
+        cfg, run_dir=tmp_path / "resumed", tracking_uri=tracking_uri, progress=False, extra_callbacks=[resumed_losses]
+    )
 
     assert resumed.status == "finished" and min(resumed_losses.losses) == 9 and max(resumed_losses.losses) == 24
     for step, loss in resumed_losses.losses.items():
@@ -62,8 +66,9 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_run(tmp_path, trackin
     # an ended run is not trained again, and its folder is not reused by another config
     assert train_run(cfg, run_dir=tmp_path / "resumed", tracking_uri=tracking_uri).test_loss == resumed.test_loss
     with pytest.raises(ConfigError, match="different config"):
-        train_run(parse_run_config(tiny_run(name="resume", lr=1e-3)), run_dir=tmp_path / "resumed",
-                  tracking_uri=tracking_uri)
+        train_run(
+            parse_run_config(tiny_run(name="resume", lr=1e-3)), run_dir=tmp_path / "resumed", tracking_uri=tracking_uri
+        )
 
 
 def test_huge_learning_rate_ends_as_diverged(tmp_path, tracking_uri):
@@ -80,8 +85,11 @@ def test_huge_learning_rate_ends_as_diverged(tmp_path, tracking_uri):
 def test_mqar_with_cem_layers_reports_recall_and_energies(tmp_path, tracking_uri):
     cfg = tiny_run(name="mqar", max_steps=20, val_every_n_steps=10, test_batches=None)
     cfg["model"] = {"size": "tiny", "attention": {"name": "cem", "steps": 2}, "mlp": {"name": "cem", "steps": 2}}
-    cfg["data"] = {"task": "mqar", "block_size": 32,
-                   "mqar": {"vocab_size": 64, "num_kv_pairs": 4, "n_train": 400, "n_val": 40, "n_test": 40}}
+    cfg["data"] = {
+        "task": "mqar",
+        "block_size": 32,
+        "mqar": {"vocab_size": 64, "num_kv_pairs": 4, "n_train": 400, "n_val": 40, "n_test": 40},
+    }
     result = train_run(parse_run_config(cfg), run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and 0.0 <= result.recall_accuracy <= 1.0
     assert result.objective == pytest.approx(1 - result.recall_accuracy)
@@ -93,12 +101,14 @@ def test_mqar_with_cem_layers_reports_recall_and_energies(tmp_path, tracking_uri
 
 
 def test_gp_regression_with_recursive_cem_mlps(tmp_path, tracking_uri):
-    cfg = parse_run_config({
-        "name": "gp",
-        "model": {"d_model": 32, "n_layers": 2, "n_heads": 1, "d_mlp": 64, "mlp": {"name": "cem", "steps": 2}},
-        "train": {"lr": 3e-3, "batch_size": 32, "max_steps": 60, "val_every_n_steps": 30, "log_every_n_steps": 10},
-        "data": {"task": "gp", "gp": {"n_train": 512, "n_val": 64, "n_test": 128}},
-    })
+    cfg = parse_run_config(
+        {
+            "name": "gp",
+            "model": {"d_model": 32, "n_layers": 2, "n_heads": 1, "d_mlp": 64, "mlp": {"name": "cem", "steps": 2}},
+            "train": {"lr": 3e-3, "batch_size": 32, "max_steps": 60, "val_every_n_steps": 30, "log_every_n_steps": 10},
+            "data": {"task": "gp", "gp": {"n_train": 512, "n_val": 64, "n_test": 128}},
+        }
+    )
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "finished" and 0 < result.rmse < 1.0  # the prior std is ~0.88
     assert result.objective == result.rmse and math.isnan(result.test_ppl)

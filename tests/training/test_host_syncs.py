@@ -59,8 +59,10 @@ def counted_reads(monkeypatch):
                     # AdamW's step counter: a CPU tensor unless the kernel is fused or
                     # capturable (fused on CUDA: training/optimizer.py), so no device wait
                     return _original(self, *args, **kwargs)
-                reads[windows.step].append(f"{_name} at " + " < ".join(
-                    f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames)))
+                reads[windows.step].append(
+                    f"{_name} at "
+                    + " < ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(frames))
+                )
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, reader)
@@ -69,10 +71,20 @@ def counted_reads(monkeypatch):
 
 def test_ordinary_training_steps_read_no_tensor_values(tmp_path, tracking_uri, counted_reads):
     windows, reads = counted_reads
-    cfg = parse_run_config(tiny_run(name="no-syncs", max_steps=12, log_every_n_steps=5, val_every_n_steps=12,
-                                    ckpt_every_n_steps=12, val_batches=1, test_batches=1))
-    result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False,
-                       extra_callbacks=[windows])
+    cfg = parse_run_config(
+        tiny_run(
+            name="no-syncs",
+            max_steps=12,
+            log_every_n_steps=5,
+            val_every_n_steps=12,
+            ckpt_every_n_steps=12,
+            val_batches=1,
+            test_batches=1,
+        )
+    )
+    result = train_run(
+        cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False, extra_callbacks=[windows]
+    )
     assert result.status == "finished" and math.isfinite(result.train_loss) and result.tokens_per_sec > 0
     check_steps = {5, 10, 12}  # logging every 5; validation, checkpoint and the end at 12
     bad = {s: sorted(set(r)) for s, r in reads.items() if s not in check_steps}
@@ -87,8 +99,17 @@ def test_ordinary_training_steps_read_no_tensor_values(tmp_path, tracking_uri, c
 def test_a_run_diverging_between_check_steps_reports_the_first_bad_step(tmp_path, tracking_uri):
     """The loss is checked on the device; the host learns of a non-finite one at the
     next check step, and reports the step it first happened at."""
-    cfg = parse_run_config(tiny_run(name="diverge-late", lr=1e4, warmup_frac=0.0, max_steps=30, log_every_n_steps=7,
-                                    val_every_n_steps=30, ckpt_every_n_steps=30))
+    cfg = parse_run_config(
+        tiny_run(
+            name="diverge-late",
+            lr=1e4,
+            warmup_frac=0.0,
+            max_steps=30,
+            log_every_n_steps=7,
+            val_every_n_steps=30,
+            ckpt_every_n_steps=30,
+        )
+    )
     result = train_run(cfg, run_dir=tmp_path / "run", tracking_uri=tracking_uri, progress=False)
     assert result.status == "diverged" and result.diverged_step is not None
     assert result.steps == result.diverged_step < 30 and math.isfinite(result.train_loss)

@@ -14,10 +14,12 @@ def test_cpu_adamw_is_bit_identical_to_a_plain_adamw():
     a = torch.nn.Linear(5, 3)
     b = torch.nn.Linear(5, 3)
     b.load_state_dict(a.state_dict())
-    ours = build_adamw([{"params": list(a.parameters()), "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.95),
-                       eps=1e-9, kernel="single")
-    plain = torch.optim.AdamW([{"params": list(b.parameters()), "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.95),
-                              eps=1e-9)
+    ours = build_adamw(
+        [{"params": list(a.parameters()), "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.95), eps=1e-9, kernel="single"
+    )
+    plain = torch.optim.AdamW(
+        [{"params": list(b.parameters()), "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.95), eps=1e-9
+    )
     assert not ours.defaults.get("fused") and ours.defaults["foreach"] is None
     x = torch.randn(7, 5)
     for _ in range(3):
@@ -34,8 +36,16 @@ def test_bench_and_training_build_the_same_optimizer():
     from cem_ablate.training.recipe import RecipeModule
 
     model = build_model({"size": "tiny", "vocab_size": 11})
-    budget = Budget(steps=10, accumulation=1, effective_batch=2, tokens_per_sequence=8, tokens_per_step=16,
-                    warmup_steps=1, requested_tokens=None, rule="max_steps")
+    budget = Budget(
+        steps=10,
+        accumulation=1,
+        effective_batch=2,
+        tokens_per_sequence=8,
+        tokens_per_step=16,
+        warmup_steps=1,
+        requested_tokens=None,
+        rule="max_steps",
+    )
     trained = RecipeModule(model, TrainConfig(), budget).configure_optimizers()["optimizer"]
     benched = make_optimizer(model)
     for key in ("fused", "foreach", "betas", "eps"):
@@ -50,9 +60,18 @@ def test_mup_multipliers_survive_decay_preconditioner_and_the_schedule():
     from cem_ablate.training.recipe import decay_preconditioners, preconditioner_parameters
 
     torch.manual_seed(0)
-    model = build_model({"d_model": 128, "n_layers": 1, "n_heads": 4, "d_mlp": 344, "vocab_size": 64,
-                         "parametrization": "mup", "base_d_model": 32,
-                         "attention": {"name": "cem", "preconditioner": {"name": "diag_lowrank"}}})
+    model = build_model(
+        {
+            "d_model": 128,
+            "n_layers": 1,
+            "n_heads": 4,
+            "d_mlp": 344,
+            "vocab_size": 64,
+            "parametrization": "mup",
+            "base_d_model": 32,
+            "attention": {"name": "cem", "preconditioner": {"name": "diag_lowrank"}},
+        }
+    )
     groups = decay_preconditioners(model.parameter_groups(0.1), model, 0.1)
     moved = {id(p) for p in preconditioner_parameters(model)}
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
@@ -73,8 +92,13 @@ def test_clipping_is_lightnings_norm_clip_bit_for_bit():
     parameters in the same order through the same torch call, so CPU results stand."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))
-    optimizer = build_adamw([{"params": list(model.parameters()), "weight_decay": 0.1}], lr=1e-2,
-                            betas=(0.9, 0.95), eps=1e-9, kernel="single")
+    optimizer = build_adamw(
+        [{"params": list(model.parameters()), "weight_decay": 0.1}],
+        lr=1e-2,
+        betas=(0.9, 0.95),
+        eps=1e-9,
+        kernel="single",
+    )
     model(torch.randn(4, 6)).square().sum().mul(100).backward()
     grads = [p.grad.clone() for p in model.parameters()]
     clip_gradients(optimizer, 1.0)

@@ -57,8 +57,7 @@ def _rerun_equals_uninterrupted(config, uri: str, tmp_path, cache, run_dir, keys
     `keys` of their results agree bit for bit."""
     rerun = cli(config, "--tracking-uri", uri, cwd=tmp_path, env_cache=cache)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    straight = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path,
-                   env_cache=cache)
+    straight = cli(config, "--tracking-uri", uri, "--run-dir", tmp_path / "straight", cwd=tmp_path, env_cache=cache)
     assert straight.returncode == 0, straight.stderr[-3000:]
     resumed, uninterrupted = _result(run_dir), _result(tmp_path / "straight")
     for key in keys:
@@ -81,36 +80,45 @@ def test_sigterm_mid_accumulation_stops_at_the_optimizer_step(tmp_path, isolated
 
 
 def _sigterm_and_rerun(tmp_path, cache, **train):
-    config = write_config(tmp_path / "run.yaml", max_steps=40, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=20,
-                          **train)
+    config = write_config(
+        tmp_path / "run.yaml", max_steps=40, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=20, **train
+    )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code, seconds, err, run_dir = _signal_after_first_checkpoint(config, uri, tmp_path, cache,
-                                                                 signal.SIGTERM)
+    code, seconds, err, run_dir = _signal_after_first_checkpoint(config, uri, tmp_path, cache, signal.SIGTERM)
     assert code == 128 + signal.SIGTERM, err[-3000:]
     step = _preempted_checkpoint(run_dir)
     print(f"cem-ablate train, SIGTERM: exited {seconds:.1f} s after the signal, checkpoint at step {step}")
 
-    _rerun_equals_uninterrupted(config, uri, tmp_path, cache, run_dir,
-                                ("steps", "test_loss", "test_ppl", "val_loss", "train_loss"))
+    _rerun_equals_uninterrupted(
+        config, uri, tmp_path, cache, run_dir, ("steps", "test_loss", "test_ppl", "val_loss", "train_loss")
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.soak  # in CI DDP under a signal: test_a_ddp_run_launched_as_a_subprocess_gets_the_signal_relayed
 def test_a_signal_to_one_ddp_rank_stops_every_rank_at_one_step(tmp_path, isolated_cache):
-    config = write_config(tmp_path / "ddp.yaml", max_steps=30, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=30,
-                          log_every_n_steps=2, devices=2)
+    config = write_config(
+        tmp_path / "ddp.yaml",
+        max_steps=30,
+        ckpt_every_n_steps=CKPT_EVERY,
+        val_every_n_steps=30,
+        log_every_n_steps=2,
+        devices=2,
+    )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
     def rank_1(proc):  # Lightning's launcher starts rank 1 as a child of rank 0
         return psutil.Process(proc.pid).children()[0].pid
 
-    code, seconds, err, run_dir = _signal_after_first_checkpoint(config, uri, tmp_path, isolated_cache,
-                                                                 signal.SIGUSR1, target=rank_1)
+    code, seconds, err, run_dir = _signal_after_first_checkpoint(
+        config, uri, tmp_path, isolated_cache, signal.SIGUSR1, target=rank_1
+    )
     assert code == 128 + signal.SIGUSR1, err[-3000:]
     step = _preempted_checkpoint(run_dir)
     print(f"DDP, SIGUSR1 to rank 1: exited {seconds:.1f} s after the signal, checkpoint at step {step}")
-    _rerun_equals_uninterrupted(config, uri, tmp_path, isolated_cache, run_dir,
-                                ("steps", "test_loss", "test_ppl", "val_loss"))
+    _rerun_equals_uninterrupted(
+        config, uri, tmp_path, isolated_cache, run_dir, ("steps", "test_loss", "test_ppl", "val_loss")
+    )
     assert yaml.safe_load(config.read_text())["train"]["devices"] == 2
 
 
@@ -138,12 +146,18 @@ def test_a_ddp_run_launched_as_a_subprocess_gets_the_signal_relayed(tmp_path, is
     import subprocess
     import sys
 
-    config = write_config(tmp_path / "ddp.yaml", max_steps=30, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=30,
-                          devices=2)
+    config = write_config(
+        tmp_path / "ddp.yaml", max_steps=30, ckpt_every_n_steps=CKPT_EVERY, val_every_n_steps=30, devices=2
+    )
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", LIBRARY_DDP, str(config), str(run_dir),
-                             f"sqlite:///{tmp_path / 'mlflow.db'}"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, CEM_ABLATE_CACHE=str(isolated_cache)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIBRARY_DDP, str(config), str(run_dir), f"sqlite:///{tmp_path / 'mlflow.db'}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, CEM_ABLATE_CACHE=str(isolated_cache)),
+    )
     deadline = time.monotonic() + 600
     while CheckpointFiles(run_dir / "checkpoints").newest_step() is None:
         assert proc.poll() is None, proc.stderr.read()[-3000:]

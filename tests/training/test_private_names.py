@@ -28,8 +28,7 @@ def test_the_installed_libraries_are_in_the_ranges_pyproject_pins():
 
 
 def test_lightning_has_the_accumulation_test_training_reads():
-    fit_loop = lightning.pytorch.Trainer(logger=False, enable_progress_bar=False,
-                                         enable_checkpointing=False).fit_loop
+    fit_loop = lightning.pytorch.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False).fit_loop
     assert callable(getattr(fit_loop, lightning_private.SHOULD_ACCUMULATE))
 
 

@@ -11,11 +11,22 @@ from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
 from cem_ablate.training.recipe import RecipeModule
 
-MODEL = {"size": "tiny", "vocab_size": 11,
-         "attention": {"name": "cem", "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank", "rank": 2}},
-         "mlp": {"name": "cem", "preconditioner": "diag"}}
-BUDGET = Budget(steps=10, accumulation=1, effective_batch=2, tokens_per_sequence=8, tokens_per_step=16,
-                warmup_steps=1, requested_tokens=None, rule="max_steps")
+MODEL = {
+    "size": "tiny",
+    "vocab_size": 11,
+    "attention": {"name": "cem", "kq_diag": "shared", "preconditioner": {"name": "diag_lowrank", "rank": 2}},
+    "mlp": {"name": "cem", "preconditioner": "diag"},
+}
+BUDGET = Budget(
+    steps=10,
+    accumulation=1,
+    effective_batch=2,
+    tokens_per_sequence=8,
+    tokens_per_step=16,
+    warmup_steps=1,
+    requested_tokens=None,
+    rule="max_steps",
+)
 
 
 def decay_by_name(decay_preconditioner: bool) -> dict[str, float]:

@@ -14,8 +14,15 @@ from cem_ablate.training.seeding import seed_run
 
 def _state() -> tuple:
     np_state = np.random.get_state()
-    return (random.getstate(), np_state[0], np_state[1].tolist(), np_state[2:], torch.get_rng_state().tolist(),
-            os.environ.get("PL_GLOBAL_SEED"), os.environ.get("PL_SEED_WORKERS"))
+    return (
+        random.getstate(),
+        np_state[0],
+        np_state[1].tolist(),
+        np_state[2:],
+        torch.get_rng_state().tolist(),
+        os.environ.get("PL_GLOBAL_SEED"),
+        os.environ.get("PL_SEED_WORKERS"),
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 1234, 2**32 - 1])
@@ -43,13 +50,15 @@ def test_the_pairing_check_does_not_import_lightning():
     import subprocess
     import sys
 
-    code = ("import sys\n"
-            "from cem_ablate.study.pairing import initial_parameters\n"
-            "from cem_ablate.training.config import parse_run_config\n"
-            "cfg = parse_run_config({'model': {'d_model': 16, 'n_layers': 1, 'n_heads': 2, 'd_mlp': 32,"
-            " 'max_seq_len': 16}, 'data': {'source': 'stdlib', 'tokenizer': 'byte', 'block_size': 16}})\n"
-            "assert initial_parameters(cfg)\n"
-            "print('lightning' in sys.modules)\n")
+    code = (
+        "import sys\n"
+        "from cem_ablate.study.pairing import initial_parameters\n"
+        "from cem_ablate.training.config import parse_run_config\n"
+        "cfg = parse_run_config({'model': {'d_model': 16, 'n_layers': 1, 'n_heads': 2, 'd_mlp': 32,"
+        " 'max_seq_len': 16}, 'data': {'source': 'stdlib', 'tokenizer': 'byte', 'block_size': 16}})\n"
+        "assert initial_parameters(cfg)\n"
+        "print('lightning' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "False"

@@ -39,8 +39,12 @@ from transformers.utils import logging
 # is the one copied beside this file.
 _PACKAGE = __name__.rpartition(".")[0]
 if _PACKAGE:
-    for _name in [n for n in sys.modules if n.startswith(_PACKAGE + ".")
-                  and n.rpartition(".")[2] not in ("modeling_cem_ablate", "configuration_cem_ablate")]:
+    for _name in [
+        n
+        for n in sys.modules
+        if n.startswith(_PACKAGE + ".")
+        and n.rpartition(".")[2] not in ("modeling_cem_ablate", "configuration_cem_ablate")
+    ]:
         del sys.modules[_name]
 
 from .cem_ablate_bundle import build_model, decode, missing_hooks, new_cache, parse_model_config  # noqa: E402
@@ -58,8 +62,10 @@ def _check_right_padded(attention_mask):
         return
     mask = attention_mask.to(torch.int64)
     if bool((mask[:, 1:] > mask[:, :-1]).any()):
-        raise ValueError("cem-ablate models support right padding only (no padding mask: positions start at "
-                         "the first token); decode left-padded batches one sequence at a time.")
+        raise ValueError(
+            "cem-ablate models support right padding only (no padding mask: positions start at "
+            "the first token); decode left-padded batches one sequence at a time."
+        )
 
 
 def _decoding_state(model, cache, prefix):
@@ -96,8 +102,11 @@ class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
         with torch.device("cpu"):
             self.model = build_model(parse_model_config(config.cem_model))
         for module in self.model.modules():
-            module._cem_buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers(recurse=False)
-                                   if name in module._non_persistent_buffers_set}
+            module._cem_buffers = {
+                name: buffer.detach().clone()
+                for name, buffer in module.named_buffers(recurse=False)
+                if name in module._non_persistent_buffers_set
+            }
         self.post_init()
 
     @torch.no_grad()
@@ -121,8 +130,18 @@ class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.model.lm_head = value
 
-    def forward(self, input_ids=None, attention_mask=None, cache=None, past_key_values=None, use_cache=None,
-                labels=None, logits_to_keep=0, return_dict=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        cache=None,
+        past_key_values=None,
+        use_cache=None,
+        labels=None,
+        logits_to_keep=0,
+        return_dict=None,
+        **kwargs,
+    ):
         if input_ids is None:
             raise ValueError("cem-ablate models take input_ids (no inputs_embeds).")
         cache = cache if cache is not None else past_key_values
@@ -146,8 +165,10 @@ class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
                 self._cem_warned_recompute = True
                 # The copied registry calls every copied component "built-in": leave that label out.
                 missing = "; ".join(line.replace(" (built-in)", "") for line in missing_hooks(self.model))
-                logger.warning(f"{missing}: generate(use_cache=True) recomputes the whole prefix for every new "
-                               "token (no incremental decoding).")
+                logger.warning(
+                    f"{missing}: generate(use_cache=True) recomputes the whole prefix for every new "
+                    "token (no incremental decoding)."
+                )
             logits = decode(self.model, input_ids, state)
             cache._cem_decoding = (state, ids)
         else:
@@ -156,6 +177,7 @@ class CEMAblateForCausalLM(PreTrainedModel, GenerationMixin):
             logits = logits[:, -logits_to_keep:]
         loss = None
         if labels is not None:
-            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-                                               labels[:, 1:].reshape(-1), ignore_index=-100)
+            loss = nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), ignore_index=-100
+            )
         return CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache if use_cache else None})

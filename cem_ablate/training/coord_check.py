@@ -24,7 +24,7 @@ fitted to the mean over initializations of log mean|a| (each width's seeds avera
 space), it comes with its standard error from each width's seed-to-seed spread, and with a
 one-sided t test of |slope| > threshold per (module, step) that `cem-ablate coord-check`
 adjusts by Holm over the whole table (interval coverage and false-positive rates checked by
-simulation in tests/bench/test_coord_check.py).
+simulation in tests/training/test_coord_check.py).
 
 The bound, per module, is muP's own desiderata (Tensor Programs V; `mup`'s README): every
 (pre)activation Theta(1), two-sided, |slope| <= threshold at every step; the network output
@@ -90,8 +90,10 @@ class CoordCheckResult:
         """module -> width -> per-step mean |activation|, the geometric mean over the
         initializations: what the slope is fitted to, so the panels show the fitted points."""
         with np.errstate(divide="ignore"):
-            return {m: {w: np.exp(np.log(np.asarray(rows, dtype=float)).mean(axis=0)).tolist()
-                        for w, rows in bw.items()} for m, bw in self.samples.items()}
+            return {
+                m: {w: np.exp(np.log(np.asarray(rows, dtype=float)).mean(axis=0)).tolist() for w, rows in bw.items()}
+                for m, bw in self.samples.items()
+            }
 
     def _fit(self, module: str, t: int, widths: Sequence[int] | None = None) -> tuple[float, float, float]:
         """(slope, standard error, degrees of freedom) at step t. The slope is sum_w c_w mean_w
@@ -99,7 +101,7 @@ class CoordCheckResult:
         its variance is sum_w c_w^2 s_w^2 / n with each width's own spread s_w (ddof 1). Degrees
         of freedom n - 1, the smallest of any width's (conservative; Welch-Satterthwaite's put
         several times the nominal rate beyond Holm's cut-offs at 3 initializations in the
-        simulation of tests/bench/test_coord_check.py). Exactly 0 at every width (zero-init logits): (0, 0,
+        simulation of tests/training/test_coord_check.py). Exactly 0 at every width (zero-init logits): (0, 0,
         inf); 0 or not finite at some widths only: nan; one initialization: no error (nan).
         `widths`: a subset of the settings' widths to fit (default all of them)."""
         widths = tuple(self.settings.widths if widths is None else widths)
@@ -115,7 +117,7 @@ class CoordCheckResult:
         slope = float(np.dot(c, logs.mean(axis=1)))
         if n < 2:
             return slope, math.nan, math.nan
-        return slope, float(math.sqrt(np.sum(c ** 2 * logs.var(axis=1, ddof=1)) / n)), float(n - 1)
+        return slope, float(math.sqrt(np.sum(c**2 * logs.var(axis=1, ddof=1)) / n)), float(n - 1)
 
     def fits(self) -> dict[str, list[tuple[float, float, float]]]:
         """Per module, per step: (slope, standard error, degrees of freedom), as `_fit`."""
@@ -169,7 +171,7 @@ class CoordCheckResult:
         as width grows, a wrong exponent does not): measured, a module over the bound because of
         d 64 alone falls within it without d 64, while a wrong hidden-lr exponent stays over the
         bound without d 64 too (docs/results/coordinate-check.md). A
-        point estimate, not a test: in simulation (tests/bench/test_coord_check.py) an excess at
+        point estimate, not a test: in simulation (tests/training/test_coord_check.py) an excess at
         d 64 alone mostly reads as converging, and a true power law rarely does, the less so the
         steeper it is (figures: docs/results/coordinate-check.md)."""
         widths = sorted(self.settings.widths)[1:]
@@ -192,11 +194,17 @@ class CoordCheckResult:
         fits = self.fits()
         flagged = self.flagged()
         steps = self.settings.steps
-        head = (f"{'module':<30} " + " ".join(f"{'t' + str(t + 1):>6}" for t in range(steps))
-                + f" {'max|s|':>7} {'95% interval':>15}")
-        lines = [f"coordinate check ({self.parametrization}): slope of log mean|activation| vs log width "
-                 f"{','.join(map(str, self.settings.widths))}, per Adam step (t1 = init), "
-                 f"{self.settings.seeds} initializations per width", head]
+        head = (
+            f"{'module':<30} "
+            + " ".join(f"{'t' + str(t + 1):>6}" for t in range(steps))
+            + f" {'max|s|':>7} {'95% interval':>15}"
+        )
+        lines = [
+            f"coordinate check ({self.parametrization}): slope of log mean|activation| vs log width "
+            f"{','.join(map(str, self.settings.widths))}, per Adam step (t1 = init), "
+            f"{self.settings.seeds} initializations per width",
+            head,
+        ]
         for module, per_step in fits.items():
             s = [f[0] for f in per_step]
             magnitudes = [abs(v) if math.isfinite(v) else float("inf") for v in s]
@@ -211,30 +219,44 @@ class CoordCheckResult:
             if module in flagged:
                 mark = f"  <- exceeds {self._where(module, s)}"
                 if resolved is not None:
-                    mark += (f"; resolved at {self._steps_text(list(resolved[module]))}" if resolved.get(module)
-                             else "; not resolved")
+                    mark += (
+                        f"; resolved at {self._steps_text(list(resolved[module]))}"
+                        if resolved.get(module)
+                        else "; not resolved"
+                    )
                 mark += self._narrowest_text(module)
             elif worst > self.settings.threshold:
                 shrinking = [t for t, v in enumerate(s) if abs(v) > self.settings.threshold]
-                mark = (f"  (shrinks with width at {self._steps_text(shrinking)}: the output may, "
-                        f"muP's O(1); within the bound at the last step)")
+                mark = (
+                    f"  (shrinks with width at {self._steps_text(shrinking)}: the output may, "
+                    f"muP's O(1); within the bound at the last step)"
+                )
             lines.append(f"{module:<30} " + " ".join(f"{v:>+6.2f}" for v in s) + f" {worst:>7.3f} {interval:>15}{mark}")
-        output_rule = ("" if self.settings.strict_output or OUTPUT_MODULE not in fits
-                       else f" (the logits: slope <= +{self.settings.threshold} before the last step)")
-        lines.append(f"{len(flagged)} of {len(fits)} modules exceed |slope| {self.settings.threshold}{output_rule}"
-                     + (f": {', '.join(flagged)}" if flagged else ""))
+        output_rule = (
+            ""
+            if self.settings.strict_output or OUTPUT_MODULE not in fits
+            else f" (the logits: slope <= +{self.settings.threshold} before the last step)"
+        )
+        lines.append(
+            f"{len(flagged)} of {len(fits)} modules exceed |slope| {self.settings.threshold}{output_rule}"
+            + (f": {', '.join(flagged)}" if flagged else "")
+        )
         converging = [m for m in flagged if self.converges(m)]
         if converging:
-            lines.append(f"within the bound without d {min(self.settings.widths)} (converge to the right, as a "
-                         f"finite-width effect at the narrowest width does; a point estimate, which a power law "
-                         f"of slope 0.12-0.15 also gives in 6-24% of simulated checks): {', '.join(converging)}")
+            lines.append(
+                f"within the bound without d {min(self.settings.widths)} (converge to the right, as a "
+                f"finite-width effect at the narrowest width does; a point estimate, which a power law "
+                f"of slope 0.12-0.15 also gives in 6-24% of simulated checks): {', '.join(converging)}"
+            )
         if resolved is not None:
             beyond = [m for m in flagged if resolved.get(m)]
-            lines.append(f"resolved beyond {self.settings.threshold} (one-sided t per slope, Holm over the table's "
-                         f"{sum(math.isfinite(f[0]) and math.isfinite(f[1]) for c in fits.values() for f in c)} slopes "
-                         f"with an error, 5%): "
-                         + (", ".join(beyond) if beyond else "none")
-                         + ("" if self.settings.seeds > 1 else " (one initialization: no standard errors)"))
+            lines.append(
+                f"resolved beyond {self.settings.threshold} (one-sided t per slope, Holm over the table's "
+                f"{sum(math.isfinite(f[0]) and math.isfinite(f[1]) for c in fits.values() for f in c)} slopes "
+                f"with an error, 5%): "
+                + (", ".join(beyond) if beyond else "none")
+                + ("" if self.settings.seeds > 1 else " (one initialization: no standard errors)")
+            )
         return "\n".join(lines)
 
     def _narrowest_text(self, module: str) -> str:
@@ -242,16 +264,22 @@ class CoordCheckResult:
         rest = self.without_narrowest(module)
         if not rest:
             return ""
-        t, worst = max(rest.items(), key=lambda kv: self.excess(module, kv[0], kv[1])
-                       if math.isfinite(kv[1]) else math.inf)
+        t, worst = max(
+            rest.items(), key=lambda kv: self.excess(module, kv[0], kv[1]) if math.isfinite(kv[1]) else math.inf
+        )
         verdict = "converges to the right" if self.converges(module, rest) else "does not converge"
         return f"; without d {min(self.settings.widths)}: {worst:+.2f} at t{t + 1}, {verdict}"
 
     @staticmethod
     def _steps_text(over: list[int]) -> str:
         contiguous = over == list(range(over[0], over[-1] + 1))
-        return (f"t{over[0] + 1}" if len(over) == 1 else f"t{over[0] + 1}-t{over[-1] + 1}" if contiguous
-                else ", ".join(f"t{t + 1}" for t in over))
+        return (
+            f"t{over[0] + 1}"
+            if len(over) == 1
+            else f"t{over[0] + 1}-t{over[-1] + 1}"
+            if contiguous
+            else ", ".join(f"t{t + 1}" for t in over)
+        )
 
     def _where(self, module: str, slopes: list[float]) -> str:
         """At which steps and which way: a module that shrinks with width (mup's scaled readout:
@@ -262,13 +290,17 @@ class CoordCheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         flagged = self.flagged()
-        return {"parametrization": self.parametrization, "settings": vars(self.settings),
-                "values": {m: {str(w): v for w, v in bw.items()} for m, bw in self.values.items()},
-                "samples": {m: {str(w): v for w, v in bw.items()} for m, bw in self.samples.items()},
-                "slopes": self.slopes(),
-                "slope_standard_errors": {m: [se for se, _ in e] for m, e in self.slope_errors().items()},
-                "strict_output": self.settings.strict_output, "flagged": flagged,
-                "converging": [m for m in flagged if self.converges(m)]}
+        return {
+            "parametrization": self.parametrization,
+            "settings": vars(self.settings),
+            "values": {m: {str(w): v for w, v in bw.items()} for m, bw in self.values.items()},
+            "samples": {m: {str(w): v for w, v in bw.items()} for m, bw in self.samples.items()},
+            "slopes": self.slopes(),
+            "slope_standard_errors": {m: [se for se, _ in e] for m, e in self.slope_errors().items()},
+            "strict_output": self.settings.strict_output,
+            "flagged": flagged,
+            "converging": [m for m in flagged if self.converges(m)],
+        }
 
 
 def model_at_width(model: Mapping[str, Any], width: int) -> dict[str, Any]:
@@ -277,8 +309,7 @@ def model_at_width(model: Mapping[str, Any], width: int) -> dict[str, Any]:
     dims = parse_model_config({**model, "vocab_size": BYTE_VOCAB}).dims
     out = {k: v for k, v in model.items() if k != "size"}
     d_mlp = max(8, int(round(dims.d_mlp * width / dims.d_model / 8)) * 8)
-    out.update(d_model=width, n_layers=dims.n_layers, n_heads=dims.n_heads, d_mlp=d_mlp,
-               vocab_size=BYTE_VOCAB)
+    out.update(d_model=width, n_layers=dims.n_layers, n_heads=dims.n_heads, d_mlp=d_mlp, vocab_size=BYTE_VOCAB)
     return out
 
 
@@ -325,6 +356,7 @@ class ActivationRecorder:
         def hook(module, args, output):
             out = output[0] if isinstance(output, tuple) else output
             self._store(name, out - args[0])
+
         return hook
 
     def _wrap_steps(self, sub: nn.Module, name: str) -> None:
@@ -366,14 +398,16 @@ class ActivationRecorder:
             counter["t"] = 0
 
 
-def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = CoordCheckSettings(),
-                    progress=None) -> CoordCheckResult:
+def run_coord_check(
+    model: Mapping[str, Any], settings: CoordCheckSettings = CoordCheckSettings(), progress=None
+) -> CoordCheckResult:
     """Train the model at every width for `settings.steps` Adam steps; record module outputs."""
     mapping = dict(model)
     parametrization = parse_model_config({**mapping, "vocab_size": BYTE_VOCAB}).parametrization
     # (steps or 1, B, L + 1): consecutive batches of the corpus, or the first one at every step
-    batches = byte_batch(settings.batch_size * (settings.steps if settings.fresh_batches else 1),
-                         settings.seq_len).view(-1, settings.batch_size, settings.seq_len + 1)
+    batches = byte_batch(
+        settings.batch_size * (settings.steps if settings.fresh_batches else 1), settings.seq_len
+    ).view(-1, settings.batch_size, settings.seq_len + 1)
     # module -> width -> (seeds x steps) mean |activation| of each initialization
     samples: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
     for width in settings.widths:
@@ -382,8 +416,13 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
             torch.manual_seed(seed)
             net = build_model(cfg)
             recorder = ActivationRecorder(net)
-            optimizer = build_adamw(net.parameter_groups(settings.weight_decay), lr=settings.lr,
-                                    betas=(0.9, 0.95), eps=settings.eps, kernel="single")
+            optimizer = build_adamw(
+                net.parameter_groups(settings.weight_decay),
+                lr=settings.lr,
+                betas=(0.9, 0.95),
+                eps=settings.eps,
+                kernel="single",
+            )
             for t in range(settings.steps):
                 batch = batches[t % len(batches)]
                 inputs, targets = batch[:, :-1], batch[:, 1:]
@@ -399,8 +438,11 @@ def run_coord_check(model: Mapping[str, Any], settings: CoordCheckSettings = Coo
                 progress(width, seed)
     result = CoordCheckResult(settings, parametrization)
     order = sorted(samples, key=_module_order)
-    result.samples = {name: {w: samples[name][w].tolist() for w in settings.widths} for name in order
-                      if all(w in samples[name] for w in settings.widths)}
+    result.samples = {
+        name: {w: samples[name][w].tolist() for w in settings.widths}
+        for name in order
+        if all(w in samples[name] for w in settings.widths)
+    }
     return result
 
 
@@ -420,63 +462,3 @@ def widths_argument(text: str) -> tuple[int, ...]:
     if len(widths) < 2 or any(w <= 0 for w in widths):
         raise ValueError(f"need at least two positive widths, got {text!r}")
     return widths
-
-
-def plot_coord_check(result: CoordCheckResult, path: str, modules: Sequence[str] | None = None) -> None:
-    """One log-log panel per module: mean |activation| against width, a line per Adam step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    modules = list(modules or result.values)
-    slopes, flagged = result.slopes(), result.flagged()
-    cols = min(4, len(modules))
-    rows = math.ceil(len(modules) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
-    widths = result.settings.widths
-    cmap = plt.get_cmap("viridis")
-    handles = []
-    for ax, module in zip(axes.flat, modules):
-        drawn, zero_steps = [], []
-        for t in range(result.settings.steps):
-            y = [result.values[module][w][t] for w in widths]
-            if all(v > 0 for v in y):
-                line, = ax.plot(widths, y, marker="o", ms=3, color=cmap(t / max(1, result.settings.steps - 1)),
-                                label=f"step {t + 1}")
-                drawn += y
-                if ax is axes.flat[0]:
-                    handles.append(line)
-            elif all(v == 0 for v in y):
-                zero_steps.append(t + 1)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        if drawn:  # at least a factor 4 top to bottom, so a flat line looks flat (slope 1 would rise 8x)
-            low, high = min(drawn), max(drawn)
-            centre = math.sqrt(low * high)
-            ax.set_ylim(min(low, centre / 2) / 1.1, max(high, centre * 2) * 1.1)
-        if zero_steps:
-            ax.text(0.02, 0.93, f"exactly 0 at step {', '.join(map(str, zero_steps))}", transform=ax.transAxes,
-                    fontsize=6, color="dimgray")
-        ax.set_xticks(widths, [str(w) for w in widths])
-        ax.minorticks_off()
-        worst = max((abs(v) for v in slopes[module] if math.isfinite(v)), default=0.0)
-        converges = module in flagged and result.converges(module)
-        ax.set_title(f"{module}\nmax |slope| {worst:.2f}"
-                     + (f", converges (without d {min(widths)})" if converges else ""), fontsize=8,
-                     color="darkorange" if converges else "crimson" if module in flagged else "black")
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(modules):]:
-        ax.axis("off")
-    fig.supxlabel("d_model")
-    fig.supylabel("mean |activation| (geometric mean over initializations)")
-    fig.suptitle(f"coordinate check, parametrization: {result.parametrization} "
-                 f"(lr {result.settings.lr:g}, {result.settings.seeds} initializations; a line per Adam step, "
-                 f"step 1 = init)", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 0.92, 1))
-    if handles:
-        fig.legend(handles=handles, loc="center right", fontsize=7, title="Adam step", title_fontsize=7)
-    fig.savefig(path, dpi=110)
-    if str(path).endswith(".png"):
-        fig.savefig(str(path)[:-4] + ".svg")
-    plt.close(fig)

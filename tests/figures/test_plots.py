@@ -12,7 +12,7 @@ from PIL import Image
 
 from cem_ablate.analysis.scaling import summarize_scaling
 from cem_ablate.analysis.statistics import Observation, variant_stats
-from cem_ablate.study.plots import (
+from cem_ablate.figures.plots import (
     BASELINE_COLOR,
     SweepSeries,
     declutter_ticks,
@@ -32,19 +32,33 @@ GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
 
 def series(name, offset, is_baseline=False, params=1000, seeds=3, grid=GRID):
     rng = np.random.default_rng(len(name))
-    obs = [Observation(lr, s, 1.0 + 0.1 * (np.log2(lr) + 9.5) ** 2 + offset + 0.05 * rng.normal())
-           for lr in grid for s in range(seeds)]
+    obs = [
+        Observation(lr, s, 1.0 + 0.1 * (np.log2(lr) + 9.5) ** 2 + offset + 0.05 * rng.normal())
+        for lr in grid
+        for s in range(seeds)
+    ]
     stats = variant_stats(obs, n_resamples=300)
-    return SweepSeries(name, is_baseline, [(o.lr, o.value) for o in obs], diverged=[8e-3] if offset else [],
-                       fit=stats.optimum.fit, params=params, stats=stats, metric="test RMSE",
-                       baseline_name=None if is_baseline else "base", tokens=246_000)
+    return SweepSeries(
+        name,
+        is_baseline,
+        [(o.lr, o.value) for o in obs],
+        diverged=[8e-3] if offset else [],
+        fit=stats.optimum.fit,
+        params=params,
+        stats=stats,
+        metric="test RMSE",
+        baseline_name=None if is_baseline else "base",
+        tokens=246_000,
+    )
 
 
 def study_series(seeds=3, params=(101_000, 93_400, 109_500)):
     """The quickstart's shape: Llama and two CEM variants compared with it."""
-    return [series("llama", 0.0, True, params[0], seeds),
-            replace(series("cem_attention", -0.1, False, params[1], seeds), baseline_name="llama"),
-            replace(series("full_cem_T2", 0.05, False, params[2], seeds), baseline_name="llama")]
+    return [
+        series("llama", 0.0, True, params[0], seeds),
+        replace(series("cem_attention", -0.1, False, params[1], seeds), baseline_name="llama"),
+        replace(series("full_cem_T2", 0.05, False, params[2], seeds), baseline_name="llama"),
+    ]
 
 
 def drawn(path):
@@ -84,19 +98,27 @@ def overlapping_tick_labels(fig) -> list[tuple[str, str]]:
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             low, high = sorted(axis.get_view_interval())
-            labels = [t for t in axis.get_ticklabels() + axis.get_ticklabels(minor=True)
-                      if t.get_visible() and t.get_text()
-                      and low <= t.get_position()[0 if axis.axis_name == "x" else 1] <= high]
+            labels = [
+                t
+                for t in axis.get_ticklabels() + axis.get_ticklabels(minor=True)
+                if t.get_visible()
+                and t.get_text()
+                and low <= t.get_position()[0 if axis.axis_name == "x" else 1] <= high
+            ]
             boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels]
-            pairs += [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
-                      if box_a.overlaps(box_b)]
+            pairs += [
+                (a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1 :] if box_a.overlaps(box_b)
+            ]
     return pairs
 
 
 def test_figures_with_seed_statistics_render_with_an_svg_beside_each_png(tmp_path):
     s = [series("base", 0.0, True, 1200), series("cem", -0.1, False, 1000)]
-    paths = [plot_variant_fit(s[1], tmp_path / "fit.png"), plot_ppl_vs_lr(s, tmp_path / "lr.png"),
-             plot_ppl_vs_params(s, tmp_path / "params.png")]
+    paths = [
+        plot_variant_fit(s[1], tmp_path / "fit.png"),
+        plot_ppl_vs_lr(s, tmp_path / "lr.png"),
+        plot_ppl_vs_params(s, tmp_path / "params.png"),
+    ]
     summary = summarize_scaling(inputs(seeds=(0, 1, 2), spread=0.1), n_resamples=100)
     paths.append(plot_scaling(summary, tmp_path / "scaling.png", metric="test RMSE"))
     for path in paths:
@@ -108,13 +130,25 @@ def test_every_mark_has_a_legend_entry():
     s = study_series()
     texts = legend_texts(figure_ppl_vs_lr(s))
     assert {"llama", "cem_attention", "full_cem_T2"} <= set(texts)
-    for mark in ("seed mean ± std", "band: seed mean ± std", "single seeds", "Akima interpolation over log2(lr)",
-                 "lr*, objective*: Akima optimum", "95% intervals of lr*, objective*",
-                 "diverged (not finite; on the top edge)"):
+    for mark in (
+        "seed mean ± std",
+        "band: seed mean ± std",
+        "single seeds",
+        "Akima interpolation over log2(lr)",
+        "lr*, objective*: Akima optimum",
+        "95% intervals of lr*, objective*",
+        "diverged (not finite; on the top edge)",
+    ):
         assert mark in texts, mark
     texts = legend_texts(figure_ppl_vs_params(s))
-    for mark in ("llama", "cem_attention", "baseline (diamond)", "variant (dot)", "dashed: variant to its baseline",
-                 "95% interval of objective*"):
+    for mark in (
+        "llama",
+        "cem_attention",
+        "baseline (diamond)",
+        "variant (dot)",
+        "dashed: variant to its baseline",
+        "95% interval of objective*",
+    ):
         assert mark in texts, mark
     one_seed = legend_texts(figure_ppl_vs_lr(study_series(seeds=1)))
     assert "one trial (seed)" in one_seed and "seed mean ± std" not in one_seed  # only what is drawn
@@ -134,8 +168,9 @@ def test_a_variant_has_one_colour_in_every_figure():
         assert palette[name] in drawn_colors(by_lr) and palette[name] in drawn_colors(by_params)
     # sizes of one family share its colour (markers tell them apart); the scaling figure agrees
     summary = summarize_scaling(inputs(seeds=(0, 1, 2), spread=0.1), n_resamples=100)
-    families = [SweepSeries(f, f == "llama", [], baseline_name=None if f == "llama" else "llama")
-                for f in summary.points]
+    families = [
+        SweepSeries(f, f == "llama", [], baseline_name=None if f == "llama" else "llama") for f in summary.points
+    ]
     palette = variant_colors(families)
     scaling = legend_colors(figure_scaling(summary, "test RMSE", palette=palette))
     assert {name.split(" (")[0]: c for name, c in scaling.items()} == palette
@@ -150,24 +185,32 @@ def test_only_each_groups_first_baseline_wears_the_baseline_colour():
     colors = variant_colors([t1, t2, llama])
     assert colors["llama"] == BASELINE_COLOR and len(set(colors.values())) == 3
     rbf, ns = series("rbf_T1", 0.0, True), series("ns_T1", 0.1, True)
-    deeper = [replace(series("rbf_T4", 0.0), baseline_name="rbf_T1"), replace(series("ns_T4", 0.0), baseline_name="ns_T1")]
+    deeper = [
+        replace(series("rbf_T4", 0.0), baseline_name="rbf_T1"),
+        replace(series("ns_T4", 0.0), baseline_name="ns_T1"),
+    ]
     colors = variant_colors([rbf, *deeper, ns])
     assert colors["rbf_T1"] == BASELINE_COLOR and colors["ns_T1"] != BASELINE_COLOR and len(set(colors.values())) == 4
 
 
 def test_tick_labels_do_not_overlap_at_any_range():
-    figures = [figure_ppl_vs_params(study_series(params=p)) for p in
-               ((101_000, 93_400, 109_500), (99_000, 100_000, 101_000), (2_000, 90_000, 3_000_000_000))]
-    tpe = [replace(series(f"v{i}", 0.01 * i, grid=list(np.geomspace(1e-5, 0.3, 40)), seeds=1), diverged=[])
-           for i in range(2)]
+    figures = [
+        figure_ppl_vs_params(study_series(params=p))
+        for p in ((101_000, 93_400, 109_500), (99_000, 100_000, 101_000), (2_000, 90_000, 3_000_000_000))
+    ]
+    tpe = [
+        replace(series(f"v{i}", 0.01 * i, grid=list(np.geomspace(1e-5, 0.3, 40)), seeds=1), diverged=[])
+        for i in range(2)
+    ]
     figures.append(figure_ppl_vs_lr(tpe))  # 40 sampled learning rates over 4.5 decades
     summary = summarize_scaling(inputs(seeds=(0, 1, 2), spread=0.1), n_resamples=100)
     figures.append(figure_scaling(summary, "test RMSE"))
     for fig in figures:
         declutter_ticks(fig)
         assert overlapping_tick_labels(fig) == []
-        assert all(sum(t.get_visible() and bool(t.get_text()) for t in ax.xaxis.get_ticklabels()) >= 2
-                   for ax in fig.axes)  # still labelled
+        assert all(
+            sum(t.get_visible() and bool(t.get_text()) for t in ax.xaxis.get_ticklabels()) >= 2 for ax in fig.axes
+        )  # still labelled
 
 
 def test_declutter_removes_overlaps_a_dense_fixed_axis_has():
@@ -199,7 +242,7 @@ def test_the_verdict_and_the_tokens_are_written_on_the_figure_and_the_bars_fit_t
 def test_the_study_logs_each_variants_figure_in_its_report_colour():
     from pathlib import Path
 
-    from cem_ablate.study.plots import VARIANT_COLORS, study_colors
+    from cem_ablate.figures.plots import VARIANT_COLORS, study_colors
     from cem_ablate.study.spec import load_study_mapping, parse_study
     from cem_ablate.study.variants import expand
 
@@ -211,8 +254,13 @@ def test_the_study_logs_each_variants_figure_in_its_report_colour():
 
 
 def test_a_star_on_the_grids_edge_is_called_a_bound_on_the_figure():
-    edge = [series("llama", 0.0, True, grid=GRID[2:]), replace(series("cem", -0.1, grid=GRID[2:]), baseline_name="llama")]
+    edge = [
+        series("llama", 0.0, True, grid=GRID[2:]),
+        replace(series("cem", -0.1, grid=GRID[2:]), baseline_name="llama"),
+    ]
     assert all(x.fit.at_edge for x in edge)  # the minimum of a rising curve: its first grid point
     for fig in (figure_ppl_vs_lr(edge), figure_ppl_vs_params(edge)):
-        assert any("lr* at the grid's edge (only a bound; widen the grid): llama, cem" in t.get_text() for t in fig.texts)
+        assert any(
+            "lr* at the grid's edge (only a bound; widen the grid): llama, cem" in t.get_text() for t in fig.texts
+        )
     assert not [t for t in figure_ppl_vs_lr(study_series()).texts if "edge" in t.get_text()]

@@ -9,25 +9,28 @@ import numpy as np
 import pytest
 import yaml
 
-from cem_ablate.bench.coord_check import CoordCheckResult, CoordCheckSettings, model_at_width, run_coord_check
 from cem_ablate.cli.coord_check_command import resolved_excess
 from cem_ablate.cli.main import main
+from cem_ablate.training.coord_check import CoordCheckResult, CoordCheckSettings, model_at_width, run_coord_check
 
 SMALL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_mlp": 88, "max_seq_len": 32}
 # One repeated batch: these tests read the exponents' algebra from one initialization at tiny widths,
 # where a fresh batch's partial alignment with the last update adds an m^-1/2 part of its own (the
 # zero readout's logits: 0.12 at some step with fresh batches of 4 x 32 tokens, within 0.092 with one).
-SETTINGS = CoordCheckSettings(widths=(32, 64, 128), steps=3, seeds=1, batch_size=4, seq_len=32,
-                              fresh_batches=False)
+SETTINGS = CoordCheckSettings(widths=(32, 64, 128), steps=3, seeds=1, batch_size=4, seq_len=32, fresh_batches=False)
 
 
 def test_slopes_are_least_squares_in_log_log_and_zero_for_zero_modules():
     settings = CoordCheckSettings(widths=(64, 128, 256), steps=2, threshold=0.1)
-    result = CoordCheckResult(settings, "mup", {
-        "grows": {64: [[1.0, 1.0]], 128: [[2.0, 2.0]], 256: [[4.0, 4.0]]},
-        "flat": {64: [[0.5, 0.7]], 128: [[0.5, 0.7]], 256: [[0.5, 0.7]]},
-        "zero": {64: [[0.0, 1.0]], 128: [[0.0, 1.0]], 256: [[0.0, 1.0]]},
-    })
+    result = CoordCheckResult(
+        settings,
+        "mup",
+        {
+            "grows": {64: [[1.0, 1.0]], 128: [[2.0, 2.0]], 256: [[4.0, 4.0]]},
+            "flat": {64: [[0.5, 0.7]], 128: [[0.5, 0.7]], 256: [[0.5, 0.7]]},
+            "zero": {64: [[0.0, 1.0]], 128: [[0.0, 1.0]], 256: [[0.0, 1.0]]},
+        },
+    )
     slopes = result.slopes()
     assert slopes["grows"] == pytest.approx([1.0, 1.0])
     assert slopes["flat"] == pytest.approx([0.0, 0.0], abs=1e-12)
@@ -63,9 +66,12 @@ def test_the_scaled_readouts_logits_start_at_m_to_the_minus_half_and_the_updates
 def test_the_output_may_shrink_before_the_last_step_and_strict_output_bounds_it_too():
     """muP's desiderata: the logits O(1) (one-sided) before the last step, Theta(1) at it; every
     other module two-sided at every step; --strict-output: the logits two-sided throughout."""
-    shrinking_transient = {64: [[1.0, 1.0, 1.0]], 128: [[2 ** -0.5, 0.9, 1.0]], 256: [[0.5, 0.81, 1.0]]}
-    samples = {"logits": shrinking_transient, "blocks.0.mlp": shrinking_transient,
-               "embedding": {64: [[1.0] * 3], 128: [[1.0] * 3], 256: [[1.0] * 3]}}
+    shrinking_transient = {64: [[1.0, 1.0, 1.0]], 128: [[2**-0.5, 0.9, 1.0]], 256: [[0.5, 0.81, 1.0]]}
+    samples = {
+        "logits": shrinking_transient,
+        "blocks.0.mlp": shrinking_transient,
+        "embedding": {64: [[1.0] * 3], 128: [[1.0] * 3], 256: [[1.0] * 3]},
+    }
     lenient = CoordCheckResult(CoordCheckSettings(widths=(64, 128, 256), steps=3), "mup", samples)
     assert lenient.flagged() == ["blocks.0.mlp"]
     row = next(line for line in lenient.table().splitlines() if line.startswith("logits"))
@@ -100,17 +106,33 @@ def test_mup_with_the_scaled_readout_passes_once_its_logits_transient_is_over():
     lenient = run_coord_check(model, settings)
     assert lenient.slopes()["logits"][0] < -0.3 and abs(lenient.slopes()["logits"][-1]) <= 0.1
     assert "logits" not in lenient.flagged()
-    assert "logits" in CoordCheckResult(CoordCheckSettings(**{**vars(settings), "strict_output": True}),
-                                        "mup", lenient.samples).flagged()
+    assert (
+        "logits"
+        in CoordCheckResult(
+            CoordCheckSettings(**{**vars(settings), "strict_output": True}), "mup", lenient.samples
+        ).flagged()
+    )
 
 
 def test_every_recursion_step_and_sublayer_is_recorded():
-    model = {**SMALL, "parametrization": "mup", "base_d_model": 32,
-             "attention": {"name": "cem", "steps": 2}, "mlp": {"name": "cem", "steps": 2, "update": "heavy_ball"}}
+    model = {
+        **SMALL,
+        "parametrization": "mup",
+        "base_d_model": 32,
+        "attention": {"name": "cem", "steps": 2},
+        "mlp": {"name": "cem", "steps": 2, "update": "heavy_ball"},
+    }
     result = run_coord_check(model, CoordCheckSettings(widths=(32, 64), steps=2, seeds=1, batch_size=2, seq_len=16))
-    assert list(result.values) == ["embedding", "blocks.0.attention", "blocks.0.attention.step0",
-                                   "blocks.0.attention.step1", "blocks.0.mlp", "blocks.0.mlp.step0",
-                                   "blocks.0.mlp.step1", "logits"]
+    assert list(result.values) == [
+        "embedding",
+        "blocks.0.attention",
+        "blocks.0.attention.step0",
+        "blocks.0.attention.step1",
+        "blocks.0.mlp",
+        "blocks.0.mlp.step0",
+        "blocks.0.mlp.step1",
+        "logits",
+    ]
     for by_width in result.values.values():
         assert all(np.all(np.isfinite(v)) for v in by_width.values())
 
@@ -118,8 +140,22 @@ def test_every_recursion_step_and_sublayer_is_recorded():
 def test_cli_writes_table_figures_and_json_and_exits_1_when_a_module_exceeds(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"model": SMALL}))
-    code = main(["coord-check", str(config), "--widths", "32,64", "--steps", "2", "--seeds", "1",
-                 "--parametrization", "standard", "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            "coord-check",
+            str(config),
+            "--widths",
+            "32,64",
+            "--steps",
+            "2",
+            "--seeds",
+            "1",
+            "--parametrization",
+            "standard",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "exceed |slope| 0.1 (the logits: slope <= +0.1 before the last step): " in out
     assert "logits" in out.splitlines()[-3]
@@ -142,10 +178,14 @@ def test_cli_bad_input_is_one_error_line(tmp_path, capsys):
 
 def test_the_table_says_at_which_steps_and_which_way_a_module_exceeds():
     settings = CoordCheckSettings(widths=(64, 128, 256), steps=3, threshold=0.1)
-    result = CoordCheckResult(settings, "mup", {
-        "shrinks": {64: [[1.0, 1.0, 1.0]], 128: [[2 ** -0.5, 0.9, 1.0]], 256: [[0.5, 0.81, 1.0]]},
-        "grows": {64: [[1.0, 1.0, 1.0]], 128: [[1.0, 1.0, 2.0]], 256: [[1.0, 2.0, 4.0]]},
-    })
+    result = CoordCheckResult(
+        settings,
+        "mup",
+        {
+            "shrinks": {64: [[1.0, 1.0, 1.0]], 128: [[2**-0.5, 0.9, 1.0]], 256: [[0.5, 0.81, 1.0]]},
+            "grows": {64: [[1.0, 1.0, 1.0]], 128: [[1.0, 1.0, 2.0]], 256: [[1.0, 2.0, 4.0]]},
+        },
+    )
     rows = {line.split()[0]: line for line in result.table().splitlines()[2:4]}
     assert rows["shrinks"].endswith("<- exceeds at t1-t2 (shrinks with width)")
     assert rows["grows"].endswith("<- exceeds at t2-t3 (grows with width)")
@@ -155,10 +195,14 @@ def test_an_excess_at_the_narrowest_width_alone_converges_and_a_power_law_does_n
     # narrow: 30% more at d 64 only, flat beyond (a finite-width effect: slope -0.114 over all four
     # widths, 0 without d 64); power: w^-0.2 at every width (a wrong exponent: -0.2 either way)
     settings = CoordCheckSettings(widths=(64, 128, 256, 512), steps=2, threshold=0.1)
-    result = CoordCheckResult(settings, "mup", {
-        "narrow": {64: [[1.0, 1.3]], 128: [[1.0, 1.0]], 256: [[1.0, 1.0]], 512: [[1.0, 1.0]]},
-        "power": {w: [[1.0, (w / 64) ** -0.2]] for w in (64, 128, 256, 512)},
-    })
+    result = CoordCheckResult(
+        settings,
+        "mup",
+        {
+            "narrow": {64: [[1.0, 1.3]], 128: [[1.0, 1.0]], 256: [[1.0, 1.0]], 512: [[1.0, 1.0]]},
+            "power": {w: [[1.0, (w / 64) ** -0.2]] for w in (64, 128, 256, 512)},
+        },
+    )
     assert result.slopes()["narrow"][1] == pytest.approx(-1.5 * math.log(1.3) / (5 * math.log(2)))
     assert result.flagged() == ["narrow", "power"]
     assert result.without_narrowest("narrow") == pytest.approx({1: 0.0}, abs=1e-12)
@@ -170,8 +214,11 @@ def test_an_excess_at_the_narrowest_width_alone_converges_and_a_power_law_does_n
     assert table[-1].startswith("within the bound without d 64") and table[-1].endswith(": narrow")
     assert result.to_dict()["converging"] == ["narrow"]
     # three widths: two left without the narrowest, no fit to tell by
-    three = CoordCheckResult(CoordCheckSettings(widths=(64, 128, 256), steps=2), "mup",
-                             {"narrow": {w: result.samples["narrow"][w] for w in (64, 128, 256)}})
+    three = CoordCheckResult(
+        CoordCheckSettings(widths=(64, 128, 256), steps=2),
+        "mup",
+        {"narrow": {w: result.samples["narrow"][w] for w in (64, 128, 256)}},
+    )
     assert three.flagged() == ["narrow"] and three.without_narrowest("narrow") == {}
     assert not three.converges("narrow") and "without d" not in three.table()
 
@@ -184,8 +231,9 @@ def test_converging_tells_a_narrowest_width_excess_from_a_power_law_by_simulatio
     def converging_share(mean):
         flagged = converging = 0
         for _ in range(400):
-            samples = {"m": {w: [[float(mean(w) * math.exp(0.1 * rng.standard_normal()))] for _ in range(10)]
-                             for w in WIDTHS}}
+            samples = {
+                "m": {w: [[float(mean(w) * math.exp(0.1 * rng.standard_normal()))] for _ in range(10)] for w in WIDTHS}
+            }
             result = CoordCheckResult(CoordCheckSettings(widths=WIDTHS, steps=1, seeds=10), "mup", samples)
             if result.flagged():
                 flagged += 1
@@ -227,8 +275,20 @@ def test_cli_checks_mup_from_the_narrowest_width_unless_told_the_base(tmp_path, 
     # a config that leaves base_d_model to its default (256) checked from 256 up: nothing to
     # override, and the record still names the base (this once raised KeyError after the work)
     config.write_text(yaml.safe_dump({"model": {**SMALL, "parametrization": "mup"}}))
-    assert main(["coord-check", str(config), "--widths", "256,512", "--steps", "1", "--seeds", "1",
-                 "--out", str(tmp_path / "c")]) in (0, 1)
+    assert main(
+        [
+            "coord-check",
+            str(config),
+            "--widths",
+            "256,512",
+            "--steps",
+            "1",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path / "c"),
+        ]
+    ) in (0, 1)
     assert capsys.readouterr().out.splitlines()[0].endswith("1 seeds, base_d_model 256")
     assert json.loads((tmp_path / "c" / "coord_check.json").read_text())["base_d_model"] == 256
 
@@ -244,8 +304,8 @@ def _simulated(rng, slope: float, cvs, seeds: int, steps: int = 1, modules: int 
     for k in range(modules):
         samples[f"m{k}"] = {}
         for w, cv in zip(WIDTHS, cvs):
-            sigma = math.sqrt(math.log(1 + cv ** 2))
-            samples[f"m{k}"][w] = (w ** slope * np.exp(sigma * rng.standard_normal((seeds, steps)))).tolist()
+            sigma = math.sqrt(math.log(1 + cv**2))
+            samples[f"m{k}"][w] = (w**slope * np.exp(sigma * rng.standard_normal((seeds, steps)))).tolist()
     return CoordCheckResult(CoordCheckSettings(widths=WIDTHS, steps=steps, seeds=seeds), "mup", samples)
 
 
@@ -276,8 +336,10 @@ def test_holm_over_the_table_resolves_a_real_excess_and_rarely_a_noisy_one():
     resolve some excess in <= 5% of tables; a true slope of -0.5 (the scaled readout's logits
     at init) is resolved at every step with 10 initializations."""
     rng = np.random.default_rng(3)
-    false_tables = sum(bool(resolved_excess(_simulated(rng, 0.1, (0.25, 0.16, 0.10, 0.07), 3, steps=10, modules=14)))
-                       for _ in range(300))
+    false_tables = sum(
+        bool(resolved_excess(_simulated(rng, 0.1, (0.25, 0.16, 0.10, 0.07), 3, steps=10, modules=14)))
+        for _ in range(300)
+    )
     assert false_tables / 300 <= 0.05
     real = _simulated(rng, -0.5, (0.02, 0.02, 0.02, 0.02), 10, steps=10)
     assert resolved_excess(real) == {"m0": list(range(10))}
@@ -285,8 +347,9 @@ def test_holm_over_the_table_resolves_a_real_excess_and_rarely_a_noisy_one():
 
 
 def test_one_initialization_gives_no_standard_errors_and_says_so():
-    result = CoordCheckResult(CoordCheckSettings(widths=(64, 128), steps=1, seeds=1), "mup",
-                              {"m": {64: [[1.0]], 128: [[4.0]]}})
+    result = CoordCheckResult(
+        CoordCheckSettings(widths=(64, 128), steps=1, seeds=1), "mup", {"m": {64: [[1.0]], 128: [[4.0]]}}
+    )
     assert all(math.isnan(se) for se, _ in result.slope_errors()["m"])
     assert result.exceedance_pvalues() == {}
     table = result.table(resolved=resolved_excess(result))
@@ -295,8 +358,10 @@ def test_one_initialization_gives_no_standard_errors_and_says_so():
 
 
 def test_run_coord_check_keeps_every_initialization():
-    result = run_coord_check({**SMALL, "parametrization": "mup", "base_d_model": 32},
-                             CoordCheckSettings(widths=(32, 64), steps=2, seeds=2, batch_size=2, seq_len=16))
+    result = run_coord_check(
+        {**SMALL, "parametrization": "mup", "base_d_model": 32},
+        CoordCheckSettings(widths=(32, 64), steps=2, seeds=2, batch_size=2, seq_len=16),
+    )
     rows = result.samples["blocks.0.mlp"][32]
     assert len(rows) == 2 and len(rows[0]) == 2 and rows[0][0] != rows[1][0]  # two initializations differ
     assert result.values["blocks.0.mlp"][32][0] == pytest.approx(math.sqrt(rows[0][0] * rows[1][0]))  # geometric

@@ -72,6 +72,7 @@ def _pyplot():
 
 # --- colours: one owner --------------------------------------------------------------------
 
+
 def _references(series: list[SweepSeries]) -> set[str]:
     """The families drawn in the paper's baseline colour: each variant's first baseline
     (Llama), one per group. A second baseline (T = 1 for a T = 2 variant) or a second
@@ -110,11 +111,19 @@ def study_colors(variants) -> dict[str, str]:
     colour the report's figures give that variant."""
     names = {v.key: v.name for v in variants}
     as_baseline = {key for v in variants for key in v.baselines.values()}
-    return variant_colors([
-        SweepSeries(v.name, v.key in as_baseline or v.role == "baseline", [],
-                    group=str(v.axis_values.get("model.size", "")),
-                    baseline_name=next((names[k] for k in v.baselines.values() if k in names), None),
-                    family=str(v.axis_values.get("variant", v.name))) for v in variants])
+    return variant_colors(
+        [
+            SweepSeries(
+                v.name,
+                v.key in as_baseline or v.role == "baseline",
+                [],
+                group=str(v.axis_values.get("model.size", "")),
+                baseline_name=next((names[k] for k in v.baselines.values() if k in names), None),
+                family=str(v.axis_values.get("variant", v.name)),
+            )
+            for v in variants
+        ]
+    )
 
 
 def _colors(series: list[SweepSeries], palette: dict[str, str] | None = None) -> dict[str, str]:
@@ -130,9 +139,13 @@ def _markers(series: list[SweepSeries]) -> dict[str, str]:
 
 # --- saving, ticks, legends ----------------------------------------------------------------
 
+
 def _visible_labels(axis, renderer):
-    return [t for t in axis.get_ticklabels() + axis.get_ticklabels(minor=True)
-            if t.get_visible() and t.get_text() and _in_view(axis, t)]
+    return [
+        t
+        for t in axis.get_ticklabels() + axis.get_ticklabels(minor=True)
+        if t.get_visible() and t.get_text() and _in_view(axis, t)
+    ]
 
 
 def _in_view(axis, label) -> bool:
@@ -177,8 +190,18 @@ def _mark_handles(ax, marks: list[str], level: float = LEVEL) -> list:
 
     def bars(label, marker="none", x=False):
         kw = dict(xerr=[1.0]) if x else {}
-        proxy = ax.errorbar([math.nan], [math.nan], yerr=[1.0], fmt=marker, color=MARK_COLOR, ecolor=MARK_COLOR,
-                            capsize=3, ms=5, label=label, **kw)
+        proxy = ax.errorbar(
+            [math.nan],
+            [math.nan],
+            yerr=[1.0],
+            fmt=marker,
+            color=MARK_COLOR,
+            ecolor=MARK_COLOR,
+            capsize=3,
+            ms=5,
+            label=label,
+            **kw,
+        )
         return proxy
 
     every = {
@@ -187,15 +210,19 @@ def _mark_handles(ax, marks: list[str], level: float = LEVEL) -> list:
         "mean": lambda: bars("seed mean ± std", "o"),
         "band": lambda: Patch(facecolor=MARK_COLOR, alpha=0.2, label="band: seed mean ± std"),
         "seeds": lambda: Line2D([], [], ls="", marker=".", color=MARK_COLOR, alpha=0.5, label="single seeds"),
-        "star": lambda: Line2D([], [], ls="", marker="*", ms=13, mfc="white", mec="black",
-                               label="lr*, objective*: Akima optimum"),
+        "star": lambda: Line2D(
+            [], [], ls="", marker="*", ms=13, mfc="white", mec="black", label="lr*, objective*: Akima optimum"
+        ),
         "star_interval": lambda: bars(f"{level:.0%} intervals of lr*, objective*", x=True),
-        "diverged": lambda: Line2D([], [], ls="", marker="x", color=MARK_COLOR,
-                                   label="diverged (not finite; on the top edge)"),
-        "baseline": lambda: Line2D([], [], ls="", marker="D", color=MARK_COLOR, mec="black", ms=6,
-                                   label="baseline (diamond)"),
-        "variant": lambda: Line2D([], [], ls="", marker="o", color=MARK_COLOR, mec="black", ms=6,
-                                  label="variant (dot)"),
+        "diverged": lambda: Line2D(
+            [], [], ls="", marker="x", color=MARK_COLOR, label="diverged (not finite; on the top edge)"
+        ),
+        "baseline": lambda: Line2D(
+            [], [], ls="", marker="D", color=MARK_COLOR, mec="black", ms=6, label="baseline (diamond)"
+        ),
+        "variant": lambda: Line2D(
+            [], [], ls="", marker="o", color=MARK_COLOR, mec="black", ms=6, label="variant (dot)"
+        ),
         "link": lambda: Line2D([], [], color="gray", lw=1, ls="--", label="dashed: variant to its baseline"),
         "objective_interval": lambda: bars(f"{level:.0%} interval of objective*"),
         "law": lambda: Line2D([], [], color=MARK_COLOR, lw=1.2, label="fitted power law"),
@@ -206,12 +233,26 @@ def _mark_handles(ax, marks: list[str], level: float = LEVEL) -> list:
 def _legends(ax, variant_handles: list, marks: list[str], variants_title: str = "variant") -> None:
     """Two legends right of the axes: the variants (colour) above, the marks below."""
     if variant_handles:
-        first = ax.legend(handles=variant_handles, title=variants_title, fontsize=8, title_fontsize=8,
-                          loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        first = ax.legend(
+            handles=variant_handles,
+            title=variants_title,
+            fontsize=8,
+            title_fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            borderaxespad=0.0,
+        )
         ax.add_artist(first)
     if marks:
-        ax.legend(handles=_mark_handles(ax, marks), title="marks", fontsize=7, title_fontsize=8,
-                  loc="lower left", bbox_to_anchor=(1.02, 0.0), borderaxespad=0.0)
+        ax.legend(
+            handles=_mark_handles(ax, marks),
+            title="marks",
+            fontsize=7,
+            title_fontsize=8,
+            loc="lower left",
+            bbox_to_anchor=(1.02, 0.0),
+            borderaxespad=0.0,
+        )
 
 
 def _variant_handle(color: str, marker: str, label: str, line: bool = True):
@@ -256,6 +297,7 @@ def _caption(fig, lines: list[str]) -> None:
 
 # --- learning-rate sweeps ------------------------------------------------------------------
 
+
 def _draw_sweep(ax, s: SweepSeries, color: str, marker: str) -> set[str]:
     """Draw one variant's sweep; returns the marks used (for the legend of marks)."""
     marks = set()
@@ -267,8 +309,14 @@ def _draw_sweep(ax, s: SweepSeries, color: str, marker: str) -> set[str]:
         lrs = [r.lr for r in rows]
         means = [r.mean for r in rows]
         stds = [r.std or 0.0 for r in rows]
-        ax.fill_between(lrs, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)],
-                        color=color, alpha=0.15, lw=0)
+        ax.fill_between(
+            lrs,
+            [m - d for m, d in zip(means, stds)],
+            [m + d for m, d in zip(means, stds)],
+            color=color,
+            alpha=0.15,
+            lw=0,
+        )
         ax.errorbar(lrs, means, yerr=stds, fmt=marker, color=color, ms=5, capsize=3, zorder=3)
         marks |= {"mean", "band"}
         if s.finished:
@@ -280,26 +328,62 @@ def _draw_sweep(ax, s: SweepSeries, color: str, marker: str) -> set[str]:
         ax.scatter(xs, ys, color=color, marker=marker, s=28, zorder=3)
         marks.add("points")
     if s.fit is not None:
-        ax.scatter([s.fit.lr_star], [s.fit.ppl_star], marker="*", s=220, color=color,
-                   edgecolor="black", linewidth=0.7, zorder=4)
+        ax.scatter(
+            [s.fit.lr_star],
+            [s.fit.ppl_star],
+            marker="*",
+            s=220,
+            color=color,
+            edgecolor="black",
+            linewidth=0.7,
+            zorder=4,
+        )
         marks.add("star")
         optimum = s.stats.optimum if s.stats is not None else None
         if optimum is not None and optimum.lr_interval is not None:  # the star's 95% bootstrap intervals
             lo, hi = optimum.lr_interval, optimum.objective_interval
-            ax.errorbar([s.fit.lr_star], [s.fit.ppl_star],
-                        xerr=[[max(s.fit.lr_star - lo.low, 0.0)], [max(lo.high - s.fit.lr_star, 0.0)]],
-                        yerr=[[max(s.fit.ppl_star - hi.low, 0.0)], [max(hi.high - s.fit.ppl_star, 0.0)]],
-                        fmt="none", ecolor="black", elinewidth=0.8, capsize=2, zorder=4)
+            ax.errorbar(
+                [s.fit.lr_star],
+                [s.fit.ppl_star],
+                xerr=[[max(s.fit.lr_star - lo.low, 0.0)], [max(lo.high - s.fit.lr_star, 0.0)]],
+                yerr=[[max(s.fit.ppl_star - hi.low, 0.0)], [max(hi.high - s.fit.ppl_star, 0.0)]],
+                fmt="none",
+                ecolor="black",
+                elinewidth=0.8,
+                capsize=2,
+                zorder=4,
+            )
             marks.add("star_interval")
     if s.diverged:  # on the upper edge: their objective is not finite
-        ax.scatter(s.diverged, [1.0] * len(s.diverged), marker="x", color=color, s=40, zorder=3,
-                   transform=ax.get_xaxis_transform(), clip_on=False)
+        ax.scatter(
+            s.diverged,
+            [1.0] * len(s.diverged),
+            marker="x",
+            color=color,
+            s=40,
+            zorder=3,
+            transform=ax.get_xaxis_transform(),
+            clip_on=False,
+        )
         marks.add("diverged")
     return marks
 
 
-MARK_ORDER = ("points", "mean", "band", "seeds", "curve", "star", "star_interval", "diverged",
-              "baseline", "variant", "link", "objective_interval", "law")
+MARK_ORDER = (
+    "points",
+    "mean",
+    "band",
+    "seeds",
+    "curve",
+    "star",
+    "star_interval",
+    "diverged",
+    "baseline",
+    "variant",
+    "link",
+    "objective_interval",
+    "law",
+)
 
 
 def _ordered(marks: set[str]) -> list[str]:
@@ -349,22 +433,31 @@ def figure_ppl_vs_lr(series: list[SweepSeries], title: str = "", palette: dict[s
     for s in series:
         label = s.name + (f" [{s.group}]" if s.group and len(markers) > 1 else "")
         marks |= _draw_sweep(ax, s, colors[s.name], markers[s.group])
-        handles.append(_variant_handle(colors[s.name], markers[s.group], label,
-                                       line=s.fit is not None and len(s.fit.curve_lrs) > 1))
+        handles.append(
+            _variant_handle(
+                colors[s.name], markers[s.group], label, line=s.fit is not None and len(s.fit.curve_lrs) > 1
+            )
+        )
     metric = series[0].metric if series else "test perplexity"
-    _finish_lr_axes(ax, title or f"{metric} vs learning rate",
-                    [lr for s in series for lr, _ in s.finished] + [lr for s in series for lr in s.diverged], metric)
+    _finish_lr_axes(
+        ax,
+        title or f"{metric} vs learning rate",
+        [lr for s in series for lr, _ in s.finished] + [lr for s in series for lr in s.diverged],
+        metric,
+    )
     _caption(fig, _edge_note(series))
     _legends(ax, handles, _ordered(marks))
     return fig
 
 
-def plot_ppl_vs_lr(series: list[SweepSeries], path: str | Path, title: str = "",
-                   palette: dict[str, str] | None = None) -> Path:
+def plot_ppl_vs_lr(
+    series: list[SweepSeries], path: str | Path, title: str = "", palette: dict[str, str] | None = None
+) -> Path:
     return save(figure_ppl_vs_lr(series, title, palette), path)
 
 
 # --- optimum vs parameters -----------------------------------------------------------------
+
 
 def _params_axis(ax, params: list[float]) -> None:
     """Parameters: a log axis over a wide range, a linear one over a narrow range (a log
@@ -384,8 +477,9 @@ def _params_axis(ax, params: list[float]) -> None:
         ax.set_xlim(min(params) - 0.25 * span, max(params) + 0.25 * span)
 
 
-def figure_ppl_vs_params(series: list[SweepSeries], title: str = "", notes: list[str] = (),
-                         palette: dict[str, str] | None = None):
+def figure_ppl_vs_params(
+    series: list[SweepSeries], title: str = "", notes: list[str] = (), palette: dict[str, str] | None = None
+):
     """`notes`: lines written under the axes (the report's Δ and verdict per comparison)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.8), dpi=120)
@@ -396,28 +490,47 @@ def figure_ppl_vs_params(series: list[SweepSeries], title: str = "", notes: list
     for s in plotted:  # links first, under the markers
         base = by_name.get(s.baseline_name or "")
         if base is not None and base.fit is not None and base.params:
-            ax.plot([s.params, base.params], [s.fit.ppl_star, base.fit.ppl_star], color="gray", lw=1, ls="--",
-                    zorder=1)
+            ax.plot([s.params, base.params], [s.fit.ppl_star, base.fit.ppl_star], color="gray", lw=1, ls="--", zorder=1)
             marks.add("link")
     tokens = {_tokens_text(s.tokens) for s in plotted} - {""}
     for s in plotted:
         is_reference = s.family_name in references or s.is_baseline
         marker = "D" if is_reference else "o"
         marks.add("baseline" if is_reference else "variant")
-        ax.scatter([s.params], [s.fit.ppl_star], zorder=3, edgecolor="black", linewidth=0.5, marker=marker,
-                   color=colors[s.name], s=60 if is_reference else 50)
+        ax.scatter(
+            [s.params],
+            [s.fit.ppl_star],
+            zorder=3,
+            edgecolor="black",
+            linewidth=0.5,
+            marker=marker,
+            color=colors[s.name],
+            s=60 if is_reference else 50,
+        )
         label = s.name + (f" [{s.group}]" if s.group and len(markers) > 1 else "")
         handles.append(_variant_handle(colors[s.name], marker, label, line=False))
         optimum = s.stats.optimum if s.stats is not None else None
         if optimum is not None and optimum.objective_interval is not None:
             iv = optimum.objective_interval
-            ax.errorbar([s.params], [s.fit.ppl_star], yerr=[[max(s.fit.ppl_star - iv.low, 0.0)],
-                                                             [max(iv.high - s.fit.ppl_star, 0.0)]],
-                        fmt="none", ecolor=colors[s.name], capsize=3, zorder=2)
+            ax.errorbar(
+                [s.params],
+                [s.fit.ppl_star],
+                yerr=[[max(s.fit.ppl_star - iv.low, 0.0)], [max(iv.high - s.fit.ppl_star, 0.0)]],
+                fmt="none",
+                ecolor=colors[s.name],
+                capsize=3,
+                zorder=2,
+            )
             marks.add("objective_interval")
         if len(tokens) > 1:  # differing budgets: each point says its own
-            ax.annotate(f"{_tokens_text(s.tokens)} tokens", (s.params, s.fit.ppl_star), textcoords="offset points",
-                        xytext=(0, 7), ha="center", fontsize=7)
+            ax.annotate(
+                f"{_tokens_text(s.tokens)} tokens",
+                (s.params, s.fit.ppl_star),
+                textcoords="offset points",
+                xytext=(0, 7),
+                ha="center",
+                fontsize=7,
+            )
     _params_axis(ax, [float(s.params) for s in plotted])
     metric = series[0].metric if series else "test perplexity"
     ax.yaxis.set_minor_formatter(_null_formatter())
@@ -429,8 +542,9 @@ def figure_ppl_vs_params(series: list[SweepSeries], title: str = "", notes: list
         caption.append(f"Every point trained on {next(iter(tokens))} tokens per trial.")
     elif len(tokens) > 1:
         caption.append("Point labels: training tokens per trial.")
-    if not any(s.stats is not None and s.stats.optimum is not None and s.stats.optimum.objective_interval
-               for s in plotted):
+    if not any(
+        s.stats is not None and s.stats.optimum is not None and s.stats.optimum.objective_interval for s in plotted
+    ):
         caption.append(f"No interval on {metric}* (fewer than 3 seeds): a gap between points may be noise.")
     caption += _edge_note(plotted) + list(notes)
     _caption(fig, caption)
@@ -444,12 +558,18 @@ def _null_formatter():
     return NullFormatter()
 
 
-def plot_ppl_vs_params(series: list[SweepSeries], path: str | Path, title: str = "", notes: list[str] = (),
-                       palette: dict[str, str] | None = None) -> Path:
+def plot_ppl_vs_params(
+    series: list[SweepSeries],
+    path: str | Path,
+    title: str = "",
+    notes: list[str] = (),
+    palette: dict[str, str] | None = None,
+) -> Path:
     return save(figure_ppl_vs_params(series, title, notes, palette), path)
 
 
 # --- scaling -------------------------------------------------------------------------------
+
 
 def figure_scaling(summary, metric: str = "test perplexity", title: str = "", palette: dict[str, str] | None = None):
     """Objective* vs parameters and vs training FLOPs per family, with the power laws."""
@@ -480,10 +600,14 @@ def figure_scaling(summary, metric: str = "test perplexity", title: str = "", pa
             color = palette.get(family, VARIANT_COLORS[0])
             xs = [m.params if axis == PARAMS else m.train_flops for m in members]
             ys = [m.stats.optimum.objective_star for m in members]
-            low = [y - (m.stats.optimum.objective_interval.low if m.stats.optimum.objective_interval else y)
-                   for m, y in zip(members, ys)]
-            high = [(m.stats.optimum.objective_interval.high if m.stats.optimum.objective_interval else y) - y
-                    for m, y in zip(members, ys)]
+            low = [
+                y - (m.stats.optimum.objective_interval.low if m.stats.optimum.objective_interval else y)
+                for m, y in zip(members, ys)
+            ]
+            high = [
+                (m.stats.optimum.objective_interval.high if m.stats.optimum.objective_interval else y) - y
+                for m, y in zip(members, ys)
+            ]
             if any(low) or any(high):
                 marks.add("objective_interval")
             law = summary.laws.get((family, axis))
@@ -498,20 +622,35 @@ def figure_scaling(summary, metric: str = "test perplexity", title: str = "", pa
                 ax.plot(grid, [law(x) for x in grid], color=color, lw=1.2, alpha=0.8)
                 marks.add("law")
         ax.set_xscale("log")
-        _log_ticks(ax.xaxis, [x for f in families for m in summary.points[f]
-                              for x in ([m.params] if axis == PARAMS else [m.train_flops])])
+        _log_ticks(
+            ax.xaxis,
+            [
+                x
+                for f in families
+                for m in summary.points[f]
+                for x in ([m.params] if axis == PARAMS else [m.train_flops])
+            ],
+        )
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{axis} (log scale)")
         ax.set_ylabel(f"{metric}* (Akima optimum)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(handles=handles, title="family (fit)", fontsize=7, title_fontsize=7, loc="best")
     axes[-1].add_artist(axes[-1].get_legend())
-    axes[-1].legend(handles=_mark_handles(axes[-1], _ordered(marks)), title="marks", fontsize=7, title_fontsize=8,
-                    loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    axes[-1].legend(
+        handles=_mark_handles(axes[-1], _ordered(marks)),
+        title="marks",
+        fontsize=7,
+        title_fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+    )
     fig.suptitle(title or f"{metric}: scaling per family (power-law fits)")
     return fig
 
 
-def plot_scaling(summary, path: str | Path, metric: str = "test perplexity", title: str = "",
-                 palette: dict[str, str] | None = None) -> Path:
+def plot_scaling(
+    summary, path: str | Path, metric: str = "test perplexity", title: str = "", palette: dict[str, str] | None = None
+) -> Path:
     return save(figure_scaling(summary, metric, title, palette), path)
