@@ -168,7 +168,7 @@ fi
 #    -v: a run cut short by its budget still names every test that ran, and how it ended)
 if wants tests; then
   per_test=$(python3 -c "import pytest_timeout" 2>/dev/null && echo --timeout=120 || true)
-  run_part "cuda tests" "${TESTS_S:-540}" python3 -m pytest -m cuda -v -rfEs -p no:cacheprovider --durations=10 \
+  run_part "cuda tests" "${TESTS_S:-540}" python3 -m pytest -n 0 -m cuda -v -rfEs -p no:cacheprovider --durations=10 \
     $per_test tests/cuda/test_flex_fp32_gap.py tests/cuda/test_head_loss.py tests/cuda/test_profile.py \
     tests/cuda/test_training.py tests/cuda/test_kernels.py tests/cuda/test_compile.py "$@"
 fi
