@@ -33,6 +33,13 @@ def test_every_results_page_with_numbers_has_generated_blocks(pages):
         "figure-3.md",
         "figure-4.md",
         "table-3-gp.md",
+        "step-scaling.md",
+        "serving-cost.md",
+        "transfer.md",
+        "readings.md",
+        "width.md",
+        "readout.md",
+        "energy-lens.md",
     } <= marked
 
 
