@@ -1415,6 +1415,8 @@ def step_drifts(root: Path) -> dict:
         curves = [_curve(trials[f"cem_attention_T{t},step_scaling={option}"]) for t in (1, 2, 4)]
         one = [_curve(seed0[f"cem_attention_T{t},step_scaling={option}"]) for t in (1, 2, 4)]
         out[option] = {"drift": pi.drift(curves), "curves": curves, "one_seed": one}
+    fixed = out["none"]["curves"]
+    out["step_cost"] = [pi.objective_difference(fixed[1], fixed[0]), pi.objective_difference(fixed[2], fixed[1])]
     return out
 
 
@@ -1447,6 +1449,17 @@ def step_drift(root: Path) -> str:
         f"observed sizes) the intervals hold the true drift at least as often as their level "
         f"(`{DRIFT_CHECK}`). With η / T the drift is under 1.5× as a point, "
         f"and the data allow up to {scaled['drift'].high:.1f}×.\n"
+    )
+
+
+@block("step-scaling/step-cost")
+def step_cost(root: Path) -> str:
+    two, four = step_drifts(root)["step_cost"]
+    return (
+        f"{_num_iv(two, signed=True)} perplexity from T = 1 to 2 and {_num_iv(four, signed=True)} from T = 2 to 4 "
+        f"(each T's perplexity at its own lr*, the difference of two; 95%: the two objective* intervals at "
+        f"{1 - (1 - two.level) / 2:.4g} each and the differences they allow together, conservative by "
+        f"simulation: `{DRIFT_CHECK}`)"
     )
 
 
