@@ -1097,17 +1097,22 @@ def _family_rows(section: str, family: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith(f"| {family} |")]
 
 
-@block("transfer/cpu-check")
-def transfer_cpu_check(root: Path) -> str:
+@evidence
+def transfer_sections(root: Path) -> dict[str, str]:
+    """The transfer checks as scripts/mup_width_csv_report.py prints them: CPU with 3, 5 and 8
+    proxy seeds for CEM MLP (3 for the others), GPU with 3 and with 5 proxy seeds."""
     import forecast_evidence as fe
     import mup_width_csv_report as mw
 
     cpu = [str(p) for p in fe.MUP_CSVS]
     base = "transfer_cpu_first,transfer_cpu_attention_T2,transfer_cpu_full_cem"
-    three = _transfer_section(_printed(mw.main, cpu, at=256, transfer=base, studies="mup_width_cpu", proxies="none"))
-    more = []
+    out = {
+        "cpu3": _transfer_section(
+            _printed(mw.main, cpu, at=256, transfer=base, studies="mup_width_cpu", proxies="none")
+        )
+    }
     for seeds in (5, 8):
-        section = _transfer_section(
+        out[f"cpu{seeds}"] = _transfer_section(
             _printed(
                 mw.main,
                 cpu,
@@ -1117,7 +1122,51 @@ def transfer_cpu_check(root: Path) -> str:
                 proxies="none",
             )
         )
-        rows = _family_rows(section, "cem_mlp_T1")
+    gpu_dir = root / "docs/figures/mup_width_gpu_scaled"
+    out["gpu3"] = _transfer_section(
+        _printed(mw.main, [str(gpu_dir / "trials.csv"), str(gpu_dir / "trials_lease2.csv")], at=256)
+    )
+    out["gpu5"] = _transfer_section(
+        _printed(
+            mw.main,
+            [
+                str(gpu_dir / f)
+                for f in ("trials.csv", "trials_lease2.csv", "trials_lease4_proxy5.csv", "trials_lease5_d256_dense.csv")
+            ],
+            at=256,
+            transfer="transfer_gpu_scaled_proxy5",
+        )
+    )
+    return out
+
+
+VERDICT_CELL = re.compile(
+    r"(?P<word>\w+) \((?P<delta>[+-][\d.]+) \[(?P<low>[+-][\d.]+), (?P<high>[+-][\d.]+)\], Holm p (?P<p>[\d.e+-]+)\)"
+)
+
+
+def _verdicts(section: str) -> dict[str, tuple[re.Match, re.Match, str]]:
+    """family -> (full grid's verdict, transfer's verdict, same) of a printed transfer check."""
+    out = {}
+    for line in section.splitlines():
+        c = _cells(line) if line.startswith("| ") else []
+        if len(c) == 4 and (full := VERDICT_CELL.fullmatch(c[1])) and (moved := VERDICT_CELL.fullmatch(c[2])):
+            out[c[0]] = (full, moved, c[3])
+    return out
+
+
+def _dv(m: re.Match) -> str:
+    """A verdict cell's Δ [interval] at two decimals."""
+    return f"{float(m['delta']):+.2f} [{float(m['low']):+.2f}, {float(m['high']):+.2f}]".replace("-", "−")
+
+
+@block("transfer/cpu-check")
+def transfer_cpu_check(root: Path) -> str:
+    e = transfer_sections(root)
+    three = e["cpu3"]
+    more = []
+    for seeds in (5, 8):
+        rows = _family_rows(e[f"cpu{seeds}"], "cem_mlp_T1")
         more.append(
             f"CEM MLP with {seeds} proxy seeds (`transfer_cpu_mlp_proxy{seeds}`): the transfer row, then its "
             f"verdict against Llama:\n\n"
@@ -1136,32 +1185,57 @@ def transfer_cpu_check(root: Path) -> str:
     return "With 3 proxy seeds (every family):\n\n" + three + "\n" + "\n\n".join(more) + "\n"
 
 
+NAMES = {
+    "cem_attention_T1": "CEM attention T = 1",
+    "cem_attention_T2": "T = 2",
+    "full_cem_T2": "full CEM",
+    "cem_mlp_T1": "CEM MLP",
+}
+
+
+@block("transfer/cpu-verdicts")
+def transfer_cpu_verdicts(root: Path) -> str:
+    e = transfer_sections(root)
+    v = _verdicts(e["cpu3"]) | {"cem_mlp_T1": _verdicts(e["cpu8"])["cem_mlp_T1"]}
+    parts = [
+        f"{NAMES[f]} {v[f][0]['word']} ({_dv(v[f][0])} / {_dv(v[f][1])}"
+        + (" from 8 proxy seeds" if f == "cem_mlp_T1" else "")
+        + ")"
+        for f in NAMES
+    ]
+    same = all(v[f][2] == "yes" for f in NAMES)
+    return (
+        "**Verdicts vs Llama at d 256, full grid / transfer** (tuned vs tuned, Welch, Holm over four; "
+        f"the tables' 95% intervals): {', '.join(parts)}: "
+        + ("**the same for all four.**" if same else "**not the same for all four.**")
+    )
+
+
 @block("transfer/gpu-check")
 def transfer_gpu_check(root: Path) -> str:
-    import mup_width_csv_report as mw
-
-    gpu_dir = root / "docs/figures/mup_width_gpu_scaled"
-    three = _transfer_section(
-        _printed(mw.main, [str(gpu_dir / "trials.csv"), str(gpu_dir / "trials_lease2.csv")], at=256)
-    )
-    five = _transfer_section(
-        _printed(
-            mw.main,
-            [
-                str(gpu_dir / f)
-                for f in ("trials.csv", "trials_lease2.csv", "trials_lease4_proxy5.csv", "trials_lease5_d256_dense.csv")
-            ],
-            at=256,
-            transfer="transfer_gpu_scaled_proxy5",
-        )
-    )
+    e = transfer_sections(root)
     return (
         "With 3 proxy seeds ([H200](../figures/mup_width_gpu_scaled/trials.csv), "
         "[H100](../figures/mup_width_gpu_scaled/trials_lease2.csv)):\n\n"
-        + three
+        + e["gpu3"]
         + "\nWith 5 proxy seeds and the dense d 256 grid (adding "
         "[5 proxy seeds](../figures/mup_width_gpu_scaled/trials_lease4_proxy5.csv) and "
-        "[the dense grid](../figures/mup_width_gpu_scaled/trials_lease5_d256_dense.csv)):\n\n" + five
+        "[the dense grid](../figures/mup_width_gpu_scaled/trials_lease5_d256_dense.csv)):\n\n" + e["gpu5"]
+    )
+
+
+@block("transfer/gpu-verdicts")
+def transfer_gpu_verdicts(root: Path) -> str:
+    e = transfer_sections(root)
+    v3, v5 = _verdicts(e["gpu3"]), _verdicts(e["gpu5"])
+    agree = [f for f in NAMES if v3[f][2] == "yes"]
+    words = {v3[f][0]["word"] for f in agree}
+    full, moved, _ = v3["cem_mlp_T1"]
+    return (
+        f"**Verdicts vs Llama:** {len(agree)} of {len(NAMES)} agree ({', '.join(sorted(words))}). CEM MLP is "
+        f"{full['word']} from the full grid ({_dv(full)}, Holm p {float(full['p']):.2g}) and {moved['word']} from "
+        f"transfer ({_dv(moved)}, Holm p {float(moved['p']):.2g}; with 5 proxy seeds {_dv(v5['cem_mlp_T1'][1])}; "
+        "the tables' 95% intervals)"
     )
 
 
