@@ -1763,6 +1763,39 @@ def transfer_gpu_proxy5_drift(root: Path) -> str:
     )
 
 
+def _report_dv(root: Path, path: str, select: str) -> str:
+    """A report's Δ [interval] for one row, as the report prints it (its level where not 95%)."""
+    e = report_evidence(root, path, select)
+    level = "" if e.level == 95.0 else f" ({e.level:g}%)"
+    return f"{_num(e.delta)} [{_num(e.low)}, {_num(e.high)}]{level}"
+
+
+MOMENTUM = "docs/figures/momentum_cpu/report.md"
+
+
+@block("energy-lens/parallel-short")
+def energy_parallel_short(root: Path) -> str:
+    t1 = _report_dv(root, MOMENTUM, "parallel_hopfield_T1|llama|baseline")
+    t2 = _report_dv(root, MOMENTUM, "parallel_hopfield_T2|llama|baseline")
+    return f"is resolved worse than Llama at both depths ({t1} perplexity at T = 1, {t2} at T = 2; 95%, the report's Welch t)"
+
+
+@block("energy-lens/t4")
+def energy_t4(root: Path) -> str:
+    parts = [
+        f"{name} {_report_dv(root, MOMENTUM, f'T4_{update}|T1|baseline')}"
+        for update, name in (("gd", "gradient steps"), ("heavy_ball", "heavy ball"), ("nesterov", "Nesterov"))
+    ]
+    return f"T = 4 all three updates are behind T = 1 ({', '.join(parts)}; 95%, paired t, the report's rows)"
+
+
+@block("energy-lens/stream")
+def energy_stream(root: Path) -> str:
+    e = report_evidence(root, MOMENTUM, "llama_nesterov_stream|llama|baseline")
+    word = direction(e) or "unresolved"
+    return f"{_num(e.delta)} [{_num(e.low)}, {_num(e.high)}], {'unresolved' if word == 'unresolved' else 'resolved'}"
+
+
 @block("table-3-gp/floor")
 def gp_floor(root: Path) -> str:
     text = (root / "docs/figures/table3_gp_draws/report.md").read_text(encoding="utf-8")
