@@ -1578,6 +1578,27 @@ def serving_short(root: Path) -> str:
     )
 
 
+@block("serving-cost/mlp")
+def serving_mlp(root: Path) -> str:
+    return f"{_x_iv(decode_ratios(root)['cem_mlp_t2']['decode'])} of Llama's decode tokens/s"
+
+
+@block("serving-cost/hb-stream")
+def serving_hb_stream(root: Path) -> str:
+    import page_intervals as pi
+
+    _, rows = _decode_rows(root)
+    by = {r["variant"]: r["decode_s"]["1"] for r in rows}
+    # tokens/s with the stream × without = the time without / with, round by round (one round times every variant)
+    plain, stream = by["cem_full_t2"], by["cem_full_t2_hb_stream"]
+    e = pi.log_ratio(plain, stream, paired=True)
+    cov = pi.log_ratio_coverage(plain, stream, paired=True)
+    return (
+        f"decodes at {_x_iv(e)} the tokens/s of full CEM without it (`cem_full_t2`; paired by timing round, "
+        f"95% t interval on the log-ratio over {len(plain)} rounds; " + _coverage_note([cov], "the interval") + ")"
+    )
+
+
 @block("energy-lens/momentum")
 def energy_momentum(root: Path) -> str:
     import json
