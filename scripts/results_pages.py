@@ -1627,7 +1627,7 @@ def readings_estimates(root: Path) -> dict:
 
     arms = report_trials(root, "readings_cpu")
     out = {"arms": {}}
-    for arm in ("B", "C"):
+    for arm in ("A", "B", "C"):
         t2, t1 = _at_rate(arms, f"{arm}_T2", 0.002), _at_rate(arms, f"{arm}_T1", 0.002)
         out["arms"][arm] = (pi.log_ratio(t2, t1, paired=True), pi.log_ratio_coverage(t2, t1, paired=True))
     paper = report_trials(root, "fig3a_full_cem_lr_cpu")
@@ -1815,6 +1815,121 @@ def energy_stream(root: Path) -> str:
     e = report_evidence(root, MOMENTUM, "llama_nesterov_stream|llama|baseline")
     word = direction(e) or "unresolved"
     return f"{_num(e.delta)} [{_num(e.low)}, {_num(e.high)}], {'unresolved' if word == 'unresolved' else 'resolved'}"
+
+
+def _log_ratio_at(root: Path, numer: tuple[str, str], denom: tuple[str, str], lr: float, paired: bool, level=0.95):
+    """(estimate, simulated coverage) of numer / denom at one rate: (study, variant) each, read from
+    the studies' reports; paired by seed where both sides ran the same seeds in one study."""
+    import page_intervals as pi
+
+    a = _at_rate(report_trials(root, numer[0]), numer[1], lr)
+    b = _at_rate(report_trials(root, denom[0]), denom[1], lr)
+    return pi.log_ratio(a, b, paired=paired, level=level), pi.log_ratio_coverage(a, b, paired=paired, level=level)
+
+
+def _mean_at(root: Path, study: str, variant: str, lr: float, level=0.95):
+    import page_intervals as pi
+
+    x = _at_rate(report_trials(root, study), variant, lr)
+    return pi.mean(x, level=level), pi.mean_coverage(x, level=level)
+
+
+@block("figure-2/600-gap")
+def figure2_600_gap(root: Path) -> str:
+    e, cov = _log_ratio_at(
+        root, ("readings_cpu", "B_T1"), ("fig4_attention_recursion_vs_reuse_cpu600", "llama,size=tiny"), 0.002, False
+    )
+    return (
+        f"{_pct_iv(e)} in perplexity (Welch on log perplexity, 3 vs 3 seeds, 95%; "
+        + _coverage_note([cov], "the interval")
+        + ")"
+    )
+
+
+@block("figure-2/t2-llama")
+def figure2_t2_llama(root: Path) -> str:
+    study = "fig2c_attention_recursion_cpu"
+    out = [
+        _log_ratio_at(root, (study, f"cem_attn_T2_{p},size=tiny"), (study, "llama,size=tiny"), 0.002, False, 0.9875)
+        for p in ("diag", "diag_lowrank")
+    ]
+    return (
+        f"{_pct_iv(out[0][0])} (`diag`) and {_pct_iv(out[1][0])} (`diag_lowrank`) in perplexity (Welch on log "
+        f"perplexity, 4 vs 5 seeds, 98.75% as the page's intervals; "
+        + _coverage_note([c for _, c in out], "the intervals")
+        + ")"
+    )
+
+
+@block("figure-2/preconditioners")
+def figure2_preconditioners(root: Path) -> str:
+    study = "fig2c_attention_recursion_cpu"
+    m = {
+        (t, p): _mean_at(root, study, f"cem_attn_T{t}_{p},size=tiny", 0.002, 0.9875)
+        for t in (1, 2)
+        for p in ("diag", "diag_lowrank")
+    }
+    return (
+        f"at T = 1 `diag_lowrank` and `diag` are within noise ({_num_iv(m[1, 'diag_lowrank'][0])} vs "
+        f"{_num_iv(m[1, 'diag'][0])}); at T = 2 `diag_lowrank` is nominally the worse ({_num_iv(m[2, 'diag_lowrank'][0])} "
+        f"vs {_num_iv(m[2, 'diag'][0])}), not the better (seed means with 98.75% t intervals, the report's own)"
+    )
+
+
+@block("figure-3/gap-pct")
+def figure3_gap_pct(root: Path) -> str:
+    study = "fig3a_full_cem_lr_cpu"
+    e, cov = _log_ratio_at(root, (study, "full_cem_T2,size=tiny"), (study, "llama,size=tiny"), 0.002, False)
+    return f"{_pct_iv(e)} in perplexity (Welch on log perplexity, 95%; " + _coverage_note([cov], "the interval") + ")"
+
+
+@block("figure-3/low-rate")
+def figure3_low_rate(root: Path) -> str:
+    import page_intervals as pi
+
+    trials = report_trials(root, "fig3a_full_cem_lr_cpu")
+    cem, llama = _at_rate(trials, "full_cem_T2,size=tiny", 0.0005), _at_rate(trials, "llama,size=tiny", 0.0005)
+    e = pi.difference(cem, llama)
+    cov = pi.difference_coverage(cem, llama)
+    return (
+        f"{_num_iv(pi.mean(cem))} vs {_num_iv(pi.mean(llama))}, a difference of {_num_iv(e, signed=True)} (Welch, "
+        f"3 vs 3 seeds, 95%; " + _coverage_note([cov], "its interval") + ")"
+    )
+
+
+@block("figure-4/pct")
+def figure4_pct(root: Path) -> str:
+    study = "fig4_attention_recursion_vs_reuse_cpu600"
+    e, cov = _log_ratio_at(root, (study, "cem_attn_T2,size=tiny"), (study, "cem_attn_T1,size=tiny"), 0.002, True)
+    return f"{_pct_iv(e)} in perplexity, paired by seed on the log-ratio, 95%; " + _coverage_note([cov], "the interval")
+
+
+@block("readings/arm-f")
+def readings_arm_f(root: Path) -> str:
+    e = width_estimates(root)
+    f, a64 = e["f_arm"][0], readings_estimates(root)["arms"]["A"][0]
+    return (
+        f"The penalty looked halved at d 128 ({_pct_iv(e['f_arm'][0])}, 2 seeds"
+        + (": an interval that holds d 64's penalty too" if f.low <= a64.value <= f.high else "")
+        + "), but d 128 was trained at d 64's rate; the [width](width.md) study ([report](../figures/width_cpu/report.md)), at each width's own "
+        f"optimum, finds {_pct_iv(e['t2_d128'][0])} at d 128 (arm A at d 64: {_pct_iv(a64)}; paired t on the "
+        f"log-ratio, 95%; " + _coverage_note([e["f_arm"][1], e["t2_d128"][1]], "the intervals") + ")."
+    )
+
+
+@block("width/arm-f-slope")
+def width_arm_f_slope(root: Path) -> str:
+    import numpy as np
+    import page_intervals as pi
+
+    arms, f = report_trials(root, "readings_cpu"), report_trials(root, "readings_d128_cpu")
+    a = np.log(np.array(_at_rate(arms, "A_T2", 0.002)) / np.array(_at_rate(arms, "A_T1", 0.002)))
+    b = np.log(np.array(_at_rate(f, "F_T2", 0.002)) / np.array(_at_rate(f, "F_T1", 0.002)))
+    e, cov = pi.difference(b, a), pi.difference_coverage(b, a)
+    return (
+        f"b = {_num_iv(e, 3, signed=True)}: arm F's log-ratio at d 128 minus arm A's at d 64, one doubling, Welch over "
+        f"{len(b)} and {len(a)} seeds' log-ratios, 95%; " + _coverage_note([cov], "the interval")
+    )
 
 
 @block("table-3-gp/floor")
