@@ -9,11 +9,13 @@ Four procedures, one per kind of estimate (docs/results/methods.md):
   and round noise are closer to symmetric than on the ratio scale.
 - `mean` and `difference`: a seed mean (one-sample t) and a difference of seed means (Welch), on
   the raw scale, the test the study reports use for their Δ.
-- `lr_ratio`: lr* of one curve over another's, and `drift`: max/min lr* over several curves.
+- `lr_ratio`: lr* of one curve over another's, and `drift`: max/min lr* over several curves;
+  `objective_difference`: one curve's objective at its lr* minus another's.
   Each curve's lr* interval is analysis.optimum's (the report's own, Akima on the seed mean) at
   the Bonferroni level 1 − α/k over the k curves, and the ratio's interval is what those k
   intervals allow together. The seed bootstrap of scripts/lr_drift_bootstrap.py under-covers with
-  3 seeds, so it is not the interval here.
+  3 seeds, so it is not the interval here. `objective_difference` combines the two curves'
+  objective* intervals (analysis.optimum's, each at 1 − α/2) the same way.
 
 `*_coverage` simulates `reps` studies from a model fitted to the data (a normal model of the
 log-ratios or values with the observed mean and sd; for lr*, each curve's seed means as the true
@@ -171,6 +173,17 @@ def lr_ratio(numer, denom, level: float = LEVEL) -> Estimate:
     return Estimate(2.0 ** (xn - xd), 2.0 ** (lon - hid), 2.0 ** (hin - lod), level, method)
 
 
+def objective_difference(numer, denom, level: float = LEVEL) -> Estimate:
+    """objective* of curve `numer` minus curve `denom`'s (each at its own lr*), with the interval
+    their Bonferroni objective* intervals allow: [low_n − high_d, high_n − low_d]."""
+    each = 1.0 - (1.0 - level) / 2
+    (_, _, _, yn, lon, hin), (_, _, _, yd, lod, hid) = (
+        interval_arrays(lrs, _f64(table)[None], level=each) for lrs, table in (numer, denom)
+    )
+    method = f"Bonferroni over 2 objective* intervals (analysis.optimum, each at {each:.4g})"
+    return Estimate(float(yn[0] - yd[0]), float(lon[0] - hid[0]), float(hin[0] - lod[0]), level, method)
+
+
 def _noise(table: np.ndarray) -> tuple[float, float]:
     """Per-seed level shift sd and per-trial sd of a seeds × rates table (two-way, no interaction)."""
     r = table - table.mean(axis=0)
@@ -180,16 +193,17 @@ def _noise(table: np.ndarray) -> tuple[float, float]:
     return float(shift.std(ddof=1)), float(math.sqrt((e**2).sum() / ((n - 1) * (k - 1))))
 
 
-def _simulated_bounds(curves, level: float, reps: int, rng: np.random.Generator):
-    """Per curve, for `reps` simulated studies: (truth, estimate, low, high, interior) in log2 lr.
-    The truth is the Akima minimum of the curve's own seed means, which the model takes as the
-    true curve; each simulated study adds per-seed shifts and per-trial noise of the data's sizes."""
+def _simulated_optima(curves, level: float, reps: int, rng: np.random.Generator):
+    """Per curve, for `reps` simulated studies: (truth x, truth y, x*, x low, x high, y*, y low,
+    y high), x in log2 lr. The truth is the Akima minimum of the curve's own seed means, which the
+    model takes as the true curve; each simulated study adds per-seed shifts and per-trial noise
+    of the data's sizes."""
     each = 1.0 - (1.0 - level) / len(curves)
     out = []
     for lrs, table in curves:
         t = _f64(table)
         mu = t.mean(axis=0)
-        truth, _ = curve_minima(lrs, mu)
+        truth_x, truth_y = curve_minima(lrs, mu)
         s_shift, s_trial = _noise(t)
         parts = []
         for start in range(0, reps, CHUNK):
@@ -199,11 +213,18 @@ def _simulated_bounds(curves, level: float, reps: int, rng: np.random.Generator)
                 + rng.normal(0.0, s_shift, (m, t.shape[0], 1))
                 + rng.normal(0.0, s_trial, (m, t.shape[0], t.shape[1]))
             )
-            ex, lo, hi, *_ = interval_arrays(lrs, sim, level=each)
-            parts.append((ex, lo, hi))
-        ex, lo, hi = (np.concatenate([p[i] for p in parts]) for i in range(3))
+            parts.append(interval_arrays(lrs, sim, level=each))
+        arrays = [np.concatenate([p[i] for p in parts]) for i in range(6)]
+        out.append((float(truth_x), float(truth_y), *arrays))
+    return out
+
+
+def _simulated_bounds(curves, level: float, reps: int, rng: np.random.Generator):
+    """Per curve, for `reps` simulated studies: (truth, estimate, low, high, interior) in log2 lr."""
+    out = []
+    for (lrs, _), (truth, _, ex, lo, hi, *_) in zip(curves, _simulated_optima(curves, level, reps, rng), strict=True):
         x0, x1 = math.log2(min(lrs)), math.log2(max(lrs))
-        out.append((float(truth), ex, lo, hi, (ex > x0) & (ex < x1)))
+        out.append((truth, ex, lo, hi, (ex > x0) & (ex < x1)))
     return out
 
 
@@ -230,3 +251,12 @@ def lr_ratio_coverage(numer, denom, level: float = LEVEL, reps: int = REPS, seed
     truth = tn - td
     hit = (lon - hid <= truth) & (truth <= hin - lod)
     return float(hit[printed].mean()) if printed.any() else float("nan"), float(printed.mean())
+
+
+def objective_difference_coverage(numer, denom, level: float = LEVEL, reps: int = REPS, seed: int = 0) -> float:
+    """Share of `reps` simulated studies whose `objective_difference` interval holds the true one."""
+    (_, tn, *_, lon, hin), (_, td, *_, lod, hid) = _simulated_optima(
+        [numer, denom], level, reps, np.random.default_rng(seed)
+    )
+    truth = tn - td
+    return float(((lon - hid <= truth) & (truth <= hin - lod)).mean())

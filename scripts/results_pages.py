@@ -1097,17 +1097,22 @@ def _family_rows(section: str, family: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith(f"| {family} |")]
 
 
-@block("transfer/cpu-check")
-def transfer_cpu_check(root: Path) -> str:
+@evidence
+def transfer_sections(root: Path) -> dict[str, str]:
+    """The transfer checks as scripts/mup_width_csv_report.py prints them: CPU with 3, 5 and 8
+    proxy seeds for CEM MLP (3 for the others), GPU with 3 and with 5 proxy seeds."""
     import forecast_evidence as fe
     import mup_width_csv_report as mw
 
     cpu = [str(p) for p in fe.MUP_CSVS]
     base = "transfer_cpu_first,transfer_cpu_attention_T2,transfer_cpu_full_cem"
-    three = _transfer_section(_printed(mw.main, cpu, at=256, transfer=base, studies="mup_width_cpu", proxies="none"))
-    more = []
+    out = {
+        "cpu3": _transfer_section(
+            _printed(mw.main, cpu, at=256, transfer=base, studies="mup_width_cpu", proxies="none")
+        )
+    }
     for seeds in (5, 8):
-        section = _transfer_section(
+        out[f"cpu{seeds}"] = _transfer_section(
             _printed(
                 mw.main,
                 cpu,
@@ -1117,7 +1122,51 @@ def transfer_cpu_check(root: Path) -> str:
                 proxies="none",
             )
         )
-        rows = _family_rows(section, "cem_mlp_T1")
+    gpu_dir = root / "docs/figures/mup_width_gpu_scaled"
+    out["gpu3"] = _transfer_section(
+        _printed(mw.main, [str(gpu_dir / "trials.csv"), str(gpu_dir / "trials_lease2.csv")], at=256)
+    )
+    out["gpu5"] = _transfer_section(
+        _printed(
+            mw.main,
+            [
+                str(gpu_dir / f)
+                for f in ("trials.csv", "trials_lease2.csv", "trials_lease4_proxy5.csv", "trials_lease5_d256_dense.csv")
+            ],
+            at=256,
+            transfer="transfer_gpu_scaled_proxy5",
+        )
+    )
+    return out
+
+
+VERDICT_CELL = re.compile(
+    r"(?P<word>\w+) \((?P<delta>[+-][\d.]+) \[(?P<low>[+-][\d.]+), (?P<high>[+-][\d.]+)\], Holm p (?P<p>[\d.e+-]+)\)"
+)
+
+
+def _verdicts(section: str) -> dict[str, tuple[re.Match, re.Match, str]]:
+    """family -> (full grid's verdict, transfer's verdict, same) of a printed transfer check."""
+    out = {}
+    for line in section.splitlines():
+        c = _cells(line) if line.startswith("| ") else []
+        if len(c) == 4 and (full := VERDICT_CELL.fullmatch(c[1])) and (moved := VERDICT_CELL.fullmatch(c[2])):
+            out[c[0]] = (full, moved, c[3])
+    return out
+
+
+def _dv(m: re.Match) -> str:
+    """A verdict cell's Δ [interval] at two decimals."""
+    return f"{float(m['delta']):+.2f} [{float(m['low']):+.2f}, {float(m['high']):+.2f}]".replace("-", "−")
+
+
+@block("transfer/cpu-check")
+def transfer_cpu_check(root: Path) -> str:
+    e = transfer_sections(root)
+    three = e["cpu3"]
+    more = []
+    for seeds in (5, 8):
+        rows = _family_rows(e[f"cpu{seeds}"], "cem_mlp_T1")
         more.append(
             f"CEM MLP with {seeds} proxy seeds (`transfer_cpu_mlp_proxy{seeds}`): the transfer row, then its "
             f"verdict against Llama:\n\n"
@@ -1136,32 +1185,57 @@ def transfer_cpu_check(root: Path) -> str:
     return "With 3 proxy seeds (every family):\n\n" + three + "\n" + "\n\n".join(more) + "\n"
 
 
+NAMES = {
+    "cem_attention_T1": "CEM attention T = 1",
+    "cem_attention_T2": "T = 2",
+    "full_cem_T2": "full CEM",
+    "cem_mlp_T1": "CEM MLP",
+}
+
+
+@block("transfer/cpu-verdicts")
+def transfer_cpu_verdicts(root: Path) -> str:
+    e = transfer_sections(root)
+    v = _verdicts(e["cpu3"]) | {"cem_mlp_T1": _verdicts(e["cpu8"])["cem_mlp_T1"]}
+    parts = [
+        f"{NAMES[f]} {v[f][0]['word']} ({_dv(v[f][0])} / {_dv(v[f][1])}"
+        + (" from 8 proxy seeds" if f == "cem_mlp_T1" else "")
+        + ")"
+        for f in NAMES
+    ]
+    same = all(v[f][2] == "yes" for f in NAMES)
+    return (
+        "**Verdicts vs Llama at d 256, full grid / transfer** (tuned vs tuned, Welch, Holm over four; "
+        f"the tables' 95% intervals): {', '.join(parts)}: "
+        + ("**the same for all four.**" if same else "**not the same for all four.**")
+    )
+
+
 @block("transfer/gpu-check")
 def transfer_gpu_check(root: Path) -> str:
-    import mup_width_csv_report as mw
-
-    gpu_dir = root / "docs/figures/mup_width_gpu_scaled"
-    three = _transfer_section(
-        _printed(mw.main, [str(gpu_dir / "trials.csv"), str(gpu_dir / "trials_lease2.csv")], at=256)
-    )
-    five = _transfer_section(
-        _printed(
-            mw.main,
-            [
-                str(gpu_dir / f)
-                for f in ("trials.csv", "trials_lease2.csv", "trials_lease4_proxy5.csv", "trials_lease5_d256_dense.csv")
-            ],
-            at=256,
-            transfer="transfer_gpu_scaled_proxy5",
-        )
-    )
+    e = transfer_sections(root)
     return (
         "With 3 proxy seeds ([H200](../figures/mup_width_gpu_scaled/trials.csv), "
         "[H100](../figures/mup_width_gpu_scaled/trials_lease2.csv)):\n\n"
-        + three
+        + e["gpu3"]
         + "\nWith 5 proxy seeds and the dense d 256 grid (adding "
         "[5 proxy seeds](../figures/mup_width_gpu_scaled/trials_lease4_proxy5.csv) and "
-        "[the dense grid](../figures/mup_width_gpu_scaled/trials_lease5_d256_dense.csv)):\n\n" + five
+        "[the dense grid](../figures/mup_width_gpu_scaled/trials_lease5_d256_dense.csv)):\n\n" + e["gpu5"]
+    )
+
+
+@block("transfer/gpu-verdicts")
+def transfer_gpu_verdicts(root: Path) -> str:
+    e = transfer_sections(root)
+    v3, v5 = _verdicts(e["gpu3"]), _verdicts(e["gpu5"])
+    agree = [f for f in NAMES if v3[f][2] == "yes"]
+    words = {v3[f][0]["word"] for f in agree}
+    full, moved, _ = v3["cem_mlp_T1"]
+    return (
+        f"**Verdicts vs Llama:** {len(agree)} of {len(NAMES)} agree ({', '.join(sorted(words))}). CEM MLP is "
+        f"{full['word']} from the full grid ({_dv(full)}, Holm p {float(full['p']):.2g}) and {moved['word']} from "
+        f"transfer ({_dv(moved)}, Holm p {float(moved['p']):.2g}; with 5 proxy seeds {_dv(v5['cem_mlp_T1'][1])}; "
+        "the tables' 95% intervals)"
     )
 
 
@@ -1415,6 +1489,8 @@ def step_drifts(root: Path) -> dict:
         curves = [_curve(trials[f"cem_attention_T{t},step_scaling={option}"]) for t in (1, 2, 4)]
         one = [_curve(seed0[f"cem_attention_T{t},step_scaling={option}"]) for t in (1, 2, 4)]
         out[option] = {"drift": pi.drift(curves), "curves": curves, "one_seed": one}
+    fixed = out["none"]["curves"]
+    out["step_cost"] = [pi.objective_difference(fixed[1], fixed[0]), pi.objective_difference(fixed[2], fixed[1])]
     return out
 
 
@@ -1447,6 +1523,17 @@ def step_drift(root: Path) -> str:
         f"observed sizes) the intervals hold the true drift at least as often as their level "
         f"(`{DRIFT_CHECK}`). With η / T the drift is under 1.5× as a point, "
         f"and the data allow up to {scaled['drift'].high:.1f}×.\n"
+    )
+
+
+@block("step-scaling/step-cost")
+def step_cost(root: Path) -> str:
+    two, four = step_drifts(root)["step_cost"]
+    return (
+        f"{_num_iv(two, signed=True)} perplexity from T = 1 to 2 and {_num_iv(four, signed=True)} from T = 2 to 4 "
+        f"(each T's perplexity at its own lr*, the difference of two; 95%: the two objective* intervals at "
+        f"{1 - (1 - two.level) / 2:.4g} each and the differences they allow together, conservative by "
+        f"simulation: `{DRIFT_CHECK}`)"
     )
 
 
@@ -1491,6 +1578,27 @@ def serving_short(root: Path) -> str:
     )
 
 
+@block("serving-cost/mlp")
+def serving_mlp(root: Path) -> str:
+    return f"{_x_iv(decode_ratios(root)['cem_mlp_t2']['decode'])} of Llama's decode tokens/s"
+
+
+@block("serving-cost/hb-stream")
+def serving_hb_stream(root: Path) -> str:
+    import page_intervals as pi
+
+    _, rows = _decode_rows(root)
+    by = {r["variant"]: r["decode_s"]["1"] for r in rows}
+    # tokens/s with the stream × without = the time without / with, round by round (one round times every variant)
+    plain, stream = by["cem_full_t2"], by["cem_full_t2_hb_stream"]
+    e = pi.log_ratio(plain, stream, paired=True)
+    cov = pi.log_ratio_coverage(plain, stream, paired=True)
+    return (
+        f"decodes at {_x_iv(e)} the tokens/s of full CEM without it (`cem_full_t2`; paired by timing round, "
+        f"95% t interval on the log-ratio over {len(plain)} rounds; " + _coverage_note([cov], "the interval") + ")"
+    )
+
+
 @block("energy-lens/momentum")
 def energy_momentum(root: Path) -> str:
     import json
@@ -1519,7 +1627,7 @@ def readings_estimates(root: Path) -> dict:
 
     arms = report_trials(root, "readings_cpu")
     out = {"arms": {}}
-    for arm in ("B", "C"):
+    for arm in ("A", "B", "C"):
         t2, t1 = _at_rate(arms, f"{arm}_T2", 0.002), _at_rate(arms, f"{arm}_T1", 0.002)
         out["arms"][arm] = (pi.log_ratio(t2, t1, paired=True), pi.log_ratio_coverage(t2, t1, paired=True))
     paper = report_trials(root, "fig3a_full_cem_lr_cpu")
@@ -1673,6 +1781,154 @@ def transfer_gpu_proxy5_drift(root: Path) -> str:
         f"drifts {parts} ({', '.join(mw.FAMILIES)}; 95%: the four widths' lr* intervals at the Bonferroni level "
         f"{1 - 0.05 / 4:.4g} and the ratios they allow together, conservative by simulation from a model "
         f"fitted to each family's trials: `{DRIFT_CHECK}`; seed-bootstrap draws over 1.5×: {shares})"
+    )
+
+
+def _report_dv(root: Path, path: str, select: str) -> str:
+    """A report's Δ [interval] for one row, as the report prints it (its level where not 95%)."""
+    e = report_evidence(root, path, select)
+    level = "" if e.level == 95.0 else f" ({e.level:g}%)"
+    return f"{_num(e.delta)} [{_num(e.low)}, {_num(e.high)}]{level}"
+
+
+MOMENTUM = "docs/figures/momentum_cpu/report.md"
+
+
+@block("energy-lens/parallel-short")
+def energy_parallel_short(root: Path) -> str:
+    t1 = _report_dv(root, MOMENTUM, "parallel_hopfield_T1|llama|baseline")
+    t2 = _report_dv(root, MOMENTUM, "parallel_hopfield_T2|llama|baseline")
+    return f"is resolved worse than Llama at both depths ({t1} perplexity at T = 1, {t2} at T = 2; 95%, the report's Welch t)"
+
+
+@block("energy-lens/t4")
+def energy_t4(root: Path) -> str:
+    parts = [
+        f"{name} {_report_dv(root, MOMENTUM, f'T4_{update}|T1|baseline')}"
+        for update, name in (("gd", "gradient steps"), ("heavy_ball", "heavy ball"), ("nesterov", "Nesterov"))
+    ]
+    return f"T = 4 all three updates are behind T = 1 ({', '.join(parts)}; 95%, paired t, the report's rows)"
+
+
+@block("energy-lens/stream")
+def energy_stream(root: Path) -> str:
+    e = report_evidence(root, MOMENTUM, "llama_nesterov_stream|llama|baseline")
+    word = direction(e) or "unresolved"
+    return f"{_num(e.delta)} [{_num(e.low)}, {_num(e.high)}], {'unresolved' if word == 'unresolved' else 'resolved'}"
+
+
+def _log_ratio_at(root: Path, numer: tuple[str, str], denom: tuple[str, str], lr: float, paired: bool, level=0.95):
+    """(estimate, simulated coverage) of numer / denom at one rate: (study, variant) each, read from
+    the studies' reports; paired by seed where both sides ran the same seeds in one study."""
+    import page_intervals as pi
+
+    a = _at_rate(report_trials(root, numer[0]), numer[1], lr)
+    b = _at_rate(report_trials(root, denom[0]), denom[1], lr)
+    return pi.log_ratio(a, b, paired=paired, level=level), pi.log_ratio_coverage(a, b, paired=paired, level=level)
+
+
+def _mean_at(root: Path, study: str, variant: str, lr: float, level=0.95):
+    import page_intervals as pi
+
+    x = _at_rate(report_trials(root, study), variant, lr)
+    return pi.mean(x, level=level), pi.mean_coverage(x, level=level)
+
+
+@block("figure-2/600-gap")
+def figure2_600_gap(root: Path) -> str:
+    e, cov = _log_ratio_at(
+        root, ("readings_cpu", "B_T1"), ("fig4_attention_recursion_vs_reuse_cpu600", "llama,size=tiny"), 0.002, False
+    )
+    return (
+        f"{_pct_iv(e)} in perplexity (Welch on log perplexity, 3 vs 3 seeds, 95%; "
+        + _coverage_note([cov], "the interval")
+        + ")"
+    )
+
+
+@block("figure-2/t2-llama")
+def figure2_t2_llama(root: Path) -> str:
+    study = "fig2c_attention_recursion_cpu"
+    out = [
+        _log_ratio_at(root, (study, f"cem_attn_T2_{p},size=tiny"), (study, "llama,size=tiny"), 0.002, False, 0.9875)
+        for p in ("diag", "diag_lowrank")
+    ]
+    return (
+        f"{_pct_iv(out[0][0])} (`diag`) and {_pct_iv(out[1][0])} (`diag_lowrank`) in perplexity (Welch on log "
+        f"perplexity, 4 vs 5 seeds, 98.75% as the page's intervals; "
+        + _coverage_note([c for _, c in out], "the intervals")
+        + ")"
+    )
+
+
+@block("figure-2/preconditioners")
+def figure2_preconditioners(root: Path) -> str:
+    study = "fig2c_attention_recursion_cpu"
+    m = {
+        (t, p): _mean_at(root, study, f"cem_attn_T{t}_{p},size=tiny", 0.002, 0.9875)
+        for t in (1, 2)
+        for p in ("diag", "diag_lowrank")
+    }
+    return (
+        f"at T = 1 `diag_lowrank` and `diag` are within noise ({_num_iv(m[1, 'diag_lowrank'][0])} vs "
+        f"{_num_iv(m[1, 'diag'][0])}); at T = 2 `diag_lowrank` is nominally the worse ({_num_iv(m[2, 'diag_lowrank'][0])} "
+        f"vs {_num_iv(m[2, 'diag'][0])}), not the better (seed means with 98.75% t intervals, the report's own)"
+    )
+
+
+@block("figure-3/gap-pct")
+def figure3_gap_pct(root: Path) -> str:
+    study = "fig3a_full_cem_lr_cpu"
+    e, cov = _log_ratio_at(root, (study, "full_cem_T2,size=tiny"), (study, "llama,size=tiny"), 0.002, False)
+    return f"{_pct_iv(e)} in perplexity (Welch on log perplexity, 95%; " + _coverage_note([cov], "the interval") + ")"
+
+
+@block("figure-3/low-rate")
+def figure3_low_rate(root: Path) -> str:
+    import page_intervals as pi
+
+    trials = report_trials(root, "fig3a_full_cem_lr_cpu")
+    cem, llama = _at_rate(trials, "full_cem_T2,size=tiny", 0.0005), _at_rate(trials, "llama,size=tiny", 0.0005)
+    e = pi.difference(cem, llama)
+    cov = pi.difference_coverage(cem, llama)
+    return (
+        f"{_num_iv(pi.mean(cem))} vs {_num_iv(pi.mean(llama))}, a difference of {_num_iv(e, signed=True)} (Welch, "
+        f"3 vs 3 seeds, 95%; " + _coverage_note([cov], "its interval") + ")"
+    )
+
+
+@block("figure-4/pct")
+def figure4_pct(root: Path) -> str:
+    study = "fig4_attention_recursion_vs_reuse_cpu600"
+    e, cov = _log_ratio_at(root, (study, "cem_attn_T2,size=tiny"), (study, "cem_attn_T1,size=tiny"), 0.002, True)
+    return f"{_pct_iv(e)} in perplexity, paired by seed on the log-ratio, 95%; " + _coverage_note([cov], "the interval")
+
+
+@block("readings/arm-f")
+def readings_arm_f(root: Path) -> str:
+    e = width_estimates(root)
+    f, a64 = e["f_arm"][0], readings_estimates(root)["arms"]["A"][0]
+    return (
+        f"The penalty looked halved at d 128 ({_pct_iv(e['f_arm'][0])}, 2 seeds"
+        + (": an interval that holds d 64's penalty too" if f.low <= a64.value <= f.high else "")
+        + "), but d 128 was trained at d 64's rate; the [width](width.md) study ([report](../figures/width_cpu/report.md)), at each width's own "
+        f"optimum, finds {_pct_iv(e['t2_d128'][0])} at d 128 (arm A at d 64: {_pct_iv(a64)}; paired t on the "
+        f"log-ratio, 95%; " + _coverage_note([e["f_arm"][1], e["t2_d128"][1]], "the intervals") + ")."
+    )
+
+
+@block("width/arm-f-slope")
+def width_arm_f_slope(root: Path) -> str:
+    import numpy as np
+    import page_intervals as pi
+
+    arms, f = report_trials(root, "readings_cpu"), report_trials(root, "readings_d128_cpu")
+    a = np.log(np.array(_at_rate(arms, "A_T2", 0.002)) / np.array(_at_rate(arms, "A_T1", 0.002)))
+    b = np.log(np.array(_at_rate(f, "F_T2", 0.002)) / np.array(_at_rate(f, "F_T1", 0.002)))
+    e, cov = pi.difference(b, a), pi.difference_coverage(b, a)
+    return (
+        f"b = {_num_iv(e, 3, signed=True)}: arm F's log-ratio at d 128 minus arm A's at d 64, one doubling, Welch over "
+        f"{len(b)} and {len(a)} seeds' log-ratios, 95%; " + _coverage_note([cov], "the interval")
     )
 
 

@@ -110,3 +110,21 @@ def test_every_printed_lr_ratio_is_conservative_at_2000_studies(pi, pages):
     values3, _ = mw.read_trials(three)
     coverage, printed = pi.lr_ratio_coverage(pages._curve(values3["d256_llama"]), pages._curve(values3["d128_llama"]))
     assert printed > 0.5 and coverage >= 0.95
+
+
+def test_the_step_cost_interval_is_conservative_and_holds_its_estimate(pi, pages):
+    t1, t2, t4 = _step_curves(pages, "none")
+    for numer, denom in ((t2, t1), (t4, t2)):
+        e = pi.objective_difference(numer, denom)
+        assert e.low <= e.value <= e.high
+        assert pi.objective_difference_coverage(numer, denom, reps=500) >= 0.95
+
+
+def test_the_step_cost_coverage_check_can_fail(pi, pages):
+    # Studies simulated from a curve shifted up by the interval's half-width, held to the unshifted
+    # difference, miss it far more than 5% of the time.
+    t1, t2, _ = _step_curves(pages, "none")
+    e = pi.objective_difference(t2, t1)
+    shifted = (t2[0], t2[1] + (e.high - e.low) / 2)
+    (_, _, *_, lon, hin), (*_, lod, hid) = pi._simulated_optima([shifted, t1], pi.LEVEL, 500, np.random.default_rng(0))
+    assert float(((lon - hid <= e.value) & (e.value <= hin - lod)).mean()) < 0.93
