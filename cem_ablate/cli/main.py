@@ -67,28 +67,25 @@ def main(argv: list[str] | None = None) -> int:
     # model.steps=2`), as a researcher types them; plain parse_args stops at the first option
     args = sub_parser.parse_intermixed_args(rest)
     from cem_ablate.config.errors import ConfigError
+    from cem_ablate.config.trial_outcome import ONE_LINE_EXIT, Cause
 
     try:
         return int(module.run(args) or 0)
-    except ConfigError as err:
+    except ConfigError as err:  # bad input, before anything ran: the common case, without torch's import
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:
-        from cem_ablate.tracking.disk_space import out_of_space, out_of_space_message
-        from cem_ablate.tracking.store import lost_tracking_server
+        return ONE_LINE_EXIT
+    except (Exception, KeyboardInterrupt) as err:  # the process edge: the cause decides (training.failure)
+        from cem_ablate.training.failure import failure_of
 
-        lost = lost_tracking_server(err, getattr(args, "tracking_uri", None) or "")
-        if lost is not None:  # the MLflow server went away for longer than its retry window
-            print(f"error: {lost}", file=sys.stderr)
-            return 2
-        places = _written_places(args)
-        if not out_of_space(err, places):
+        failure = failure_of(err, _written_places(args), getattr(args, "tracking_uri", None))
+        meaning = failure.outcome.meaning
+        if failure.cause == Cause.INTERRUPTED:
+            print(failure.outcome.reason, file=sys.stderr)
+            return meaning.exit_status
+        if not meaning.says_one_line:  # an unexpected error keeps its traceback
             raise
-        print(f"error: {out_of_space_message(err, places)}", file=sys.stderr)
-        return 2
+        print(f"error: {failure.outcome.reason}", file=sys.stderr)
+        return meaning.exit_status
 
 
 def _written_places(args: argparse.Namespace) -> list[Path]:

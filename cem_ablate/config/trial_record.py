@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
 
 
@@ -34,6 +35,7 @@ class TrialRecord:
     run_id: str | None = None  # its MLflow child run
     reused_from: str = ""  # "<study>#<trial number>" of the original where it was reused (study/reuse.py)
     seconds: float = 0.0  # wall time of its training in this process (0: reused, or not known)
+    cause: Cause | None = None  # why it ended (config.trial_outcome); None: not ended, or stored before causes
     # The store's own attributes it was read from (Optuna user attributes), for what a
     # reuse copies onto the new trial (steps, tokens seen, ...); no part of its identity.
     attrs: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)

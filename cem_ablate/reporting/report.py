@@ -412,12 +412,13 @@ def write_report(
             scaling, out_dir / "scaling.png", metric, title=f"{study_name}: scaling per family", palette=palette
         )
         figures += [f"![scaling]({fig4.name}) ([SVG]({fig4.with_suffix('.svg').name}))", ""]
-    lines += ["", "## Trials", "", f"| variant | lr | seed | status | {metric} | reason |", "|---|---|---|---|---|---|"]
+    header = f"| variant | lr | seed | status | {metric} | reason | cause |"
+    lines += ["", "## Trials", "", header, "|---|---|---|---|---|---|---|"]
     for r in records:
         for t in r.trials:
             lines.append(
                 f"| {r.name} | {fmt(t.lr, '.3g')} | {t.seed} | {t.status} | {fmt(t.value, '.6g')} | "
-                f"{t.reason.replace('|', '/')} |"
+                f"{t.reason.replace('|', '/')} | {t.cause or ''} |"
             )
     lines += ["", "## Figures", ""] + figures
     path = out_dir / "report.md"

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import IO
 
 from cem_ablate.config import ConfigError
+from cem_ablate.config.trial_outcome import MEANINGS, Cause
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.interrupt_latch import InterruptLatch
 from cem_ablate.study.progress import changes, snapshot
@@ -66,7 +67,7 @@ POLL_S = 2.0
 # After Ctrl-C or a stop signal: how long workers get to checkpoint and free their trials
 # before they are killed; under SLURM's default KillWait (30 s) before its SIGKILL.
 STOP_WAIT_S = 20.0
-INTERRUPTED = 130  # the exit code of a study ended by Ctrl-C (the shell's 128 + SIGINT)
+INTERRUPTED = MEANINGS[Cause.INTERRUPTED].exit_status  # a study ended by Ctrl-C (config.trial_outcome)
 STOPPED_BY_SIGNAL = tuple(128 + s for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT))  # a worker's exit codes
 
 

@@ -46,6 +46,7 @@ class TrialFacts:
     mlflow_run_id: str | None = None
     run_dir: str = ""
     reason: str = ""
+    cause: str = ""  # a config.trial_outcome.Cause's stored string
     seconds: float | None = None
     steps: int | None = None
     tokens_seen: int | None = None
@@ -62,7 +63,7 @@ class TrialFacts:
 
 
 _TRIAL_FIELDS = {f.name: f for f in dataclasses.fields(TrialFacts)}
-_TEXT = {"slot", "trial_key", "code_fingerprint", "run_dir", "reason", "reused_from"}
+_TEXT = {"slot", "trial_key", "code_fingerprint", "run_dir", "reason", "cause", "reused_from"}
 
 
 def trial_facts(trial) -> TrialFacts:

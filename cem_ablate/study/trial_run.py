@@ -38,18 +38,18 @@ from typing import TYPE_CHECKING
 from optuna.exceptions import UpdateFinishedTrialError
 
 from cem_ablate.config.loading import flatten_dotted
+from cem_ablate.config.trial_outcome import Cause, TrialOutcome
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.ledger import trial_facts
 from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import Variant
 from cem_ablate.tracking import tags as T
-from cem_ablate.tracking.disk_space import out_of_space
 from cem_ablate.tracking.run_context import system_metrics
-from cem_ablate.tracking.store import TrackingServerLost, lost_tracking_server
 from cem_ablate.training.config import RunConfig
+from cem_ablate.training.failure import Failure, failure_of
 from cem_ablate.training.lease import Lease, LeaseLost
-from cem_ablate.training.preemption import Preempted
+from cem_ablate.training.result import TrainResult
 
 if TYPE_CHECKING:
     from lightning.pytorch import Callback
@@ -87,6 +87,7 @@ class Attempt:
         seconds: float = 0.0,
         reused_from: str = "",
         trial_key: str | None = None,
+        cause: Cause | None = None,
     ) -> TrialRecord:
         return TrialRecord(
             self.lr,
@@ -102,22 +103,22 @@ class Attempt:
             run_id=self.child,
             seconds=seconds,
             reused_from=reused_from,
+            cause=cause,
         )
 
 
-def _outcome(result, pruned: bool, error: str | None) -> tuple[TrialStatus, float | None, str]:
+def outcome_of_result(result: TrainResult, pruned: bool) -> TrialOutcome:
+    """The outcome of a run that returned: the engine's own cause, or pruned / not finite."""
     if pruned:
-        return TrialStatus.PRUNED, None, "pruned on validation loss"
-    if result is None:
-        return TrialStatus.FAILED, None, error or "training raised"
+        return TrialOutcome(Cause.PRUNED, "pruned on validation loss")
     if result.status == TrialStatus.DIVERGED:
-        return TrialStatus.DIVERGED, None, f"loss not finite at step {result.diverged_step}"
+        return TrialOutcome(Cause.NOT_FINITE, f"loss not finite at step {result.diverged_step}")
     if result.status == TrialStatus.FINISHED:
         value = result.objective
         if value is not None and math.isfinite(value):
-            return TrialStatus.FINISHED, float(value), ""
-        return TrialStatus.DIVERGED, None, "final metric is not finite"
-    return TrialStatus.FAILED, None, result.error or "training failed"
+            return TrialOutcome(Cause.FINISHED, "", float(value))
+        return TrialOutcome(Cause.NOT_FINITE, "final metric is not finite")
+    return TrialOutcome(result.cause or Cause.ERROR, result.error or "training failed")
 
 
 def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callback] = ()) -> TrialRecord:
@@ -125,10 +126,13 @@ def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callba
     where the trial was failed as stale meanwhile and nothing was recorded).
 
     `extra_callbacks` join the engine's trainer after the pruner (as `train_run`'s own
-    `extra_callbacks`): an observer of the attempt, or a step at which to act on it."""
+    `extra_callbacks`): an observer of the attempt, or a step at which to act on it.
+
+    Whatever is raised, here or in training, takes one path: `training.failure.failure_of`
+    names its cause and `_settle` does what `config.trial_outcome.MEANINGS` says it means."""
     from cem_ablate.study.pruning import pruning_callback
 
-    attempt, began = None, time.time()
+    attempt, began, training_since = None, time.time(), None
     try:
         attempt = begin(session, variant, trial)
         original = session.finished_elsewhere(attempt.trial_key, attempt.trials.study.study_name)
@@ -136,41 +140,70 @@ def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callba
             return _reuse(session, attempt, original)
         use_pruner = session.spec.lr_search.pruner != "none"
         pruner = pruning_callback(trial) if use_pruner else None
-        start = time.time()
-        result, error = train(session, attempt, ([pruner] if pruner else []) + list(extra_callbacks))
-        seconds = time.time() - start
+        training_since = time.time()
+        result = train(session, attempt, ([pruner] if pruner else []) + list(extra_callbacks))
+        seconds, training_since = time.time() - training_since, None
         pruned = pruner is not None and pruner.pruned_step is not None
-        return finish(session, attempt, result, _outcome(result, pruned, error), seconds)
-    except Preempted as stop:
-        return attempt.record(TrialStatus.WAITING, None, str(stop), time.time() - began)
-    except (LeaseLost, UpdateFinishedTrialError) as lost:
-        # Stopped past the grace period and retried elsewhere (Optuna refuses a finished
-        # trial's writes itself): this attempt writes nothing more.
+        return finish(session, attempt, result, outcome_of_result(result, pruned), seconds)
+    except BaseException as err:  # noqa: BLE001  the one failure path: recorded or raised on by _settle
+        failure = _trial_failure(err, session, attempt)
+        return _settle(session, variant, trial, attempt, failure, began, training_since)
+
+
+def _trial_failure(err: BaseException, session, attempt: Attempt | None) -> Failure:
+    """`failure_of`, with Optuna's refusal of a finished trial's write read as a lost claim
+    (the trial was failed as stale and retried elsewhere)."""
+    if isinstance(err, UpdateFinishedTrialError):
+        return Failure(TrialOutcome(Cause.CLAIM_LOST, f"claim lost: {err}"), err)
+    places = [attempt.run_dir] if attempt is not None else []
+    return failure_of(err, places, session.settings.tracking_uri)
+
+
+def _settle(
+    session, variant: Variant, trial, attempt: Attempt | None, failure: Failure, began: float, training_since
+) -> TrialRecord:
+    """Do what the failure's cause means (config.trial_outcome.MEANINGS): record it as the
+    trial's result, queue the trial again, or raise on to the worker's edge."""
+    outcome, cause = failure.outcome, failure.cause
+    if cause == Cause.CLAIM_LOST:  # the attempt writes nothing more; the trial is another worker's now
         print(
-            f"warning: {variant.name} trial {trial.number}: {lost}; this worker wrote nothing more for it",
+            f"warning: {variant.name} trial {trial.number}: {failure.error}; this worker wrote nothing more for it",
             file=sys.stderr,
             flush=True,
         )
         if attempt is None:
+            study = session.trials[variant.key].study.study_name
             return TrialRecord(
                 None,
                 None,
-                TrialStatus.KILLED,
+                outcome.status,
                 None,
-                f"claim lost: {lost}",
+                outcome.reason,
                 variant=variant.name,
-                study=session.trials[variant.key].study.study_name,
+                study=study,
                 number=trial.number,
+                cause=cause,
             )
-        return attempt.record(TrialStatus.KILLED, None, f"claim lost: {lost}")
-    except Exception as err:
-        # The MLflow server away past its retry window, in training or around it: the
-        # trial is queued again, nothing recorded for it; the worker stops on the one line.
-        lost = lost_tracking_server(err, session.settings.tracking_uri)
-        if lost is None or attempt is None:
-            raise
-        release(session, attempt, lost, mark_child=False)  # marking it would wait out the window again
-        raise lost from None
+        return attempt.record(outcome.status, None, outcome.reason, cause=cause)
+    if attempt is None:
+        raise failure.error
+    if cause == Cause.PREEMPTED:  # its checkpoint is saved: queued again now, resumed by the next claim
+        release(session, attempt, outcome)
+        return attempt.record(outcome.status, None, outcome.reason, time.time() - began, cause=cause)
+    if cause == Cause.SERVER_LOST:  # queued again; marking the child would wait out the window again
+        release(session, attempt, outcome, mark_child=False)
+        raise failure.error from None
+    if cause == Cause.INTERRUPTED:  # the slot freed now, not after the grace period
+        facts = {"reason": outcome.reason, "cause": cause.value}
+        if training_since is not None and attempt.trials.finish(attempt.trial, outcome.status, None, facts):
+            session.tracker.mark_killed(attempt.child)
+        raise failure.error
+    if cause == Cause.DISK_FULL:
+        _free_slot(session, attempt, outcome)
+        raise failure.error
+    if training_since is None:  # an error around training (set-up, evaluation): the worker's edge says it
+        raise failure.error
+    return finish(session, attempt, None, outcome, time.time() - training_since)
 
 
 def begin(session, variant: Variant, trial) -> Attempt:
@@ -229,54 +262,36 @@ def _check_claim(trials: VariantTrials, trial) -> None:
         )
 
 
-def train(session, attempt: Attempt, callbacks: Sequence[Callback]):
-    """(result, error): the engine's result, or the error it raised; `callbacks` join the
-    engine's own (the pruner, the caller's)."""
+def train(session, attempt: Attempt, callbacks: Sequence[Callback]) -> TrainResult:
+    """The engine's result; `callbacks` join the engine's own (the pruner, the caller's).
+    What it raises goes to `run_trial`'s one failure path."""
     from cem_ablate.training.engine import train_run
 
-    lease = attempt.lease
-    result, error = None, None
     # System metrics (CPU, memory, GPU with nvidia-ml-py) into the child, by MLflow's own monitor.
     with system_metrics(attempt.child, session.settings.tracking_uri, guard=attempt.check):
-        try:
-            result = train_run(
-                attempt.config,
-                run_dir=attempt.run_dir,
-                tracking_uri=session.settings.tracking_uri,
-                experiment=session.spec.name,
-                mlflow_run_id=attempt.child,
-                extra_callbacks=callbacks,
-                resume=True,
-                progress=session.settings.progress,
-                lease=lease,
-            )
-        except Preempted as stop:
-            release(session, attempt, stop)
-            raise
-        except (KeyboardInterrupt, SystemExit):
-            # Interrupted, not failed: free the slot now instead of after the grace period.
-            if attempt.trials.finish(attempt.trial, TrialStatus.KILLED, None, {"reason": "interrupted"}):
-                session.tracker.mark_killed(attempt.child)
-            raise
-        except (LeaseLost, TrackingServerLost):
-            raise
-        except Exception as err:
-            if out_of_space(err, [attempt.run_dir]):  # the machine's failure, not the trial's (tracking.disk_space)
-                _free_slot(session, attempt.trials, attempt.trial, attempt.child, "disk full")
-                raise
-            error = f"{type(err).__name__}: {err}"
-    return result, error
+        return train_run(
+            attempt.config,
+            run_dir=attempt.run_dir,
+            tracking_uri=session.settings.tracking_uri,
+            experiment=session.spec.name,
+            mlflow_run_id=attempt.child,
+            extra_callbacks=callbacks,
+            resume=True,
+            progress=session.settings.progress,
+            lease=attempt.lease,
+        )
 
 
-def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialRecord:
-    """Tell Optuna (refused once the claim is dead), then the child's outcome, once."""
-    status, value, reason = outcome
+def finish(session, attempt: Attempt, result: TrainResult | None, outcome: TrialOutcome, seconds: float) -> TrialRecord:
+    """Tell Optuna (refused once the claim is dead), then the child's outcome, once: the
+    same status, reason and cause in both (`result` None: the run raised, no numbers)."""
+    status, value, reason = outcome.status, outcome.value, outcome.reason
     if status == TrialStatus.FINISHED and session.spec.eval is not None:  # before the tell: study/trial_eval.py
         from cem_ablate.study.trial_eval import evaluate_trial
 
         attempt.check()
         evaluate_trial(session.spec.eval, attempt.run_dir, session.settings.tracking_uri, attempt.child)
-    facts = {"reason": reason, "seconds": round(seconds, 1)}
+    facts = {"reason": reason, "cause": outcome.cause.value, "seconds": round(seconds, 1)}
     metrics = {"lr": attempt.lr}
     if result is not None:
         facts |= {"steps": result.steps, "tokens_seen": result.tokens_seen, "diverged_step": result.diverged_step}
@@ -285,31 +300,36 @@ def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialR
     recorded = attempt.trials.finish(attempt.trial, status, value, facts)
     if recorded:
         session.tracker.log_trial_outcome(
-            attempt.child, status, reason, metrics, step=result.steps if result is not None else 0
+            attempt.child, status, reason, metrics, step=result.steps if result is not None else 0, cause=outcome.cause
         )
         # The parent's statistics and verdicts: the coordinator's (study.summary), not every trial's.
-    return attempt.record(status if recorded else TrialStatus.KILLED, value, reason, seconds)
+    if not recorded:  # the claim was lost before the tell: nothing of this attempt is recorded
+        return attempt.record(TrialStatus.KILLED, value, reason, seconds, cause=Cause.CLAIM_LOST)
+    return attempt.record(status, value, reason, seconds, cause=outcome.cause)
 
 
-def release(session, attempt: Attempt, stop: Exception, mark_child: bool = True) -> None:
-    """Queue the stopped attempt's trial again now (WAITING; its checkpoint is saved)
-    and end its child run KILLED; nothing else is recorded."""
+def release(session, attempt: Attempt, outcome: TrialOutcome, mark_child: bool = True) -> None:
+    """Queue the stopped attempt's trial again now (WAITING; its checkpoint is saved), its
+    reason and cause recorded, and end its child run KILLED; nothing else is recorded."""
     import contextlib
 
-    if attempt.trials.release(attempt.trial, reason=str(stop)) and mark_child:
+    if attempt.trials.release(attempt.trial, reason=outcome.reason, cause=outcome.cause.value) and mark_child:
         with contextlib.suppress(Exception):  # a tracking server that is away: the run stays RUNNING
             session.tracker.mark_killed(attempt.child)
 
 
-def _free_slot(session, trials, trial, child: str, reason: str) -> None:
+def _free_slot(session, attempt: Attempt, outcome: TrialOutcome) -> None:
     """Queue the trial again now (KILLED, like an interrupt), if the full disk lets the
-    stores take the write; otherwise it goes stale after the grace period."""
+    stores take the write; otherwise it goes stale after the grace period. What the full
+    disk refuses here is not said again: the process's one error line says the disk is full."""
     import contextlib
 
     with contextlib.suppress(Exception):
-        trials.finish(trial, TrialStatus.KILLED, None, {"reason": reason})
+        attempt.trials.finish(
+            attempt.trial, TrialStatus.KILLED, None, {"reason": outcome.reason, "cause": outcome.cause.value}
+        )
     with contextlib.suppress(Exception):
-        session.tracker.mark_killed(child)
+        session.tracker.mark_killed(attempt.child)
 
 
 def _reuse(session, attempt: Attempt, original: TrialRecord) -> TrialRecord:

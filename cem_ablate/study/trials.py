@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.ledger import enqueue, record_study, record_trial, study_facts, trial_facts
@@ -322,6 +323,7 @@ class VariantTrials:
                     study=self.study.study_name,
                     number=t.number,
                     run_id=facts.mlflow_run_id,
+                    cause=Cause.read(facts.cause),
                 )
             )
         return out
@@ -443,7 +445,7 @@ class VariantTrials:
         """Record facts of a claimed trial (study.ledger; refused by Optuna once it is finished)."""
         record_trial(self.storage, trial_id_of(trial), **facts)
 
-    def release(self, trial, reason: str) -> bool:
+    def release(self, trial, reason: str, cause: str = "") -> bool:
         """Queue a claimed trial again now: the same trial back to WAITING (same params,
         same slot), for the next claim to resume its checkpoint without waiting out the
         grace period (its attempt stopped on a signal, training.preemption). False if the
@@ -452,7 +454,7 @@ class VariantTrials:
         from optuna.trial import TrialState
 
         try:
-            record_trial(self.storage, trial_id_of(trial), reason=reason)
+            record_trial(self.storage, trial_id_of(trial), reason=reason, cause=cause or None)
             return self.storage.set_trial_state_values(trial_id_of(trial), TrialState.WAITING)
         except optuna.exceptions.UpdateFinishedTrialError:
             return False

@@ -169,17 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         if STOP.signum is not None:
             exit_soon()
             return 128 + STOP.signum  # stopped by a signal: the shell's convention
-    except Exception as err:
-        from cem_ablate.config import ConfigError
-        from cem_ablate.tracking.disk_space import out_of_space, out_of_space_message
+    except Exception as err:  # the process edge: one line where the cause says so, else the traceback
+        from cem_ablate.training.failure import failure_of
 
-        if isinstance(err, ConfigError):  # a damaged store, a lost server: its one line
-            print(f"error: {err}", flush=True)
-            return 2
-        if not out_of_space(err, [settings.workdir]):
+        failure = failure_of(err, [settings.workdir], settings.tracking_uri)
+        if not failure.outcome.meaning.says_one_line:  # a damaged store, a lost server, a full disk
             raise
-        print(f"error: {out_of_space_message(err, [settings.workdir])}", flush=True)
-        return 2
+        print(f"error: {failure.outcome.reason}", flush=True)
+        return failure.outcome.meaning.exit_status
     return 0
 
 

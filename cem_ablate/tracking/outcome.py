@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Mapping
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
 
@@ -19,9 +20,15 @@ MAX_REASON_CHARS = 5000
 
 
 def record_outcome(
-    client, run_id: str, status: TrialStatus, reason: str | None, metrics: Mapping[str, float | None], step: int = 0
+    client,
+    run_id: str,
+    status: TrialStatus,
+    reason: str | None,
+    metrics: Mapping[str, float | None],
+    step: int = 0,
+    cause: Cause | None = None,
 ) -> None:
-    """Log the finite `metrics` at `step`, tag status (its stored string) + reason and end
+    """Log the finite `metrics` at `step`, tag status (its stored string), reason and cause and end
     the run (FAILED for `failed`, FINISHED otherwise: diverged and pruned are results).
     A metric the run's curves already hold at `step` (the engine logged the final test
     and validation there) is not logged twice."""
@@ -33,6 +40,7 @@ def record_outcome(
     batch = [Metric(k, v, now, step) for k, v in finite.items() if k not in held]
     status = TrialStatus(status)
     tags = [RunTag(T.STATUS, status.value)] + ([RunTag(T.REASON, reason[:MAX_REASON_CHARS])] if reason else [])
+    tags += [RunTag(T.CAUSE, Cause(cause).value)] if cause is not None else []
     client.log_batch(run_id, metrics=batch, tags=tags)
     client.set_terminated(run_id, "FAILED" if status == TrialStatus.FAILED else "FINISHED")
 

@@ -10,6 +10,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
@@ -105,6 +106,7 @@ def read_study(tracking_uri: str, experiment_name: str, variant_keys: list[str] 
                     else None
                 ),
                 reason=tags.get(T.REASON, ""),
+                cause=Cause.read(tags.get(T.CAUSE)),
                 variant=tags.get(T.VARIANT, ""),
                 slot=tags.get(T.SLOT, ""),
                 trial_key=tags.get(T.TRIAL_KEY, ""),

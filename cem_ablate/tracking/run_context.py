@@ -115,6 +115,11 @@ def _publish_last_window(monitor) -> None:
             monitor.publish_metrics(metrics)
             monitor.mlflow_logger.flush()
     except Exception as err:  # noqa: BLE001  system metrics never fail a run
-        logging.getLogger(__name__).warning(
-            "the last window of system metrics was not logged (%s: %s)", type(err).__name__, err
+        from cem_ablate.tracking.disk_space import out_of_space
+
+        # A full disk is said once, by the process's own error line (tracking.disk_space): here
+        # only at debug level, so that line stays the one line the user reads.
+        level = logging.DEBUG if out_of_space(err) else logging.WARNING
+        logging.getLogger(__name__).log(
+            level, "the last window of system metrics was not logged (%s: %s)", type(err).__name__, err
         )

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.run_context import source_tags
@@ -221,11 +222,17 @@ class StudyTracker:
             self.client.log_batch(run_id, params=items[i : i + BATCH])
 
     def log_trial_outcome(
-        self, run_id: str, status: TrialStatus, reason: str, metrics: Mapping[str, float | None], step: int = 0
+        self,
+        run_id: str,
+        status: TrialStatus,
+        reason: str,
+        metrics: Mapping[str, float | None],
+        step: int = 0,
+        cause: Cause | None = None,
     ) -> None:
         from cem_ablate.tracking.outcome import record_outcome
 
-        record_outcome(self.client, run_id, status, reason, metrics, step)
+        record_outcome(self.client, run_id, status, reason, metrics, step, cause)
 
     def record_reused_trial(
         self,

@@ -18,6 +18,7 @@ RUN_DIR = "cem_ablate.run_dir"  # a trial's run folder: what `cem-ablate export`
 STATUS = "cem_ablate.status"  # a run's outcome (a TrialStatus string; written by tracking.outcome only)
 PROGRESS = "cem_ablate.progress"  # a variant's (parent run's) progress: running / done
 REASON = "cem_ablate.reason"
+CAUSE = "cem_ablate.cause"  # why it ended (a config.trial_outcome.Cause string; written by tracking.outcome only)
 REUSED_FROM = "cem_ablate.reused_from"  # a reused trial's child: the original child run's id
 CODE_FINGERPRINT = "cem_ablate.code_fingerprint"  # a trial's RunConfig.code_fingerprint() (per file: CODE_ARTIFACT)
 CODE_ARTIFACT = "code_fingerprint.json"  # {"fingerprint": ..., "parts": {file or dist:<name>: digest or version}}

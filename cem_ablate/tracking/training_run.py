@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.credentials import with_password
@@ -125,12 +126,17 @@ def log_params(logger, params: Mapping[str, Any]) -> None:
 
 
 def log_outcome(
-    logger, status: TrialStatus, reason: str | None, metrics: Mapping[str, float | None], step: int
+    logger,
+    status: TrialStatus,
+    reason: str | None,
+    metrics: Mapping[str, float | None],
+    step: int,
+    cause: Cause | None = None,
 ) -> None:
     """The outcome of a run the engine opened itself (`cem-ablate train`)."""
     from cem_ablate.tracking.outcome import record_outcome
 
-    record_outcome(logger.experiment, logger.run_id, status, reason, metrics, step)
+    record_outcome(logger.experiment, logger.run_id, status, reason, metrics, step, cause)
 
 
 def log_config_text(logger, text: str) -> None:

@@ -43,13 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport
 from cem_ablate.training.budget import Budget, resolve_budget
 from cem_ablate.training.child_process import die_with_parent
 from cem_ablate.training.config import RunConfig
-from cem_ablate.training.lease import Lease, LeaseLost
+from cem_ablate.training.lease import Lease
 from cem_ablate.training.preemption import STOP, Preempted, signal_name
 from cem_ablate.training.result import TrainResult
 from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
@@ -156,43 +157,35 @@ class _Session:
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
         try:
             result = self._train()
-        except LeaseLost:
-            raise
-        except Preempted:
-            if self.rank_zero:
-                self._mark_preempted()
-            raise
-        except Exception as err:
-            from cem_ablate.config import ConfigError
-            from cem_ablate.tracking.disk_space import out_of_space
-            from cem_ablate.tracking.store import lost_tracking_server
-
-            if isinstance(err, ConfigError) or out_of_space(err, [self.folder.path]):
-                raise  # a full disk fails the machine, not the run: no FAILED result (tracking.disk_space)
-            lost = lost_tracking_server(err, self.tracking_uri)
-            if lost is not None:  # the server's failure, not the run's: no FAILED result either
-                raise lost from None
-            self.folder.may_write()  # an error of a fenced run (e.g. Optuna refusing it) is not its result
-            if self.rank_zero:
-                traceback.print_exc(file=sys.stderr)
-            result = self._result(TrialStatus.FAILED, error=self._failure_reason(err))
+        except BaseException as err:  # noqa: BLE001  the one failure path: a result or raised on (training.failure)
+            result = self._failed(err)
         result.seconds = time.time() - start
         if self.rank_zero:
             self.folder.write_result(result)
             self._log_outcome(result)
         return result
 
-    def _failure_reason(self, err: BaseException) -> str:
-        """The reason a failed run records: for running out of device memory, what the step
-        asked for and what the device holds (training.out_of_memory), its cache released."""
+    def _failed(self, err: BaseException) -> TrainResult:
+        """The run's result where `err`'s cause makes it one (an error, out of device memory);
+        otherwise the exception goes on to the caller (a preempted run marked so first)."""
         from cem_ablate.training.device_profile import device_type_of
-        from cem_ablate.training.out_of_memory import is_out_of_memory, out_of_memory_reason, release_cached_memory
+        from cem_ablate.training.failure import failure_of
+        from cem_ablate.training.out_of_memory import release_cached_memory
 
-        if is_out_of_memory(err):
-            device_type = self.profile.device_type if self.profile else device_type_of(self.cfg.train)
+        device_type = self.profile.device_type if self.profile else device_type_of(self.cfg.train)
+        failure = failure_of(err, [self.folder.path], self.tracking_uri, device_type)
+        if failure.cause == Cause.PREEMPTED and self.rank_zero:
+            self._mark_preempted()
+        if not failure.outcome.meaning.run_result:
+            if failure.error is err:
+                raise err
+            raise failure.error from None  # the one line it becomes (a lost server)
+        self.folder.may_write()  # an error of a fenced run (e.g. Optuna refusing it) is not its result
+        if failure.cause == Cause.OUT_OF_MEMORY:
             release_cached_memory(device_type)
-            return out_of_memory_reason(err, device_type)
-        return f"{type(err).__name__}: {err}".strip()
+        if self.rank_zero:
+            traceback.print_exception(err, file=sys.stderr)
+        return self._result(TrialStatus.FAILED, error=failure.outcome.reason, cause=failure.cause)
 
     # -- the run ------------------------------------------------------------------------
     def _train(self) -> TrainResult:
@@ -306,7 +299,11 @@ class _Session:
         log_params(self.logger, profile_params(self.profile, self.task.module.model))
 
     def _result(
-        self, status: TrialStatus, metrics: Mapping[str, float] | None = None, error: str | None = None
+        self,
+        status: TrialStatus,
+        metrics: Mapping[str, float] | None = None,
+        error: str | None = None,
+        cause: Cause | None = None,
     ) -> TrainResult:
         metrics = metrics or {}
         module = self.task.module if self.task else None  # None: the run failed before its module was built
@@ -332,6 +329,7 @@ class _Session:
             flops_per_token=self.task.report.flops_per_token if self.task else 0.0,
             diverged_step=diverged_step,
             error=error,
+            cause=cause,
             mlflow_run_id=self.logger.run_id if self.logger else self.mlflow_run_id,
             run_dir=str(self.folder.path),
         )
@@ -342,7 +340,7 @@ class _Session:
         from cem_ablate.tracking.training_run import log_outcome
 
         try:
-            log_outcome(self.logger, result.status, result.error, result.summary_metrics(), result.steps)
+            log_outcome(self.logger, result.status, result.error, result.summary_metrics(), result.steps, result.cause)
         except Exception as err:  # noqa: BLE001 - the result stands even if the store is busy
             print(f"warning: could not record the outcome in MLflow: {err}", file=sys.stderr)
 

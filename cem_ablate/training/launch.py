@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from cem_ablate.config import load_yaml
-from cem_ablate.config.trial_status import SETTLED
+from cem_ablate.config.trial_outcome import MEANINGS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except Preempted:
         return PREEMPTED_EXIT  # its checkpoint is saved; the caller reports it (training.engine)
-    return 0 if result.status in SETTLED else 1
+    return MEANINGS[result.cause].exit_status  # 0 for a result a rerun would not change
 
 
 if __name__ == "__main__":

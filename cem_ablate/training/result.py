@@ -1,7 +1,9 @@
 """What a training run returns (and writes to `<run_dir>/result.json`).
 
-Its status is one of `config.trial_status.RUN_OUTCOMES`; `result.json` holds the
-status's stored string (`to_dict` / `from_dict` are the edge).
+Its status is one of `config.trial_status.RUN_OUTCOMES` and its cause one of the
+`config.trial_outcome.Cause`s that are a run's result; `result.json` holds their stored
+strings (`to_dict` / `from_dict` are the edge; a file written before causes were stored
+reads as its status's usual cause).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
 
 
@@ -35,6 +38,13 @@ class TrainResult:
     mlflow_run_id: str | None = None
     run_dir: str = ""
     seconds: float = 0.0  # wall time of the last session (a resumed run counts its own)
+    cause: Cause | None = None  # why it ended (config.trial_outcome); None: its status's usual cause
+
+    def __post_init__(self) -> None:
+        if self.cause is None:
+            usual = {TrialStatus.FINISHED: Cause.FINISHED, TrialStatus.DIVERGED: Cause.NOT_FINITE}
+            self.cause = usual.get(TrialStatus(self.status), Cause.ERROR)
+        self.cause = Cause(self.cause)
 
     @property
     def objective(self) -> float:
@@ -73,7 +83,7 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN becomes None, the status its stored string."""
         out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in dataclasses.asdict(self).items()}
-        return out | {"status": TrialStatus(self.status).value}
+        return out | {"status": TrialStatus(self.status).value, "cause": Cause(self.cause).value}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainResult:

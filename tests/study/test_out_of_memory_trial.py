@@ -5,6 +5,7 @@ from inside the trial's own training step; real engine, Optuna and MLflow stores
 from __future__ import annotations
 
 from cem_ablate.cli.main import main
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import worker_identity
@@ -30,7 +31,7 @@ def test_an_out_of_memory_trial_is_recorded_the_next_trains_and_the_report_lists
     trials = session.trials[variant.key]
 
     first = run_trial(session, variant, trials.claim(worker_identity()), extra_callbacks=[OutOfMemoryAt(1)])
-    assert first.status == TrialStatus.FAILED
+    assert first.status == TrialStatus.FAILED and first.cause == Cause.OUT_OF_MEMORY
     assert first.reason.startswith(f"{OUT_OF_MEMORY}: the step asked for 1.50 GiB more;"), first.reason
     second = run_trial(session, variant, trials.claim(worker_identity()))
     assert second.status == TrialStatus.FINISHED  # the study went on
@@ -38,10 +39,14 @@ def test_an_out_of_memory_trial_is_recorded_the_next_trains_and_the_report_lists
     client = make_client(tracking)
     tags = client.get_run(first.run_id).data.tags
     assert tags[T.STATUS] == "failed" and OUT_OF_MEMORY in str(tags)
+    # One outcome, carried unchanged: the ledger, the MLflow child and the report hold one cause.
+    (ledger,) = [t for t in trials.points() if t.run_id == first.run_id]
+    assert ledger.cause == Cause.OUT_OF_MEMORY and ledger.reason == first.reason
+    assert tags[T.CAUSE] == "out_of_memory" and tags[T.REASON] == first.reason
     out = tmp_path / "report"
     assert main(["report", str(path), "--tracking-uri", tracking, "--out", str(out)]) == 0
     capsys.readouterr()
     report = (out / "report.md").read_text()
     assert "1 failed" in report  # the variant's status line
     row = next(line for line in report.splitlines() if OUT_OF_MEMORY in line)  # the trials table
-    assert "failed" in row and "1.50 GiB" in row
+    assert "failed" in row and "1.50 GiB" in row and row.endswith("| out_of_memory |"), row

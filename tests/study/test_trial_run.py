@@ -11,17 +11,22 @@ trainer), not wherever a polling thread finds the run: under load a poller woke 
 after the run had ended.
 """
 
+import signal
+
 import yaml
 from lightning.pytorch import Callback
 from optuna.trial import TrialState
 
+from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
+from cem_ablate.study.ledger import trial_facts
 from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import worker_identity
 from cem_ablate.tracking import tags as T
 from cem_ablate.tracking.store import make_client
 from cem_ablate.training.checkpoints import CheckpointFiles
+from cem_ablate.training.preemption import STOP
 from tests.study.tiny_study import prepared_session, write_study
 
 
@@ -102,3 +107,48 @@ def _step(checkpoints):
     import torch
 
     return torch.load(checkpoints.verified(warn=False), weights_only=False)["global_step"]
+
+
+class SignalAfterStep(Callback):
+    """After optimizer step `step`, record a SIGTERM as the process's handler does when a
+    cluster takes the job back (training.preemption.STOP); the real stop follows: the
+    step boundary, the verified checkpoint, `Preempted`."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step and STOP.signum is None:
+            STOP.signum = signal.SIGTERM
+
+
+def test_a_preempted_attempt_takes_the_one_failure_path_and_the_claim_resumes_it(tmp_path, corpus):
+    """Preemption as an outcome: its cause (config.trial_outcome) recorded in the ledger with
+    the trial queued again at once, the child run ended KILLED without an outcome, and the next
+    claim resumes the checkpoint and finishes with cause `finished` in the ledger and MLflow."""
+    path = write_study(
+        tmp_path, name="preempted", grid=[2e-3], max_steps=40, corpus=corpus, variants=[{"name": "llama"}], baselines={}
+    )
+    session, tracking = prepared_session(tmp_path, path)
+    (variant,) = session.variants
+    trials = session.trials[variant.key]
+    trial = trials.claim(worker_identity())
+    try:
+        record = run_trial(session, variant, trial, extra_callbacks=[SignalAfterStep(12)])
+    finally:
+        STOP.clear()
+
+    assert record.status == TrialStatus.WAITING and record.reason.startswith("preempted by SIGTERM at step ")
+    assert record.cause == Cause.PREEMPTED
+    (queued,) = trials.points()
+    assert queued.status == TrialStatus.WAITING and queued.cause == Cause.PREEMPTED
+    assert trial_facts(trials.storage.get_trial(trial_id_of(trial))).reason == record.reason  # the ledger's line
+    client = make_client(tracking)
+    child = client.get_run(record.run_id)
+    assert child.info.status == "KILLED" and T.STATUS not in child.data.tags and T.CAUSE not in child.data.tags
+
+    resumed = run_trial(session, variant, trials.claim(worker_identity()))
+    assert resumed.status == TrialStatus.FINISHED and resumed.run_id == record.run_id
+    (done,) = trials.points()
+    assert done.cause == Cause.FINISHED
+    assert client.get_run(record.run_id).data.tags[T.CAUSE] == "finished"
