@@ -100,6 +100,7 @@ class StudyTracker:
             except MlflowException:  # two machines set it at once: a server on PostgreSQL refuses the second
                 if self.client.get_experiment(self._experiment_id).tags.get(T.STUDY_HASH) != study_hash:
                     raise
+        assert self._experiment_id is not None  # created above, or the found experiment's
         return self._experiment_id
 
     def _search(self, filter_string: str) -> list:
