@@ -52,7 +52,11 @@ from cem_ablate.training.lease import Lease, LeaseLost
 from cem_ablate.training.preemption import Preempted
 
 if TYPE_CHECKING:
+    import optuna
     from lightning.pytorch import Callback
+
+    from cem_ablate.study.session_protocols import TrialSession
+    from cem_ablate.training.result import TrainResult
 
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
 
@@ -62,7 +66,7 @@ class Attempt:
     """One claimed trial, set up: what it trains, where it writes, and its claim."""
 
     variant: Variant
-    trial: object  # optuna.Trial, RUNNING while the claim is live
+    trial: optuna.Trial  # RUNNING while the claim is live
     trials: VariantTrials
     slot: str
     lr: float
@@ -105,7 +109,7 @@ class Attempt:
         )
 
 
-def _outcome(result, pruned: bool, error: str | None) -> tuple[TrialStatus, float | None, str]:
+def _outcome(result: TrainResult | None, pruned: bool, error: str | None) -> tuple[TrialStatus, float | None, str]:
     if pruned:
         return TrialStatus.PRUNED, None, "pruned on validation loss"
     if result is None:
@@ -120,7 +124,9 @@ def _outcome(result, pruned: bool, error: str | None) -> tuple[TrialStatus, floa
     return TrialStatus.FAILED, None, result.error or "training failed"
 
 
-def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callback] = ()) -> TrialRecord:
+def run_trial(
+    session: TrialSession, variant: Variant, trial: optuna.Trial, extra_callbacks: Sequence[Callback] = ()
+) -> TrialRecord:
     """Train (or reuse) one claimed trial; its record as this worker saw it end (KILLED
     where the trial was failed as stale meanwhile and nothing was recorded).
 
@@ -128,7 +134,8 @@ def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callba
     `extra_callbacks`): an observer of the attempt, or a step at which to act on it."""
     from cem_ablate.study.pruning import pruning_callback
 
-    attempt, began = None, time.time()
+    attempt: Attempt | None = None
+    began = time.time()
     try:
         attempt = begin(session, variant, trial)
         original = session.finished_elsewhere(attempt.trial_key, attempt.trials.study.study_name)
@@ -142,6 +149,7 @@ def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callba
         pruned = pruner is not None and pruner.pruned_step is not None
         return finish(session, attempt, result, _outcome(result, pruned, error), seconds)
     except Preempted as stop:
+        assert attempt is not None  # only training raises it, after begin
         return attempt.record(TrialStatus.WAITING, None, str(stop), time.time() - began)
     except (LeaseLost, UpdateFinishedTrialError) as lost:
         # Stopped past the grace period and retried elsewhere (Optuna refuses a finished
@@ -166,14 +174,14 @@ def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callba
     except Exception as err:
         # The MLflow server away past its retry window, in training or around it: the
         # trial is queued again, nothing recorded for it; the worker stops on the one line.
-        lost = lost_tracking_server(err, session.settings.tracking_uri)
-        if lost is None or attempt is None:
+        server_lost = lost_tracking_server(err, session.settings.tracking_uri)
+        if server_lost is None or attempt is None:
             raise
-        release(session, attempt, lost, mark_child=False)  # marking it would wait out the window again
-        raise lost from None
+        release(session, attempt, server_lost, mark_child=False)  # marking it would wait out the window again
+        raise server_lost from None
 
 
-def begin(session, variant: Variant, trial) -> Attempt:
+def begin(session: TrialSession, variant: Variant, trial: optuna.Trial) -> Attempt:
     """The claimed trial's config, child run and facts (each write checks the claim)."""
     spec, trials = session.spec, session.trials[variant.key]
     low, high = spec.lr_search.lr_range
@@ -217,11 +225,11 @@ def begin(session, variant: Variant, trial) -> Attempt:
     return Attempt(variant, trial, trials, slot, lr, seed, cfg, trial_key, run_dir, child)
 
 
-def _claim_name(trials: VariantTrials, trial) -> str:
+def _claim_name(trials: VariantTrials, trial: optuna.Trial) -> str:
     return f"{trials.study.study_name}#{trial.number}"
 
 
-def _check_claim(trials: VariantTrials, trial) -> None:
+def _check_claim(trials: VariantTrials, trial: optuna.Trial) -> None:
     """Raise `LeaseLost` unless the claim is still live (before a write outside the engine)."""
     if not trials.is_live(trial):
         raise LeaseLost(
@@ -229,13 +237,16 @@ def _check_claim(trials: VariantTrials, trial) -> None:
         )
 
 
-def train(session, attempt: Attempt, callbacks: Sequence[Callback]):
+def train(
+    session: TrialSession, attempt: Attempt, callbacks: Sequence[Callback]
+) -> tuple[TrainResult | None, str | None]:
     """(result, error): the engine's result, or the error it raised; `callbacks` join the
     engine's own (the pruner, the caller's)."""
     from cem_ablate.training.engine import train_run
 
     lease = attempt.lease
-    result, error = None, None
+    result: TrainResult | None = None
+    error: str | None = None
     # System metrics (CPU, memory, GPU with nvidia-ml-py) into the child, by MLflow's own monitor.
     with system_metrics(attempt.child, session.settings.tracking_uri, guard=attempt.check):
         try:
@@ -268,7 +279,13 @@ def train(session, attempt: Attempt, callbacks: Sequence[Callback]):
     return result, error
 
 
-def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialRecord:
+def finish(
+    session: TrialSession,
+    attempt: Attempt,
+    result: TrainResult | None,
+    outcome: tuple[TrialStatus, float | None, str],
+    seconds: float,
+) -> TrialRecord:
     """Tell Optuna (refused once the claim is dead), then the child's outcome, once."""
     status, value, reason = outcome
     if status == TrialStatus.FINISHED and session.spec.eval is not None:  # before the tell: study/trial_eval.py
@@ -277,7 +294,7 @@ def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialR
         attempt.check()
         evaluate_trial(session.spec.eval, attempt.run_dir, session.settings.tracking_uri, attempt.child)
     facts = {"reason": reason, "seconds": round(seconds, 1)}
-    metrics = {"lr": attempt.lr}
+    metrics: dict[str, float | None] = {"lr": attempt.lr}
     if result is not None:
         facts |= {"steps": result.steps, "tokens_seen": result.tokens_seen, "diverged_step": result.diverged_step}
         metrics |= result.outcome_metrics()
@@ -291,7 +308,7 @@ def finish(session, attempt: Attempt, result, outcome, seconds: float) -> TrialR
     return attempt.record(status if recorded else TrialStatus.KILLED, value, reason, seconds)
 
 
-def release(session, attempt: Attempt, stop: Exception, mark_child: bool = True) -> None:
+def release(session: TrialSession, attempt: Attempt, stop: Exception, mark_child: bool = True) -> None:
     """Queue the stopped attempt's trial again now (WAITING; its checkpoint is saved)
     and end its child run KILLED; nothing else is recorded."""
     import contextlib
@@ -301,7 +318,7 @@ def release(session, attempt: Attempt, stop: Exception, mark_child: bool = True)
             session.tracker.mark_killed(attempt.child)
 
 
-def _free_slot(session, trials, trial, child: str, reason: str) -> None:
+def _free_slot(session: TrialSession, trials: VariantTrials, trial: optuna.Trial, child: str, reason: str) -> None:
     """Queue the trial again now (KILLED, like an interrupt), if the full disk lets the
     stores take the write; otherwise it goes stale after the grace period."""
     import contextlib
@@ -312,7 +329,7 @@ def _free_slot(session, trials, trial, child: str, reason: str) -> None:
         session.tracker.mark_killed(child)
 
 
-def _reuse(session, attempt: Attempt, original: TrialRecord) -> TrialRecord:
+def _reuse(session: TrialSession, attempt: Attempt, original: TrialRecord) -> TrialRecord:
     """Record another study's result of the same trial key instead of training (study.reuse)."""
     reason = f"reused from {original.reference}"
     facts = {k: v for k, v in original.attrs.items() if k in ("steps", "tokens_seen", "seconds", "diverged_step")}

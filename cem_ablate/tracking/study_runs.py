@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.tracking import tags as T
@@ -113,7 +113,7 @@ class StudyTracker:
             )
         )
 
-    def run_is_active(self, run_id: str | None) -> bool:
+    def run_is_active(self, run_id: str | None) -> TypeGuard[str]:
         if not run_id:
             return False
         from mlflow.exceptions import MlflowException
