@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 
 from cem_ablate.config.identity import digest
 from cem_ablate.config.trial_status import FINAL_STATES
-from cem_ablate.study.session import QueueSession, StudySession, StudySettings, TrialSession
+from cem_ablate.study.session import StudySession
+from cem_ablate.study.session_protocols import QueueSession, TrialSession
+from cem_ablate.study.settings import StudySettings
 from cem_ablate.study.trials import VariantTrials, trial_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name
 

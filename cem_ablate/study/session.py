@@ -16,117 +16,25 @@ one line and tags their MLflow children stale; their slots are queued again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING
 
 import yaml
 
 from cem_ablate.config.identity import digest
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.study.ledger import record_study, study_facts, trial_facts
+from cem_ablate.study.settings import StudySettings
 from cem_ablate.study.staleness import stale_cause
-from cem_ablate.study.storage import StorageSettings, claim_lock, close_storage, open_storage
+from cem_ablate.study.storage import claim_lock, close_storage, open_storage
 from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name, slug
 
 if TYPE_CHECKING:
-    from optuna.storages import RDBStorage
-
-    from cem_ablate.study.spec import StudySpec
     from cem_ablate.study.summary import StudyPublisher
-    from cem_ablate.tracking.study_runs import StudyTracker
 
 PARENT_WAIT_S = 30.0  # how long to wait for a concurrent coordinator to create a parent
-
-
-# -- what the study's code needs of a session ---------------------------------------------
-# Two seams, two Protocols the type checker holds both session classes to:
-# - `TrialSession`: what a claimed trial needs of the study it belongs to (study.trial_run,
-#   and the worker's heartbeat). A trial always belongs to one study, so `StudySession`
-#   provides it: a campaign's queue hands out the sessions of its own studies.
-# - `QueueSession`: what a worker and the coordinator need of the session they were handed,
-#   one study (`StudySession`) or a campaign of them (`campaign_session.CampaignSession`).
-#   Its parameter is the session's publisher (each makes its own and takes it back in `add_seeds`).
-
-
-class Publisher(Protocol):
-    """Writes the parents' statistics and verdicts (`study.summary.StudyPublisher`, or a campaign's)."""
-
-    def publish(self) -> object: ...
-
-
-P = TypeVar("P", bound=Publisher)
-
-
-class TrialSession(Protocol):
-    """What one claimed trial reads and writes through the study that owns it."""
-
-    @property
-    def spec(self) -> StudySpec: ...
-
-    @property
-    def settings(self) -> StudySettings: ...
-
-    @property
-    def trials(self) -> Mapping[str, VariantTrials]: ...  # variant key -> its Optuna study
-
-    @property
-    def storage(self) -> RDBStorage: ...  # the worker's heartbeat writes through it
-
-    @property
-    def tracker(self) -> StudyTracker: ...
-
-    def run_dir(self, variant: Variant, slot_key: str, trial_key: str) -> Path: ...
-
-    def parent_run_id(self, variant: Variant) -> str: ...
-
-    def finished_elsewhere(self, trial_key: str, optuna_study: str) -> TrialRecord | None: ...
-
-
-class QueueSession(Protocol[P]):
-    """What a worker and the coordinator read of the session of a study or a campaign."""
-
-    @property
-    def expanded(self) -> object: ...  # what a worker payload holds: an ExpandedStudy or a campaign_session.Campaign
-
-    @property
-    def settings(self) -> StudySettings: ...
-
-    @property
-    def title(self) -> str: ...
-
-    @property
-    def study_dir(self) -> Path: ...
-
-    @property
-    def variants(self) -> list[Variant]: ...
-
-    @property
-    def trials(self) -> Mapping[str, VariantTrials]: ...
-
-    def queue(self) -> Sequence[Sequence[tuple[TrialSession, Variant]]]: ...
-
-    def waits(self, session: TrialSession, variant: Variant) -> Callable[[str], bool] | None: ...
-
-    def prepare(self, echo: Callable[[str], object] = print) -> None: ...
-
-    def publisher(self) -> P: ...
-
-    def add_seeds(self, publisher: P) -> list[str]: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    storage: StorageSettings
-    tracking_uri: str
-    workdir: Path  # run folders (checkpoints) and worker logs, under <workdir>/<study name>/
-    threads: int | None = None  # torch threads per worker process (None: the config's)
-    progress: bool = True  # the engine's per-step progress bar
-    reuse: bool = True  # record finished trials of other studies with the same trial key (study.reuse)
 
 
 class StudySession:
@@ -183,7 +91,7 @@ class StudySession:
         """What a worker claims from, in tiers (`study.worker.work`): one study is one tier."""
         return [[(self, v) for v in self.variants]]
 
-    def waits(self, session: TrialSession, variant: Variant) -> Callable[[str], bool] | None:
+    def waits(self, session: object, variant: Variant) -> Callable[[str], bool] | None:
         """Which of a variant's slots to leave queued for now: none in a study alone."""
         return None
 

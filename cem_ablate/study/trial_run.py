@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     import optuna
     from lightning.pytorch import Callback
 
-    from cem_ablate.study.session import TrialSession
+    from cem_ablate.study.session_protocols import TrialSession
     from cem_ablate.training.result import TrainResult
 
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range

@@ -40,7 +40,8 @@ from cem_ablate.training.preemption import STOP, STOP_SIGNALS, exit_soon
 if TYPE_CHECKING:
     import optuna
 
-    from cem_ablate.study.session import QueueSession, StudySettings, TrialSession
+    from cem_ablate.study.session_protocols import QueueSession, TrialSession
+    from cem_ablate.study.settings import StudySettings
     from cem_ablate.study.variants import Variant
 
 Tiers = Sequence[Sequence[tuple["TrialSession", "Variant"]]]
