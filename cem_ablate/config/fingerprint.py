@@ -231,7 +231,7 @@ def imported_modules(name: str, path: Path, base: Path) -> set[str]:
     """Modules `name` (at `path`) imports: `from pkg import mod` names the submodule
     `pkg.mod` where that is a file, else `pkg`."""
     is_package = path.name == "__init__.py"
-    found = set()
+    found: set[str] = set()
     try:
         tree = ast.parse(path.read_bytes())
     except SyntaxError:

@@ -12,11 +12,14 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, runtime_checkable
 
 from cem_ablate.config.errors import ConfigError, unknown
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 @runtime_checkable
@@ -66,7 +69,7 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
         return value
     if origin in (Union, types.UnionType):
         return _coerce_union(tp, value, path)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:

@@ -31,7 +31,9 @@ class TrialStatus(str, Enum):
     # Print and format as the stored string ("finished", not "TrialStatus.FINISHED"),
     # on every Python this package supports (3.10's Enum formats mixins differently).
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
     @classmethod
     def read(cls, stored: str | None, default: TrialStatus | None = None) -> TrialStatus:

@@ -95,6 +95,7 @@ class DataConfig:
         if spec.startswith("bpe"):
             match = BPE_SPEC.match(spec)
             require(match is not None, f"{p}tokenizer", f"{spec!r} must look like 'bpe:4096'.")
+            assert match is not None  # require raised otherwise
             require(int(match.group(1)) >= 300, f"{p}tokenizer", "a bpe vocabulary needs at least 300 entries.")
         if self.task == "text" and self.source != "stdlib" and looks_like_path(self.source):
             require(

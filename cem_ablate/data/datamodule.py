@@ -8,6 +8,9 @@ Evaluation loaders are sequential and sharded across ranks.
 
 from __future__ import annotations
 
+from collections.abc import Sized
+from typing import Any, cast
+
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
@@ -44,7 +47,7 @@ class ResumableDataModule(L.LightningDataModule):
     def train_loader(self, dataset: Dataset) -> DataLoader:
         rank, world = self.rank_and_world()
         sampler = StreamBatchSampler(
-            len(dataset),
+            _length(dataset),
             self.batch_size,
             self.seed,
             self.total_micro_batches,
@@ -64,9 +67,14 @@ class ResumableDataModule(L.LightningDataModule):
         return DataLoader(
             dataset,
             batch_size=self.eval_batch_size,
-            sampler=ShardSampler(len(dataset), rank, world),
+            sampler=ShardSampler(_length(dataset), rank, world),
             num_workers=self.num_workers,
         )
+
+
+def _length(dataset: Dataset) -> int:
+    # Every dataset here is map-style, sized; torch's Dataset leaves __len__ to subclasses.
+    return len(cast(Sized, dataset))
 
 
 class InMemorySplitsDataModule(ResumableDataModule):
@@ -76,15 +84,20 @@ class InMemorySplitsDataModule(ResumableDataModule):
     in `setup`.
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.splits: dict[str, TensorDataset] | None = None
 
+    def split(self, name: str) -> TensorDataset:
+        if self.splits is None:
+            raise RuntimeError(f"{type(self).__name__}: setup() has not run, no {name} split yet")
+        return self.splits[name]
+
     def train_dataloader(self) -> DataLoader:
-        return self.train_loader(self.splits["train"])
+        return self.train_loader(self.split("train"))
 
     def val_dataloader(self) -> DataLoader:
-        return self.eval_loader(self.splits["validation"])
+        return self.eval_loader(self.split("validation"))
 
     def test_dataloader(self) -> DataLoader:
-        return self.eval_loader(self.splits["test"])
+        return self.eval_loader(self.split("test"))

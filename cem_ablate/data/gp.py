@@ -72,7 +72,9 @@ def cached_gp(cfg: GPConfig, root: Path | None = None) -> dict[str, tuple[np.nda
         if not path.exists():
             data = sample_gp(cfg)
             tmp = path.with_name(path.name + ".tmp.npz")
-            np.savez(tmp, **{f"{s}_{v}": arr for s, (x, y) in data.items() for v, arr in (("x", x), ("y", y))})
+            arrays = {f"{s}_{v}": arr for s, (x, y) in data.items() for v, arr in (("x", x), ("y", y))}
+            # numpy's stub types the named arrays' dict against its `allow_pickle: bool` keyword
+            np.savez(tmp, **arrays)  # type: ignore[arg-type]
             tmp.replace(path)
     with np.load(path) as npz:
         return {s: (npz[f"{s}_x"], npz[f"{s}_y"]) for s in ("train", "validation", "test")}

@@ -93,6 +93,7 @@ def build_stream_cache(
     folder = cache_folder(cache_root, fingerprint, tokenizer)
     cache = existing_stream_cache(folder)
     if all(exchange(cache is not None)):
+        assert cache is not None  # this rank's own answer was True
         return cache
     dtype = token_dtype(tokenizer.vocab_size)
     write = writer and cache is None

@@ -54,17 +54,17 @@ class TextDataModule(ResumableDataModule):
             self.cache = existing_token_cache(cfg.cache_root, fingerprint, self.tokenizer)
             if self.cache is not None:
                 return
-        self.open_source()
-        if self.source.streaming:
+        source = self.open_source()
+        if source.streaming:
             evaluation = TextSource(
-                {s: self.source.splits[s] for s in ("validation", "test")},
-                f"{self.source.fingerprint}-eval{STREAM_EVAL_TOKENS}",
-                self.source.description,
+                {s: source.splits[s] for s in ("validation", "test")},
+                f"{source.fingerprint}-eval{STREAM_EVAL_TOKENS}",
+                source.description,
             )
             cap = {"validation": STREAM_EVAL_TOKENS, "test": STREAM_EVAL_TOKENS}
             self.cache, self.built_cache = build_token_cache(evaluation, self.tokenizer, cfg.cache_root, max_tokens=cap)
         else:
-            self.cache, self.built_cache = build_token_cache(self.source, self.tokenizer, cfg.cache_root)
+            self.cache, self.built_cache = build_token_cache(source, self.tokenizer, cfg.cache_root)
 
     def open_source(self) -> TextSource:
         if self.source is None:
@@ -88,33 +88,43 @@ class TextDataModule(ResumableDataModule):
         local_rank = self.trainer.local_rank if self.trainer is not None else 0
         tokens = stream_tokens_needed(self.total_micro_batches, self.batch_size * world, self.cfg.block_size)
         distributed = world > 1 and dist.is_available() and dist.is_initialized()
+        source = self.open_source()
         return build_stream_cache(
-            self.open_source().splits["train"],
-            self.tokenizer,
+            source.splits["train"],
+            self.prepared_tokenizer(),
             self.cfg.cache_root,
-            stream_fingerprint(self.source.fingerprint, tokens),
+            stream_fingerprint(source.fingerprint, tokens),
             tokens,
-            description=f"{self.source.description}, first {tokens:,} training tokens",
+            description=f"{source.description}, first {tokens:,} training tokens",
             rank=rank if distributed else 0,
             world_size=world if distributed else 1,
             writer=local_rank == 0,
             exchange=torch_exchange() if distributed else single_exchange,
         )
 
+    def prepared_tokenizer(self) -> TextTokenizer:
+        self.prepare()
+        assert self.tokenizer is not None  # prepare resolves it before any cache
+        return self.tokenizer
+
+    def prepared_cache(self) -> TokenCache:
+        self.prepare()
+        assert self.cache is not None  # prepare reuses or builds it
+        return self.cache
+
     @property
     def vocab_size(self) -> int:
-        self.prepare()
-        return self.tokenizer.vocab_size
+        return self.prepared_tokenizer().vocab_size
 
     def blocks(self, split: str) -> PackedBlocks:
-        self.prepare()
-        return PackedBlocks(self.cache.tokens(split), self.cfg.block_size)
+        return PackedBlocks(self.prepared_cache().tokens(split), self.cfg.block_size)
 
     def train_dataloader(self) -> DataLoader:
         if not self.cfg.streaming:
             return self.train_loader(self.blocks("train"))
         if self.stream_cache is None:
             self.setup("fit")
+        assert self.stream_cache is not None  # setup("fit") builds it for a streamed source
         return self.train_loader(PackedBlocks(self.stream_cache.tokens("train"), self.cfg.block_size))
 
     def val_dataloader(self) -> DataLoader:
@@ -125,13 +135,13 @@ class TextDataModule(ResumableDataModule):
 
     def describe(self) -> dict[str, Any]:
         """Facts about the data for logging (MLflow params/tags) and the CLI summary."""
-        self.prepare()
-        meta = self.cache.meta
+        cache, tokenizer = self.prepared_cache(), self.prepared_tokenizer()
+        meta = cache.meta
         return {
             "corpus": meta["corpus"],
             "corpus_fingerprint": meta["corpus_fingerprint"],
-            "tokenizer": self.tokenizer.spec,
-            "vocab_size": self.tokenizer.vocab_size,
-            "token_cache": self.cache.key,
+            "tokenizer": tokenizer.spec,
+            "vocab_size": tokenizer.vocab_size,
+            "token_cache": cache.key,
             **{f"tokens_{split}": n for split, n in meta["tokens"].items()},
         }

@@ -105,8 +105,10 @@ def _trained_bpe(
             tmp.replace(path)
     tok = Tokenizer.from_file(str(path))
     fingerprint = "bpe-" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    eos = tok.token_to_id(EOS_TOKEN)
+    assert eos is not None  # a special token of the trainer, so always in the vocabulary
     # The trained vocabulary may be smaller than asked on a tiny corpus; ids stay < vocab_size.
-    return HFTokenizer(f"bpe:{vocab_size}", tok, tok.token_to_id(EOS_TOKEN), vocab_size, fingerprint)
+    return HFTokenizer(f"bpe:{vocab_size}", tok, eos, vocab_size, fingerprint)
 
 
 def _pretrained(spec: str) -> HFTokenizer:

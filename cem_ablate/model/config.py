@@ -154,6 +154,8 @@ class ModelConfig(ModelOptions):
             explicit if explicit is not None else default
             for explicit, default in zip((self.d_model, self.n_layers, self.n_heads, self.d_mlp), preset)
         )
+        if d_model is None or n_layers is None or n_heads is None or d_mlp is None:
+            raise ValueError("model: a size preset, or d_model, n_layers, n_heads and d_mlp, are required")
         return ModelDims(
             d_model=d_model,
             n_layers=n_layers,

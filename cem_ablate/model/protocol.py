@@ -194,7 +194,7 @@ def backward_flops_per_token(module: Sublayer, seq_len: int) -> float:
     return 2.0 * module.flops_per_token(seq_len)
 
 
-def tracks_energy(module: nn.Module) -> bool:
+def tracks_energy(module: object) -> bool:
     return isinstance(module, EnergyTracking)
 
 
@@ -235,7 +235,7 @@ def _checked_state(state: Any, module: nn.Module, hook: str) -> Any:
     return state
 
 
-def decode(module: nn.Module, h: Tensor, past: Any, position: int) -> tuple[Tensor, Any]:
+def decode(module: Any, h: Tensor, past: Any, position: int) -> tuple[Tensor, Any]:
     """`module.decode`, checked: anything it raises, or an output of the wrong shape,
     becomes one DecodingHookError naming it."""
     try:
@@ -252,7 +252,7 @@ def decode(module: nn.Module, h: Tensor, past: Any, position: int) -> tuple[Tens
     return y, _checked_state(state, module, "decode")
 
 
-def decode_context(module: nn.Module, c: Tensor, past: Any, position: int) -> tuple[Any, Any]:
+def decode_context(module: Any, c: Tensor, past: Any, position: int) -> tuple[Any, Any]:
     """`module.decode_context`, checked like `decode`."""
     try:
         ctx, state = module.decode_context(c, past, position)

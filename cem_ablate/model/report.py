@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from torch import nn
-
 from cem_ablate.model.blocks import RMSNorm
 from cem_ablate.model.protocol import backward_flops_per_token
+from cem_ablate.model.transformer import CEMTransformer
 
 
 @dataclass
@@ -59,7 +58,7 @@ def _component_of(name: str, module_path: list[str]) -> str:
     return "other"
 
 
-def model_report(model: nn.Module, seq_len: int) -> ModelReport:
+def model_report(model: CEMTransformer, seq_len: int) -> ModelReport:
     norm_params = {id(p) for m in model.modules() if isinstance(m, RMSNorm) for p in m.parameters()}
     by_component = {"embedding": 0, "attention": 0, "mlp": 0, "norms": 0, "head": 0}
     seen = set()

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -28,7 +29,7 @@ from torch import nn
 from cem_ablate.config.dims import ModelDims
 from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.model.parametrization import mup_parameter_groups
-from cem_ablate.model.protocol import decode, decode_context, tracks_energy
+from cem_ablate.model.protocol import Sublayer, decode, decode_context, tracks_energy
 
 StreamStep = tuple[int, Callable[[torch.Tensor], torch.Tensor]]
 
@@ -45,8 +46,8 @@ class Block(nn.Module):
 
     def __init__(
         self,
-        attention: nn.Module,
-        mlp: nn.Module,
+        attention: Sublayer,
+        mlp: Sublayer,
         attention_repeats: int = 1,
         mlp_repeats: int = 1,
         *,
@@ -56,8 +57,10 @@ class Block(nn.Module):
         dims: ModelDims | None = None,
     ):
         super().__init__()
-        self.attention = attention
-        self.mlp = mlp
+        # A plugin's modules: the hooks a block calls on them (norm, step_context, direction,
+        # decode...) are checked where the model is assembled (model/assembly.py, protocol.py).
+        self.attention: Any = attention
+        self.mlp: Any = mlp
         self.attention_repeats = attention_repeats
         self.mlp_repeats = mlp_repeats
         self.stream = stream
@@ -67,6 +70,8 @@ class Block(nn.Module):
             logit = math.log(stream_momentum / (1.0 - stream_momentum))
             self.stream_logit = nn.Parameter(torch.full((n,), logit))
             if velocity_norm == "rms":
+                if dims is None:
+                    raise ValueError("velocity_norm: rms needs the model's dims (its width and norm epsilon)")
                 self.velocity_norm = nn.ModuleList(RMSNorm(dims.d_model, dims.norm_eps) for _ in range(n))
 
     @property
@@ -76,7 +81,8 @@ class Block(nn.Module):
 
     def stream_steps(self) -> list[StreamStep]:
         """The sublayer applications in order, each with its stream index l."""
-        return [(0, self.attention)] * self.attention_repeats + [(1, self.mlp)] * self.mlp_repeats
+        steps: list[StreamStep] = [(0, self.attention)] * self.attention_repeats + [(1, self.mlp)] * self.mlp_repeats
+        return steps
 
     def forward(self, x: torch.Tensor, v: torch.Tensor | None = None):
         """x -> x on the residual stream; (x, v) -> (x, v) on a velocity stream
@@ -93,7 +99,8 @@ class Block(nn.Module):
         """`stream_steps` with each application decoding through its own cache entry:
         'attention.r' / 'mlp.r' for the r-th application (depth_mode: reuse applies a
         sublayer `repeats` times, each on its own input, so each keeps its own state)."""
-        out, seen = [], {}
+        out: list[StreamStep] = []
+        seen: dict[int, int] = {}
         for index, f in self.stream_steps():
             name = f"{('attention', 'mlp')[index]}.{seen.setdefault(index, 0)}"
             seen[index] += 1
@@ -126,11 +133,12 @@ class Block(nn.Module):
         if self.stream == "residual":
             return 0.0
         d = self.d_model
+        assert d is not None  # a velocity stream is built with the model's dims
         per_update = 4 * d + (d if self.stream == "nesterov" else 0) + (4 * d if hasattr(self, "velocity_norm") else 0)
         return float(per_update * len(self.stream_steps()))
 
 
-def _decode_application(sublayer: nn.Module, states: dict, name: str, position: int, h: torch.Tensor) -> torch.Tensor:
+def _decode_application(sublayer: Any, states: dict, name: str, position: int, h: torch.Tensor) -> torch.Tensor:
     h, states[name] = decode(sublayer, h, states.get(name), position)
     return h
 
@@ -150,11 +158,12 @@ class ParallelBlock(Block):
     the last step (`blocks.i/step t`), as a CEM sublayer records its own.
     """
 
-    def __init__(self, attention: nn.Module, mlp: nn.Module, steps: int = 1, **stream_options):
+    def __init__(self, attention: Sublayer, mlp: Sublayer, steps: int = 1, **stream_options: Any):
         # The MLP's norm is not used by the joint step: drop it before the parameters are
         # counted or registered with an optimizer (docs/design/energy-lens.md#s11-3-energy-transformer-block: one RMSNorm per block).
-        if "norm" in mlp._modules:
-            del mlp.norm
+        module = cast(nn.Module, mlp)  # every built sublayer is an nn.Module (protocol.Sublayer)
+        if "norm" in module._modules:
+            del module.norm
         super().__init__(attention, mlp, **stream_options)
         self.steps = steps
         self.energy_trace: list[float] = []
@@ -163,7 +172,8 @@ class ParallelBlock(Block):
 
     @property
     def norm(self) -> nn.Module:
-        return self.attention.norm
+        norm: nn.Module = self.attention.norm
+        return norm
 
     @property
     def n_stream_sublayers(self) -> int:
@@ -217,13 +227,14 @@ class ParallelBlock(Block):
 
 
 class CEMTransformer(nn.Module):
-    def __init__(self, dims: ModelDims, blocks: list[Block], config=None):
+    def __init__(self, dims: ModelDims, blocks: list[Block], config: Any = None):
         super().__init__()
         self.dims = dims
         self.config = config  # the validated ModelConfig it was built from
         self.embed_tokens = nn.Embedding(dims.vocab_size, dims.d_model)
         nn.init.normal_(self.embed_tokens.weight, mean=0.0, std=dims.init_std)
-        self.blocks = nn.ModuleList(blocks)
+        # An nn.ModuleList of Blocks (torch types a ModuleList's items as Module only).
+        self.blocks = cast(Sequence[Block], nn.ModuleList(blocks))
         self.norm = RMSNorm(dims.d_model, dims.norm_eps)
         self.lm_head = linear(dims.d_model, dims.vocab_size, dims.init_std * dims.readout_init_scale)
 
@@ -265,7 +276,7 @@ class CEMTransformer(nn.Module):
         ]
 
     # -- energy tracking (docs/design/layers.md#s2-cem-attention to docs/design/layers.md#s3-cem-mlp: do the recursion steps descend?) ----------------
-    def cem_sublayers(self) -> dict[str, nn.Module]:
+    def cem_sublayers(self) -> dict[str, Any]:
         """The sublayers that record their energy per step (protocol.EnergyTracking)."""
         return {name: m for name, m in self.named_modules() if tracks_energy(m)}
 
@@ -276,7 +287,7 @@ class CEMTransformer(nn.Module):
 
     def energy_trace(self) -> dict[str, float]:
         """{'blocks.0.attention/step0': E, ...} from the last forward pass."""
-        out = {}
+        out: dict[str, float] = {}
         for name, module in self.cem_sublayers().items():
             for step, value in enumerate(module.energy_trace):
                 out[f"{name}/step{step}"] = value

@@ -18,12 +18,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cem_ablate.config.identity import digest
 from cem_ablate.config.trial_status import FINAL_STATES
-from cem_ablate.study.session import StudySession, StudySettings
-from cem_ablate.study.trials import trial_slots
+from cem_ablate.study.session import StudySession
+from cem_ablate.study.session_protocols import QueueSession, TrialSession
+from cem_ablate.study.settings import StudySettings
+from cem_ablate.study.trials import VariantTrials, trial_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name
+
+if TYPE_CHECKING:
+    from cem_ablate.study.summary import StudyPublisher
 
 
 @dataclass(frozen=True)
@@ -42,7 +49,9 @@ class Campaign:
         return digest([e.study_hash for e in self.studies])
 
 
-def open_session(expanded, settings: StudySettings, worker_index: int = 0):
+def open_session(
+    expanded: ExpandedStudy | Campaign, settings: StudySettings, worker_index: int = 0
+) -> QueueSession[StudyPublisher] | QueueSession[CampaignPublisher]:
     """A session over a study or a campaign (a worker payload holds either)."""
     if isinstance(expanded, Campaign):
         return CampaignSession(expanded, settings, worker_index)
@@ -52,7 +61,7 @@ def open_session(expanded, settings: StudySettings, worker_index: int = 0):
 class CampaignPublisher:
     """Each study's own publisher (its parents, verdicts, Holm family), called together."""
 
-    def __init__(self, sessions: list[StudySession]):
+    def __init__(self, sessions: list[StudySession]) -> None:
         self.publishers = [s.publisher() for s in sessions]
 
     def publish(self) -> None:
@@ -61,7 +70,7 @@ class CampaignPublisher:
 
 
 class CampaignSession:
-    def __init__(self, campaign: Campaign, settings: StudySettings, worker_index: int = 0):
+    def __init__(self, campaign: Campaign, settings: StudySettings, worker_index: int = 0) -> None:
         self.expanded = campaign  # what a worker payload holds
         self.settings = settings
         self.sessions: list[StudySession] = []
@@ -70,7 +79,7 @@ class CampaignSession:
             self._tiers.append([StudySession(e, settings, worker_index) for e in tier])
             self.sessions += self._tiers[-1]
         self.variants: list[Variant] = []  # every study's, named and keyed by study (progress lines)
-        self.trials = {}
+        self.trials: dict[str, VariantTrials] = {}
         for s in self.sessions:
             for v in s.variants:
                 key = optuna_study_name(s.spec.name, v)
@@ -86,13 +95,13 @@ class CampaignSession:
         return f"campaign of {len(self.sessions)} studies ({', '.join(s.spec.name for s in self.sessions)})"
 
     @property
-    def study_dir(self):
+    def study_dir(self) -> Path:
         return self.settings.workdir / self.expanded.name
 
     def queue(self) -> list[list[tuple[StudySession, Variant]]]:
         return [[(s, v) for s in tier for v in s.variants] for tier in self._tiers]
 
-    def waits(self, session: StudySession, variant: Variant) -> Callable[[str], bool] | None:
+    def waits(self, session: TrialSession, variant: Variant) -> Callable[[str], bool] | None:
         """Slot key -> whether to leave it queued: another study owns its trial and has it
         queued or running (a slot of the owner's not yet active, a sequential seed, never holds
         anyone back: the first to need the trial trains it)."""
@@ -108,7 +117,7 @@ class CampaignSession:
 
         return waits
 
-    def prepare(self, echo=print) -> None:
+    def prepare(self, echo: Callable[[str], object] = print) -> None:
         for s in self.sessions:
             s.prepare(echo)
 
@@ -125,16 +134,19 @@ class CampaignSession:
             s.close()
 
 
-def _owners(queue: list[list[tuple[StudySession, Variant]]]) -> dict[tuple[str, str, str], tuple]:
+def _owners(
+    queue: list[list[tuple[StudySession, Variant]]],
+) -> dict[tuple[str, str, str], tuple[str, tuple[StudySession, Variant, str]]]:
     """(study, variant key, slot key) -> (trial key, (owning session, its variant, its slot key))
     for every slot whose trial an earlier slot in queue order asks for too (every seed a
     study may train, sequential ones included)."""
-    first: dict[str, tuple] = {}
-    out = {}
+    first: dict[str, tuple[StudySession, Variant, str]] = {}
+    out: dict[tuple[str, str, str], tuple[str, tuple[StudySession, Variant, str]]] = {}
     for tier in queue:
         for session, variant in tier:
             for slot in trial_slots(variant.lr_search(session.spec.lr_search), list(session.spec.seeds)):
-                key = variant.trial_key(slot.lr, slot.seed)
+                # A sampled slot has no lr until its trial starts: its key stands for the seed alone.
+                key = variant.trial_key(slot.lr, slot.seed)  # type: ignore[arg-type]
                 here = (session, variant, slot.key)
                 owner = first.setdefault(key, here)
                 if owner is not here:

@@ -43,25 +43,31 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Container
+from collections.abc import Callable, Container
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from cem_ablate.config import ConfigError
 from cem_ablate.config.trial_outcome import MEANINGS, Cause
+from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.interrupt_latch import InterruptLatch
-from cem_ablate.study.progress import changes, snapshot
-from cem_ablate.study.session import StudySession, StudySettings
+from cem_ablate.study.progress import Snapshot, changes, snapshot
+from cem_ablate.study.session_protocols import Publisher, QueueSession
+from cem_ablate.study.settings import StudySettings
 from cem_ablate.study.stalls import fail_lapsed_claims, stalled
 from cem_ablate.study.storage import sqlite_path
 from cem_ablate.study.store_locks import LockWatchdog
-from cem_ablate.study.summary import StudyPublisher
 from cem_ablate.study.variants import ExpandedStudy
 from cem_ablate.study.worker import PREEMPTED, preempted_line, quiet_lightning, set_torch_threads, write_worker_payload
 from cem_ablate.tracking.store import shown_url, sqlite_store_path
 from cem_ablate.training.child_process import die_with_parent
 from cem_ablate.training.preemption import STOP, Preempted, exit_code
+
+if TYPE_CHECKING:
+    from cem_ablate.study.campaign_session import Campaign
+
+Echo = Callable[[str], object]  # where a study's lines go (print, or a test's list)
 
 POLL_S = 2.0
 # After Ctrl-C or a stop signal: how long workers get to checkpoint and free their trials
@@ -87,13 +93,15 @@ class StudyOutcome:
     complete: bool  # every slot reached a final state (finished, diverged or failed)
 
 
-def run_study(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> int:
+def run_study(expanded: ExpandedStudy | Campaign, settings: StudySettings, workers: int, echo: Echo = print) -> int:
     """Run every unfinished trial; 0 when every trial finished or diverged (a result),
     1 when some are unfinished or failed (an error worth a look; a rerun retries them)."""
     return run_study_outcome(expanded, settings, workers, echo).code
 
 
-def run_study_outcome(expanded: ExpandedStudy, settings: StudySettings, workers: int, echo=print) -> StudyOutcome:
+def run_study_outcome(
+    expanded: ExpandedStudy | Campaign, settings: StudySettings, workers: int, echo: Echo = print
+) -> StudyOutcome:
     """run_study, also saying whether the study's last snapshot was complete (a transfer's
     proxies must be: an lr* from an unfinished grid is a wrong number)."""
     from cem_ablate.study.campaign_session import open_session
@@ -105,7 +113,7 @@ def run_study_outcome(expanded: ExpandedStudy, settings: StudySettings, workers:
         session.close()
 
 
-def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
+def _run_session(session: QueueSession[Any], workers: int, echo: Echo) -> StudyOutcome:
     settings = session.settings
     session.prepare()
     # Once per study run: which comparisons are paired by seed (builds each pair's models once).
@@ -145,7 +153,7 @@ def _run_session(session: StudySession, workers: int, echo) -> StudyOutcome:
     return StudyOutcome(0, True)
 
 
-def _run_until_done(session: StudySession, publisher: StudyPublisher, workers: int, echo) -> None:
+def _run_until_done(session: QueueSession[Any], publisher: Publisher, workers: int, echo: Echo) -> None:
     """Run the queued trials (here or in workers), then any seeds sequential seeds add;
     SIGTERM or SIGUSR1 meanwhile raises `Preempted` once the workers stopped."""
     with STOP.listen():
@@ -164,7 +172,7 @@ def _run_until_done(session: StudySession, publisher: StudyPublisher, workers: i
             raise Preempted(STOP.received, None)
 
 
-def _stopped(session: StudySession, stop: Preempted, echo) -> StudyOutcome:
+def _stopped(session: QueueSession[Any], stop: Preempted, echo: Echo) -> StudyOutcome:
     """A study stopped by a signal: what is unfinished, the SLURM requeue on SIGUSR1."""
     after = snapshot(session)
     echo(after.line())
@@ -179,7 +187,7 @@ def _stopped(session: StudySession, stop: Preempted, echo) -> StudyOutcome:
     return StudyOutcome(exit_code(stop), after.complete)
 
 
-def _run_here(session: StudySession, publisher: StudyPublisher, echo) -> None:
+def _run_here(session: QueueSession[Any], publisher: Publisher, echo: Echo) -> None:
     import torch
 
     from cem_ablate.study.worker import work
@@ -189,14 +197,14 @@ def _run_here(session: StudySession, publisher: StudyPublisher, echo) -> None:
     quiet_lightning()
     state = {"snap": snapshot(session)}
 
-    def report(*_):
+    def report(*_: object) -> None:
         snap = snapshot(session)
         for line in changes(state["snap"], snap):
             echo(line)
         echo(snap.line())
         state["snap"] = snap
 
-    def ended(outcome):
+    def ended(outcome: TrialRecord) -> None:
         report()
         publisher.publish()  # the variant's results changed
 
@@ -265,7 +273,7 @@ class _WorkerPool:
         self.payload.unlink(missing_ok=True)
 
 
-def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int, echo) -> None:
+def _run_workers(session: QueueSession[Any], publisher: Publisher, workers: int, echo: Echo) -> None:
     settings = session.settings
     pool = _start_workers(session, workers, echo)
 
@@ -294,7 +302,7 @@ def _run_workers(session: StudySession, publisher: StudyPublisher, workers: int,
     _check_exits(session, pool, reported | set(watchdog.killed), echo)
 
 
-def _start_workers(session: StudySession, workers: int, echo) -> _WorkerPool:
+def _start_workers(session: QueueSession[Any], workers: int, echo: Echo) -> _WorkerPool:
     """Write the worker payload and start `workers` worker processes over it."""
     study_dir = session.study_dir
     log_dir = study_dir / "logs"
@@ -314,14 +322,14 @@ def _start_workers(session: StudySession, workers: int, echo) -> _WorkerPool:
 
 
 def _follow(
-    session: StudySession,
-    publisher: StudyPublisher,
+    session: QueueSession[Any],
+    publisher: Publisher,
     pool: _WorkerPool,
     killed: Container[int],
-    latch,
-    snap,
+    latch: InterruptLatch,
+    snap: Snapshot,
     reported: set[int],
-    echo,
+    echo: Echo,
 ) -> None:
     """Print the study's progress until the workers end, or only stalled ones are left
     once every trial is done (`_watch_stalls`)."""
@@ -345,7 +353,7 @@ def _follow(
             break
 
 
-def _check_exits(session: StudySession, pool: _WorkerPool, said_so: set[int], echo) -> None:
+def _check_exits(session: QueueSession[Any], pool: _WorkerPool, said_so: set[int], echo: Echo) -> None:
     """Say how each worker that failed ended (`said_so`: the pids of those already said
     stalled or killed); raise the workers' error when the study cannot go on."""
     errors = []  # the one `error:` line of each worker that ended on one (a full disk, a damaged store)
@@ -365,7 +373,14 @@ def _check_exits(session: StudySession, pool: _WorkerPool, said_so: set[int], ec
         raise ConfigError("", errors[0].removeprefix("error: "))
 
 
-def _watch_stalls(session, workers: list[WorkerProcess], reported: set[int], complete: bool, start, echo) -> bool:
+def _watch_stalls(
+    session: QueueSession[Any],
+    workers: list[WorkerProcess],
+    reported: set[int],
+    complete: bool,
+    start: Callable[[], int],
+    echo: Echo,
+) -> bool:
     """Say once which workers stalled; replace them when no live worker is left for the
     remaining trials; True (stop waiting) when every trial is done and only stalled
     workers are left, which are killed."""
@@ -429,7 +444,7 @@ def _outage_windows(settings: StudySettings) -> str:
     return ", ".join(windows)
 
 
-def _ended(before, after) -> bool:
+def _ended(before: Snapshot, after: Snapshot) -> bool:
     """Whether a trial reached a final state between two snapshots."""
     return any(
         point.status in FINAL_STATES and (key not in before.trials or before.trials[key][1].status != point.status)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
+from cem_ablate.study.session_protocols import QueueSession
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Snapshot:
         return text
 
 
-def snapshot(session) -> Snapshot:
+def snapshot(session: QueueSession[Any]) -> Snapshot:
     counts: Counter = Counter()
     best = None
     trials = {}

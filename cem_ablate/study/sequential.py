@@ -26,9 +26,15 @@ left alone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cem_ablate.analysis.statistics import observations, variant_stats
+from cem_ablate.study.session_protocols import StudyOfVariants
 from cem_ablate.study.spec import SequentialSeeds
 from cem_ablate.study.verdicts import AT_BASELINE, AT_OWN, Test, design_of, headline, study_family
+
+if TYPE_CHECKING:
+    from cem_ablate.study.summary import StudyPublisher
 
 _AT = {"baseline": (AT_BASELINE,), "own": (AT_OWN,), "both": (AT_BASELINE, AT_OWN)}
 
@@ -43,7 +49,7 @@ def unresolved(tests: list[Test], variant: str, baseline: str, at: str) -> bool:
     return False
 
 
-def add_seeds(session, publisher=None) -> list[str]:
+def add_seeds(session: StudyOfVariants, publisher: StudyPublisher | None = None) -> list[str]:
     """Activate the next seed where a Δ is unresolved; one line per variant that got one.
 
     `publisher` (`study.summary.StudyPublisher`) gives the pairings checked this run;

@@ -16,29 +16,25 @@ one line and tags their MLflow children stale; their slots are queued again.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from cem_ablate.config.identity import digest
+from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.study.ledger import record_study, study_facts, trial_facts
+from cem_ablate.study.settings import StudySettings
 from cem_ablate.study.staleness import stale_cause
-from cem_ablate.study.storage import StorageSettings, claim_lock, close_storage, open_storage
+from cem_ablate.study.storage import claim_lock, close_storage, open_storage
 from cem_ablate.study.trials import VariantTrials
 from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name, slug
 
+if TYPE_CHECKING:
+    from cem_ablate.study.summary import StudyPublisher
+
 PARENT_WAIT_S = 30.0  # how long to wait for a concurrent coordinator to create a parent
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    storage: StorageSettings
-    tracking_uri: str
-    workdir: Path  # run folders (checkpoints) and worker logs, under <workdir>/<study name>/
-    threads: int | None = None  # torch threads per worker process (None: the config's)
-    progress: bool = True  # the engine's per-step progress bar
-    reuse: bool = True  # record finished trials of other studies with the same trial key (study.reuse)
 
 
 class StudySession:
@@ -51,7 +47,9 @@ class StudySession:
         self.storage = open_storage(settings.storage)
         self.tracker = StudyTracker(settings.tracking_uri, self.spec.name)
         self.trials: dict[str, VariantTrials] = {}
-        self._finished: dict | None = None  # trial key -> its finished TrialRecord, read once (study.reuse)
+        self._finished: dict[str, TrialRecord] | None = (
+            None  # trial key -> its finished TrialRecord, read once (study.reuse)
+        )
         # trial keys another study of a campaign may finish while this one runs: read again on a miss
         self.shared_keys: frozenset[str] = frozenset()
         self._created: dict[str, bool] = {}
@@ -93,18 +91,18 @@ class StudySession:
         """What a worker claims from, in tiers (`study.worker.work`): one study is one tier."""
         return [[(self, v) for v in self.variants]]
 
-    def waits(self, session: StudySession, variant: Variant):
+    def waits(self, session: object, variant: Variant) -> Callable[[str], bool] | None:
         """Which of a variant's slots to leave queued for now: none in a study alone."""
         return None
 
-    def publisher(self):
+    def publisher(self) -> StudyPublisher:
         """The parents' publisher of this study run, its pairs checked once (`study.pairing`)."""
         from cem_ablate.study.pairing import pair_study
         from cem_ablate.study.summary import StudyPublisher
 
         return StudyPublisher(self, pair_study(self.variants))
 
-    def add_seeds(self, publisher) -> list[str]:
+    def add_seeds(self, publisher: StudyPublisher) -> list[str]:
         """Sequential seeds: one more where a Δ is unresolved (`study.sequential`)."""
         from cem_ablate.study.sequential import add_seeds
 
@@ -119,7 +117,7 @@ class StudySession:
         that shares --workdir (so a retried trial resumes the killed attempt)."""
         return self.study_dir / variant.key / f"{slug(slot_key, limit=80)}-{trial_key}"
 
-    def prepare(self, echo=print) -> None:
+    def prepare(self, echo: Callable[[str], object] = print) -> None:
         """Queue what is unfinished and make sure every variant has its parent run."""
         self.tracker.experiment_id(self.spec.description, self.expanded.study_hash)
         with claim_lock(self.settings.storage.url):
@@ -173,7 +171,7 @@ class StudySession:
             f"{', '.join(sorted(cause.new))}{where}; retraining them"
         )
 
-    def finished_elsewhere(self, trial_key: str, optuna_study: str):
+    def finished_elsewhere(self, trial_key: str, optuna_study: str) -> TrialRecord | None:
         """A finished or diverged trial of `trial_key` in another Optuna study, or None."""
         if not self.settings.reuse:
             return None

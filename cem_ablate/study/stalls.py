@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from cem_ablate.study.ledger import trial_facts
+from cem_ablate.study.session_protocols import QueueSession
 from cem_ablate.study.storage import claim_lock
 
 
@@ -26,7 +28,7 @@ class Stall:
     trial: str  # "<optuna study>#<trial number>" of the claim it lost
 
 
-def fail_lapsed_claims(session) -> None:
+def fail_lapsed_claims(session: QueueSession[Any]) -> None:
     """Fail as stale every RUNNING trial whose heartbeat is older than the grace period
     (what each worker does before claiming), so the slot is queued again now."""
     with claim_lock(session.settings.storage.url):
@@ -34,7 +36,7 @@ def fail_lapsed_claims(session) -> None:
             trials.fail_dead_trials()
 
 
-def stalled(session, pids: set[int]) -> dict[int, Stall]:
+def stalled(session: QueueSession[Any], pids: set[int]) -> dict[int, Stall]:
     """pid -> its lost claim, for the processes among `pids` (workers of this machine)
     whose newest claimed trial was failed as stale."""
     from optuna.trial import TrialState

@@ -39,12 +39,16 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cem_ablate.config import ConfigError
 from cem_ablate.study.optuna_storage import check_private_api, wrapped_rdb_storage
 from cem_ablate.tracking.credentials import with_password
 from cem_ablate.tracking.local_store import check_readable, create_store_file, creation_lock, make_private
 from cem_ablate.tracking.store import shown_url
+
+if TYPE_CHECKING:
+    from optuna.storages import RDBStorage
 
 SQLITE_TIMEOUT_S = 120
 CONNECT_TIMEOUT_S = 5  # per attempt, for server databases
@@ -143,12 +147,12 @@ def check_server(url: str, attempts: int = CONNECT_ATTEMPTS, wait_s: float = 2.0
         engine.dispose()
 
 
-def _first_line(err: BaseException) -> str:
+def _first_line(err: BaseException | None) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return lines[0] if lines else type(err).__name__
 
 
-def open_storage(settings: StorageSettings):
+def open_storage(settings: StorageSettings) -> RDBStorage:
     """An RDBStorage with heartbeat; creates the SQLite file (call after validation)."""
     import optuna
 
@@ -170,7 +174,7 @@ def open_storage(settings: StorageSettings):
     return storage
 
 
-def close_storage(storage) -> None:
+def close_storage(storage: RDBStorage) -> None:
     """Close the storage's pooled connections: a SQLite file's WAL sidecars (-wal, -shm)
     go with the last one, rather than staying beside the file until the process exits."""
     storage.engine.dispose()

@@ -27,7 +27,9 @@ from cem_ablate.analysis.statistics import OBJECTIVE_NAMES, VariantStatistics, V
 from cem_ablate.config.trial_record import TrialRecord
 from cem_ablate.config.trial_status import FINAL_STATES, TrialStatus
 from cem_ablate.study.display_columns import display_columns
+from cem_ablate.study.pairing import Pairing
 from cem_ablate.study.publication import PairingRecord, VariantPublication
+from cem_ablate.study.session_protocols import StudyOfVariants
 from cem_ablate.study.variants import Variant
 from cem_ablate.study.verdicts import (
     AT_BASELINE,
@@ -130,7 +132,7 @@ class StudyPublisher:
     variant whose trials did not change is not refitted (nor its bootstrap redrawn).
     """
 
-    def __init__(self, session, pairings: Mapping):
+    def __init__(self, session: StudyOfVariants, pairings: Mapping[tuple[str, str], Pairing]) -> None:
         self.session = session
         self.pairings = dict(pairings)
         spec = session.spec

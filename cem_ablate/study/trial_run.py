@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from optuna.exceptions import UpdateFinishedTrialError
 
@@ -52,7 +52,10 @@ from cem_ablate.training.lease import Lease, LeaseLost
 from cem_ablate.training.result import TrainResult
 
 if TYPE_CHECKING:
+    import optuna
     from lightning.pytorch import Callback
+
+    from cem_ablate.study.session_protocols import TrialSession
 
 MAX_SEED = 2**31 - 1  # numpy's and Lightning's seed range
 
@@ -62,7 +65,7 @@ class Attempt:
     """One claimed trial, set up: what it trains, where it writes, and its claim."""
 
     variant: Variant
-    trial: object  # optuna.Trial, RUNNING while the claim is live
+    trial: optuna.Trial  # RUNNING while the claim is live
     trials: VariantTrials
     slot: str
     lr: float
@@ -121,7 +124,9 @@ def outcome_of_result(result: TrainResult, pruned: bool) -> TrialOutcome:
     return TrialOutcome(result.cause or Cause.ERROR, result.error or "training failed")
 
 
-def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callback] = ()) -> TrialRecord:
+def run_trial(
+    session: TrialSession, variant: Variant, trial: optuna.Trial, extra_callbacks: Sequence[Callback] = ()
+) -> TrialRecord:
     """Train (or reuse) one claimed trial; its record as this worker saw it end (KILLED
     where the trial was failed as stale meanwhile and nothing was recorded).
 
@@ -150,7 +155,7 @@ def run_trial(session, variant: Variant, trial, extra_callbacks: Sequence[Callba
         return _settle(session, variant, trial, attempt, failure, began, training_since)
 
 
-def _trial_failure(err: BaseException, session, attempt: Attempt | None) -> Failure:
+def _trial_failure(err: BaseException, session: TrialSession, attempt: Attempt | None) -> Failure:
     """`failure_of`, with Optuna's refusal of a finished trial's write read as a lost claim
     (the trial was failed as stale and retried elsewhere)."""
     if isinstance(err, UpdateFinishedTrialError):
@@ -160,7 +165,13 @@ def _trial_failure(err: BaseException, session, attempt: Attempt | None) -> Fail
 
 
 def _settle(
-    session, variant: Variant, trial, attempt: Attempt | None, failure: Failure, began: float, training_since
+    session: TrialSession,
+    variant: Variant,
+    trial: optuna.Trial,
+    attempt: Attempt | None,
+    failure: Failure,
+    began: float,
+    training_since: float | None,
 ) -> TrialRecord:
     """Do what the failure's cause means (config.trial_outcome.MEANINGS): record it as the
     trial's result, queue the trial again, or raise on to the worker's edge."""
@@ -206,7 +217,7 @@ def _settle(
     return finish(session, attempt, None, outcome, time.time() - training_since)
 
 
-def begin(session, variant: Variant, trial) -> Attempt:
+def begin(session: TrialSession, variant: Variant, trial: optuna.Trial) -> Attempt:
     """The claimed trial's config, child run and facts (each write checks the claim)."""
     spec, trials = session.spec, session.trials[variant.key]
     low, high = spec.lr_search.lr_range
@@ -250,11 +261,11 @@ def begin(session, variant: Variant, trial) -> Attempt:
     return Attempt(variant, trial, trials, slot, lr, seed, cfg, trial_key, run_dir, child)
 
 
-def _claim_name(trials: VariantTrials, trial) -> str:
+def _claim_name(trials: VariantTrials, trial: optuna.Trial) -> str:
     return f"{trials.study.study_name}#{trial.number}"
 
 
-def _check_claim(trials: VariantTrials, trial) -> None:
+def _check_claim(trials: VariantTrials, trial: optuna.Trial) -> None:
     """Raise `LeaseLost` unless the claim is still live (before a write outside the engine)."""
     if not trials.is_live(trial):
         raise LeaseLost(
@@ -262,7 +273,7 @@ def _check_claim(trials: VariantTrials, trial) -> None:
         )
 
 
-def train(session, attempt: Attempt, callbacks: Sequence[Callback]) -> TrainResult:
+def train(session: TrialSession, attempt: Attempt, callbacks: Sequence[Callback]) -> TrainResult:
     """The engine's result; `callbacks` join the engine's own (the pruner, the caller's).
     What it raises goes to `run_trial`'s one failure path."""
     from cem_ablate.training.engine import train_run
@@ -282,7 +293,9 @@ def train(session, attempt: Attempt, callbacks: Sequence[Callback]) -> TrainResu
         )
 
 
-def finish(session, attempt: Attempt, result: TrainResult | None, outcome: TrialOutcome, seconds: float) -> TrialRecord:
+def finish(
+    session: TrialSession, attempt: Attempt, result: TrainResult | None, outcome: TrialOutcome, seconds: float
+) -> TrialRecord:
     """Tell Optuna (refused once the claim is dead), then the child's outcome, once: the
     same status, reason and cause in both (`result` None: the run raised, no numbers)."""
     status, value, reason = outcome.status, outcome.value, outcome.reason
@@ -291,8 +304,8 @@ def finish(session, attempt: Attempt, result: TrainResult | None, outcome: Trial
 
         attempt.check()
         evaluate_trial(session.spec.eval, attempt.run_dir, session.settings.tracking_uri, attempt.child)
-    facts = {"reason": reason, "cause": outcome.cause.value, "seconds": round(seconds, 1)}
-    metrics = {"lr": attempt.lr}
+    facts: dict[str, Any] = {"reason": reason, "cause": outcome.cause.value, "seconds": round(seconds, 1)}
+    metrics: dict[str, float | None] = {"lr": attempt.lr}
     if result is not None:
         facts |= {"steps": result.steps, "tokens_seen": result.tokens_seen, "diverged_step": result.diverged_step}
         metrics |= result.outcome_metrics()
@@ -308,7 +321,7 @@ def finish(session, attempt: Attempt, result: TrainResult | None, outcome: Trial
     return attempt.record(status, value, reason, seconds, cause=outcome.cause)
 
 
-def release(session, attempt: Attempt, outcome: TrialOutcome, mark_child: bool = True) -> None:
+def release(session: TrialSession, attempt: Attempt, outcome: TrialOutcome, mark_child: bool = True) -> None:
     """Queue the stopped attempt's trial again now (WAITING; its checkpoint is saved), its
     reason and cause recorded, and end its child run KILLED; nothing else is recorded."""
     import contextlib
@@ -318,7 +331,7 @@ def release(session, attempt: Attempt, outcome: TrialOutcome, mark_child: bool =
             session.tracker.mark_killed(attempt.child)
 
 
-def _free_slot(session, attempt: Attempt, outcome: TrialOutcome) -> None:
+def _free_slot(session: TrialSession, attempt: Attempt, outcome: TrialOutcome) -> None:
     """Queue the trial again now (KILLED, like an interrupt), if the full disk lets the
     stores take the write; otherwise it goes stale after the grace period. What the full
     disk refuses here is not said again: the process's one error line says the disk is full."""
@@ -332,7 +345,7 @@ def _free_slot(session, attempt: Attempt, outcome: TrialOutcome) -> None:
         session.tracker.mark_killed(attempt.child)
 
 
-def _reuse(session, attempt: Attempt, original: TrialRecord) -> TrialRecord:
+def _reuse(session: TrialSession, attempt: Attempt, original: TrialRecord) -> TrialRecord:
     """Record another study's result of the same trial key instead of training (study.reuse)."""
     reason = f"reused from {original.reference}"
     facts = {k: v for k, v in original.attrs.items() if k in ("steps", "tokens_seen", "seconds", "diverged_step")}

@@ -81,9 +81,10 @@ class Slot:
     lr: float | None  # None: drawn by the sampler when the trial starts
 
 
-def trial_slots(lr_search: LrSearchConfig, seeds: list[int]) -> list[Slot]:
+def trial_slots(lr_search: LrSearchConfig, seeds: list[int] | SequentialSeeds) -> list[Slot]:
     if lr_search.method == "grid":
         return [Slot(f"lr={float(lr)!r},seed={seed}", seed, float(lr)) for lr in lr_search.grid for seed in seeds]
+    assert lr_search.n_trials is not None  # required by tpe and random (LrSearchConfig.validate)
     return [Slot(f"seed={seed},draw={i}", seed, None) for seed in seeds for i in range(lr_search.n_trials)]
 
 
@@ -226,10 +227,14 @@ class VariantTrials:
         """Sequential seeds: seeds 0..n-1 are active (stored in the Optuna study, so every
         worker and a rerun see the same number)."""
         seeds = study_facts(self.storage, self.study_id).seeds_active
-        return seeds if seeds is not None else self.sequential.min
+        if seeds is not None:
+            return seeds
+        assert self.sequential is not None  # fixed seeds never ask how many are active
+        return self.sequential.min
 
     def grow_active_seeds(self, n: int) -> bool:
         """Activate seeds 0..n-1 (never fewer than now, never more than max); True if it grew."""
+        assert self.sequential is not None and self.sequential.max is not None  # validated with until: resolved
         target = min(n, self.sequential.max)
         if target <= self.active_seeds():
             return False
@@ -243,7 +248,7 @@ class VariantTrials:
         storage_url: str,
         study_name: str,
         lr_search: LrSearchConfig,
-        seeds: list[int],
+        seeds: list[int] | SequentialSeeds,
         worker_index: int = 0,
         trial_key: Callable[[float, int], str] | None = None,
     ) -> tuple[VariantTrials, bool]:
@@ -342,7 +347,7 @@ class VariantTrials:
         return [
             (p.lr, p.value)
             for p in self.points()
-            if p.status == TrialStatus.FINISHED and p.value is not None and math.isfinite(p.value)
+            if p.status == TrialStatus.FINISHED and p.lr is not None and p.value is not None and math.isfinite(p.value)
         ]
 
     # -- queueing and claiming ---------------------------------------------------------
@@ -398,7 +403,8 @@ class VariantTrials:
                 # Heartbeat first: a claimed trial never exists without one, so a worker
                 # killed right after claiming still leaves a trial that goes stale.
                 trial_id = trial_id_of(t)
-                self.storage.record_heartbeat(trial_id)
+                # Optuna's cache in front of an RDBStorage is a BaseHeartbeat too (storage_of types it BaseStorage).
+                self.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
                 try:
                     if not self.storage.set_trial_state_values(trial_id, TrialState.RUNNING):
                         continue

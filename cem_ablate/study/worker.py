@@ -24,9 +24,10 @@ import pickle
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cem_ablate import registry
 from cem_ablate.config.trial_record import TrialRecord
@@ -35,6 +36,15 @@ from cem_ablate.study.optuna_storage import trial_id_of
 from cem_ablate.study.trial_run import run_trial
 from cem_ablate.study.trials import HeartbeatThread, worker_identity
 from cem_ablate.training.preemption import STOP, STOP_SIGNALS, exit_soon
+
+if TYPE_CHECKING:
+    import optuna
+
+    from cem_ablate.study.session_protocols import QueueSession, TrialSession
+    from cem_ablate.study.settings import StudySettings
+    from cem_ablate.study.variants import Variant
+
+Tiers = Sequence[Sequence[tuple["TrialSession", "Variant"]]]
 
 IDLE_POLL_S = 2.0
 PREEMPTED = "preempted: "  # the first words of a worker's line for a preempted trial
@@ -49,7 +59,7 @@ def preempted_line(outcome: TrialRecord) -> str:
 
 
 def work(
-    session,
+    session: QueueSession[Any],
     worker_index: int = 0,
     on_start: Callable[[str, object], None] | None = None,
     on_end: Callable[[TrialRecord], None] | None = None,
@@ -62,7 +72,12 @@ def work(
         return _work(session, worker_index, on_start, on_end)
 
 
-def _work(session, worker_index, on_start, on_end) -> list[TrialRecord]:
+def _work(
+    session: QueueSession[Any],
+    worker_index: int,
+    on_start: Callable[[str, object], None] | None,
+    on_end: Callable[[TrialRecord], None] | None,
+) -> list[TrialRecord]:
     identity = worker_identity()
     tiers = session.queue()
     turns = [worker_index] * len(tiers)
@@ -89,7 +104,9 @@ def _work(session, worker_index, on_start, on_end) -> list[TrialRecord]:
     return outcomes
 
 
-def _claim(session, tiers: list[list], turns: list[int], identity: dict):
+def _claim(
+    session: QueueSession[Any], tiers: Tiers, turns: list[int], identity: dict[str, Any]
+) -> tuple[TrialSession, Variant, optuna.Trial] | None:
     """(study session, variant, claimed trial) of the first tier with a claimable slot, or None.
     Within a tier the variants are visited round-robin from `turns[i]`, which moves past the
     one claimed (a different start per worker, so results arrive for every variant early)."""
@@ -124,7 +141,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*weights_only.*")
 
 
-def write_worker_payload(path: Path, expanded, settings) -> Path:
+def write_worker_payload(path: Path, expanded: object, settings: StudySettings) -> Path:
     """What a worker process needs, written once by the coordinator (atomically, 0600).
     The settings' URLs carry no password (tracking.credentials): the workers find it in
     the environment they inherit."""

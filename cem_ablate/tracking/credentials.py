@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import overload
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 PASSWORD_ENV_PREFIX = "CEM_ABLATE_PASSWORD_"
@@ -36,6 +37,10 @@ def _password_env(url_without_password: str) -> str:
     return PASSWORD_ENV_PREFIX + hashlib.sha256(url_without_password.encode()).hexdigest()[:16].upper()
 
 
+@overload
+def without_password(url: str) -> str: ...
+@overload
+def without_password(url: None) -> None: ...
 def without_password(url: str | None) -> str | None:
     """`url` without its password, the password moved into this process's environment
     (call once, where the URL enters: the command line)."""

@@ -22,10 +22,11 @@ NEARLY_FULL_BYTES = 1 << 20  # a write that failed without saying why, on a disk
 
 def _chain(err: BaseException) -> Iterable[BaseException]:
     seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        yield err
-        err = err.__cause__ or err.__context__
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def _free_bytes(path: Path) -> int | None:
@@ -76,7 +77,7 @@ def out_of_space_message(err: BaseException, places: Iterable[Path]) -> str:
     )
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

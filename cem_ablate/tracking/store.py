@@ -217,7 +217,7 @@ def lost_tracking_server(err: BaseException, uri: str) -> TrackingServerLost | N
         return err
     if not is_http(uri):
         return None
-    seen = err
+    seen: BaseException | None = err
     while seen is not None:
         text = str(seen)
         if "Max retries exceeded" in text or type(seen).__name__ in ("ConnectionError", "MaxRetryError"):

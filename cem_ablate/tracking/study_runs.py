@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_status import TrialStatus
@@ -101,6 +101,7 @@ class StudyTracker:
             except MlflowException:  # two machines set it at once: a server on PostgreSQL refuses the second
                 if self.client.get_experiment(self._experiment_id).tags.get(T.STUDY_HASH) != study_hash:
                     raise
+        assert self._experiment_id is not None  # created above, or the found experiment's
         return self._experiment_id
 
     def _search(self, filter_string: str) -> list:
@@ -113,7 +114,7 @@ class StudyTracker:
             )
         )
 
-    def run_is_active(self, run_id: str | None) -> bool:
+    def run_is_active(self, run_id: str | None) -> TypeGuard[str]:
         if not run_id:
             return False
         from mlflow.exceptions import MlflowException

@@ -66,11 +66,12 @@ def open_logger(
 
 
 @functools.cache
-def _guarded_logger_class():
+def _guarded_logger_class() -> type:
     from lightning.pytorch.loggers import MLFlowLogger
 
     class GuardedMLFlowLogger(MLFlowLogger):
         logged_through: Mapping[str, int] = {}
+        guard: Callable[[], None]  # set on each instance: raises once the trial's claim is lost
 
         def log_metrics(self, metrics, step=None):
             self.guard()

@@ -42,14 +42,14 @@ VIEW_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"
 
 
 def startup_script(views: dict[str, dict]) -> str:
-    views = {VIEW_KEY.format(ids=json.dumps([eid])).replace(" ", ""): json.dumps(view) for eid, view in views.items()}
+    stored = {VIEW_KEY.format(ids=json.dumps([eid])).replace(" ", ""): json.dumps(view) for eid, view in views.items()}
     return (
         "<script>(function(){try{var s=window.localStorage;"
         f"if(s.getItem({json.dumps(WORKFLOW_KEY)})===null)"
         f"s.setItem({json.dumps(WORKFLOW_KEY)},{json.dumps(json.dumps('machine_learning'))});"
         f"if(s.getItem({json.dumps(ASSISTANT_OPENED_KEY)})===null)"
         f"s.setItem({json.dumps(ASSISTANT_OPENED_KEY)},'true');"
-        f"var v={json.dumps(views)};"
+        f"var v={json.dumps(stored)};"
         "for(var k in v){if(s.getItem(k)===null)s.setItem(k,v[k]);}"
         "}catch(e){}})();</script>"
     )
@@ -58,6 +58,7 @@ def startup_script(views: dict[str, dict]) -> str:
 def serve_index() -> Response:
     from mlflow.server.handlers import _get_tracking_store  # the store this server serves
 
+    assert flask_app.static_folder is not None  # MLflow's app serves its UI from its static folder
     html = open(os.path.join(flask_app.static_folder, "index.html"), encoding="utf-8").read()
     try:
         views = study_views(_get_tracking_store())
