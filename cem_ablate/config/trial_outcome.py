@@ -40,7 +40,9 @@ class Cause(str, Enum):
     SERVER_LOST = "server_lost"  # the MLflow server stayed away past its retry window
 
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
     @classmethod
     def read(cls, stored: str | None) -> Cause | None:
