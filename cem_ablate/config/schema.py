@@ -12,14 +12,19 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, Union, get_args, get_origin, runtime_checkable
 
 from cem_ablate.config.errors import ConfigError, unknown
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
 
-T = TypeVar("T", bound="DataclassInstance")
+class DataclassInstance(Protocol):
+    """What `dataclasses.fields` accepts (typeshed's own `_typeshed.DataclassInstance`, which
+    exists only for the type checker: the export bundles this module and imports what it imports)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+T = TypeVar("T", bound=DataclassInstance)
 
 
 @runtime_checkable

@@ -154,7 +154,17 @@ def test_a_damaged_store_is_one_line_and_left_as_it_is(finished_study, store, op
     assert_every_trial_once(folder, "damaged")
 
 
-def test_dry_run_against_an_unreachable_server_is_one_line(tmp_path):
+def test_dry_run_against_an_unreachable_server_is_one_line_in_about_a_dry_runs_time(tmp_path):
+    """The refusal is one line, and it comes at once, not after a client's retries: it takes no
+    longer than twice the same dry run against a local store, plus 15 s. A ratio to a run on the
+    same machine at the same moment, so a loaded runner slows both (a fixed bound failed there)."""
+    local = tmp_path / "local"
+    local.mkdir()
+    write_study(local, name="nowhere", grid=GRID)
+    start = time.monotonic()
+    planned = cli(local, "study", "nowhere.yaml", "--dry-run", timeout=600)
+    dry_run_s = time.monotonic() - start
+    assert planned.returncode == 0, planned.stderr[-3000:]
     write_study(tmp_path, name="nowhere", grid=GRID)
     port = rig.free_port()  # nothing listens there
     start = time.monotonic()
@@ -174,7 +184,8 @@ def test_dry_run_against_an_unreachable_server_is_one_line(tmp_path):
         "start the database server",
     )
     assert "s3cret-dry" not in proc.stdout + proc.stderr
-    assert time.monotonic() - start < 60
+    refused_s = time.monotonic() - start
+    assert refused_s < 2 * dry_run_s + 15, (refused_s, dry_run_s)
     assert not (tmp_path / "mlruns").exists()
 
 
