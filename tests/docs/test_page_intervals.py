@@ -128,3 +128,14 @@ def test_the_step_cost_coverage_check_can_fail(pi, pages):
     shifted = (t2[0], t2[1] + (e.high - e.low) / 2)
     (_, _, *_, lon, hin), (*_, lod, hid) = pi._simulated_optima([shifted, t1], pi.LEVEL, 500, np.random.default_rng(0))
     assert float(((lon - hid <= e.value) & (e.value <= hin - lod)).mean()) < 0.93
+
+
+def test_the_transfer_drift_intervals_are_conservative_on_their_own_trials(pi, pages):
+    # every (machine or parametrization, family) drift the transfer and width pages print with an
+    # interval: muP on CPU and GPU, standard parametrization on CPU
+    e = pages.transfer_drifts(ROOT)
+    printed_sets = [key for key, d in e["drift"].items() if d.low is not None]
+    assert len(printed_sets) >= 14
+    for key in printed_sets:
+        coverage, printed = pi.drift_coverage(e["curves"][key], reps=200, seed=1)
+        assert printed > 0.5 and coverage >= 0.95, (key, coverage, printed)
