@@ -1518,6 +1518,72 @@ def readout_x10(root: Path) -> str:
     )
 
 
+@evidence
+def readout_warmup(root: Path) -> dict:
+    """The zero readout with 30% warmup (Llama, 3 seeds, d 32–256, 70eff9c's CSV): lr* per width,
+    its drift, the transfer d 64 → 256 and its perplexity against the default readout's."""
+    import forecast_evidence as fe
+    import mup_width_csv_report as mw
+    import page_intervals as pi
+
+    csv = [str(root / "docs/figures/cpu_70eff9c_trials.csv")]
+    studies, proxies, transfer = (
+        "mup_width_pilot_zero_warmup30",
+        "transfer_cpu_zero",
+        "transfer_cpu_zero_warmup30_llama",
+    )
+    values, _ = mw.read_trials(csv, None, "", studies, proxies)
+    default, _ = mw.read_trials([str(p) for p in fe.MUP_CSVS], None, "", "mup_width_cpu", "none")
+    widths = (32, 64, 128, 256)
+    curves = [_curve(values[f"d{d}_llama"]) for d in widths]
+    stars = [mw._stats(values[f"d{d}_llama"]).optimum for d in widths]
+
+    def at_best(per_seed) -> list[float]:
+        lrs = sorted(next(iter(per_seed.values())))
+        star = mw._stats(per_seed).optimum.fit.lr_star
+        lr = min(lrs, key=lambda x: abs(math.log2(x) - math.log2(star)))
+        return [per_seed[s][lr] for s in sorted(per_seed)]
+
+    against = {}
+    for d in widths:
+        x, y = at_best(values[f"d{d}_llama"]), at_best(default[f"d{d}_llama"])
+        against[d] = (pi.log_ratio(x, y, paired=False), pi.log_ratio_coverage(x, y, paired=False))
+    section = _transfer_section(_printed(mw.main, csv, at=256, transfer=transfer, studies=studies, proxies=proxies))
+    return {
+        "stars": stars,
+        "curves": curves,
+        "drift": pi.drift(curves),
+        "against": against,
+        "transfer": _transfer_row(section, "llama"),
+    }
+
+
+@block("readout/warmup")
+def readout_warmup_text(root: Path) -> str:
+    e = readout_warmup(root)
+    stars = ", ".join(
+        f"{o.fit.lr_star:.3g} [{o.lr_interval.low:.3g}, {o.lr_interval.high:.3g}]"
+        if o.lr_interval
+        else f"{o.fit.lr_star:.3g}"
+        for o in e["stars"]
+    )
+    point, curve = e["transfer"]
+    against = ", ".join(_pct_iv(r) for r, _ in e["against"].values())
+    covs = [c for _, c in e["against"].values()]
+    return (
+        f"**With 30% warmup, Llama's lr*:** {stars} at d 32, 64, 128, 256 (3 seeds, Akima on the seed "
+        f"mean, 95%): **drift {_drift_cell(e['drift'])}** (95%, the calibrated drift interval of the "
+        f"[transfer](transfer.md) table, conservative by simulation: `{DRIFT_CHECK}`), and transfer d 64 → 256 "
+        f"lands {_point_text(point)}; on the target's fitted curve {_curve_text(curve)}. Its perplexity at the grid "
+        f"point nearest each one's lr*, against the default readout's at d 32, 64, 128, 256: {against} (Welch on "
+        f"log perplexity, 3 vs 3 seeds, 95%; {_coverage_note(covs, 'the intervals')} from a normal model of the "
+        "seeds' own spread). Data: "
+        + link(root, "docs/figures/cpu_70eff9c_trials.csv")
+        + " (studies `mup_width_pilot_zero_warmup30*`, `transfer_cpu_zero_warmup30_llama`) and the default "
+        "readout's [width ladder](../figures/cpu_217a9b8_trials.csv)."
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # figure-2.md: exact parameter counts, from the study files through the dry run's estimator
 

@@ -139,3 +139,10 @@ def test_the_transfer_drift_intervals_are_conservative_on_their_own_trials(pi, p
     for key in printed_sets:
         coverage, printed = pi.drift_coverage(e["curves"][key], reps=200, seed=1)
         assert printed > 0.5 and coverage >= 0.95, (key, coverage, printed)
+
+
+def test_the_zero_readout_drift_interval_is_conservative_on_its_trials(pi, pages):
+    e = pages.readout_warmup(ROOT)
+    assert e["drift"].low is not None
+    coverage, printed = pi.drift_coverage(e["curves"], reps=200, seed=2)
+    assert printed > 0.5 and coverage >= 0.95, (coverage, printed)
