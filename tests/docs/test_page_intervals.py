@@ -146,3 +146,19 @@ def test_the_zero_readout_drift_interval_is_conservative_on_its_trials(pi, pages
     assert e["drift"].low is not None
     coverage, printed = pi.drift_coverage(e["curves"], reps=200, seed=2)
     assert printed > 0.5 and coverage >= 0.95, (coverage, printed)
+
+
+def test_the_coordinate_check_slope_interval_covers_at_least_its_level(pi):
+    # the one-batch check's flagged slope, over all widths, without d 64 and width pair by pair
+    r = pi.coord_result(ROOT / "docs/figures/coord_check/mup_scaled_cem_attention_T1/coord_check.json")
+    widths = sorted(r.settings.widths)
+    for subset in (None, widths[1:], widths[:2], widths[2:]):
+        coverage = pi.coord_slope_coverage(r, "blocks.1.attention", r.settings.steps - 1, subset, reps=1000, seed=4)
+        assert 0.95 <= coverage <= 0.985, (subset, coverage)
+
+
+def test_the_coordinate_check_slope_is_the_checks_own(pi):
+    # the printed table's flagged row: -0.12 [-0.19, -0.05] at t10
+    r = pi.coord_result(ROOT / "docs/figures/coord_check/mup_scaled_cem_attention_T1/coord_check.json")
+    e = pi.coord_slope(r, "blocks.1.attention", 9)
+    assert (round(e.value, 2), round(e.low, 2), round(e.high, 2)) == (-0.12, -0.19, -0.05)
