@@ -245,6 +245,14 @@ def drift_coverage(curves, level: float = LEVEL, reps: int = REPS, seed: int = 0
     return float(hit[printed].mean()) if printed.any() else float("nan"), float(printed.mean())
 
 
+def lr_star_coverage(curve, level: float = LEVEL, reps: int = REPS, seed: int = 0) -> tuple[float, float]:
+    """(coverage among the studies that print an interval, share that print one) of one curve's
+    lr* interval (analysis.optimum's, the reports' own) at `level`."""
+    ((truth, _, lo, hi, printed),) = _simulated_bounds([curve], level, reps, np.random.default_rng(seed))
+    hit = (lo <= truth) & (truth <= hi)
+    return float(hit[printed].mean()) if printed.any() else float("nan"), float(printed.mean())
+
+
 def lr_ratio_coverage(numer, denom, level: float = LEVEL, reps: int = REPS, seed: int = 0) -> tuple[float, float]:
     """(coverage among the studies that print an interval, share that print one) of `lr_ratio`."""
     (tn, _, lon, hin, pn), (td, _, lod, hid, pd) = _simulated_bounds(

@@ -1683,6 +1683,73 @@ def readout_warmup_text(root: Path) -> str:
     )
 
 
+LR_STAR_CELL = re.compile(r"([\d.e-]+) \[([\d.e-]+), ([\d.e-]+)\]")
+
+
+def report_lr_star(root: Path, study: str, variant: str) -> str:
+    """A variant's lr* [95%] as its report's variants table prints it, in e-3 units."""
+    for line in (root / "docs/figures" / study / "report.md").read_text(encoding="utf-8").splitlines():
+        c = _cells(line) if line.startswith("| ") else []
+        if len(c) == 6 and c[0].removesuffix(" (baseline)") == variant and (m := LR_STAR_CELL.fullmatch(c[3])):
+            x, lo, hi = (float(v) * 1e3 for v in m.groups())
+            return f"{x:.2f}e-3 [{lo:.2g}e-3, {hi:.2g}e-3]"
+    raise KeyError(f"error: no lr* for {variant} in docs/figures/{study}/report.md")
+
+
+@evidence
+def lr_star_ratios(root: Path) -> dict:
+    import page_intervals as pi
+
+    fig2 = report_trials(root, "fig2c_attention_recursion_cpu_lr")
+    fig3 = report_trials(root, "fig3a_full_cem_lr_cpu")
+    full, llama = _curve(fig3["full_cem_T2,size=tiny"]), _curve(fig3["llama,size=tiny"])
+    return {
+        "fig2": {
+            p: pi.lr_ratio(_curve(fig2[f"cem_attn_T2_{p},size=tiny"]), _curve(fig2[f"cem_attn_T1_{p},size=tiny"]))
+            for p in ("diag", "diag_lowrank")
+        },
+        "fig3": pi.lr_ratio(full, llama),
+        "fig3_full_coverage": pi.lr_star_coverage(full)[0],
+    }
+
+
+LR_RATIO_NOTE = (
+    "lr*: Akima on the seed mean with the report's own 95% interval; ratios: 95%, the two lr* intervals at "
+    "0.975 each and the ratios they allow together, conservative by simulation (`tests/docs/test_page_intervals.py`)"
+)
+
+
+@block("figure-2/lr-star")
+def figure2_lr_star(root: Path) -> str:
+    study = "fig2c_attention_recursion_cpu_lr"
+    r = lr_star_ratios(root)["fig2"]
+    return (
+        f"Akima lr* {report_lr_star(root, study, 'cem_attn_T2_diag,size=tiny')} (`diag`) and "
+        f"{report_lr_star(root, study, 'cem_attn_T2_diag_lowrank,size=tiny')} (`diag_lowrank`) against "
+        f"{report_lr_star(root, study, 'cem_attn_T1_diag,size=tiny')} and "
+        f"{report_lr_star(root, study, 'cem_attn_T1_diag_lowrank,size=tiny')} at T = 1; T = 2 over T = 1 "
+        f"{_x_iv(r['diag'])} and {_x_iv(r['diag_lowrank'])}; {LR_RATIO_NOTE}; the "
+        "[report](../figures/fig2c_attention_recursion_cpu_lr/report.md))"
+    )
+
+
+@block("figure-3/lr-star")
+def figure3_lr_star(root: Path) -> str:
+    study = "fig3a_full_cem_lr_cpu"
+    e = lr_star_ratios(root)
+    return (
+        f"{report_lr_star(root, study, 'full_cem_T2,size=tiny')} vs {report_lr_star(root, study, 'llama,size=tiny')}; "
+        f"full CEM over Llama {_x_iv(e['fig3'])}; {LR_RATIO_NOTE}; full CEM's own lr* interval covered the model's "
+        f"truth in only {e['fig3_full_coverage']:.1%} of 2,000 simulated studies, under its 95%: the ratio's "
+        "interval is the one to read"
+    )
+
+
+@block("methods/llama-lr-star")
+def methods_llama_lr_star(root: Path) -> str:
+    return f"{report_lr_star(root, 'fig3a_full_cem_lr_cpu', 'llama,size=tiny')}, the report's own 95% interval"
+
+
 # ---------------------------------------------------------------------------------------------
 # figure-2.md: exact parameter counts, from the study files through the dry run's estimator
 

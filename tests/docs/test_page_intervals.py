@@ -162,3 +162,23 @@ def test_the_coordinate_check_slope_is_the_checks_own(pi):
     r = pi.coord_result(ROOT / "docs/figures/coord_check/mup_scaled_cem_attention_T1/coord_check.json")
     e = pi.coord_slope(r, "blocks.1.attention", 9)
     assert (round(e.value, 2), round(e.low, 2), round(e.high, 2)) == (-0.12, -0.19, -0.05)
+
+
+def test_the_figure_lr_star_ratios_are_conservative_and_the_reports_lr_star_checked(pi, pages):
+    fig2 = pages.report_trials(ROOT, "fig2c_attention_recursion_cpu_lr")
+    fig3 = pages.report_trials(ROOT, "fig3a_full_cem_lr_cpu")
+    pairs = [
+        (pages._curve(fig2[f"cem_attn_T2_{p},size=tiny"]), pages._curve(fig2[f"cem_attn_T1_{p},size=tiny"]))
+        for p in ("diag", "diag_lowrank")
+    ]
+    pairs.append((pages._curve(fig3["full_cem_T2,size=tiny"]), pages._curve(fig3["llama,size=tiny"])))
+    for numer, denom in pairs:
+        coverage, printed = pi.lr_ratio_coverage(numer, denom, reps=200, seed=7)
+        assert printed > 0.5 and coverage >= 0.95, (coverage, printed)
+    # the reports' own lr* intervals the pages quote: at their level for Fig. 2c and Llama's ...
+    for curve in [pages._curve(fig2[v]) for v in fig2] + [pages._curve(fig3["llama,size=tiny"])]:
+        coverage, printed = pi.lr_star_coverage(curve, reps=400, seed=7)
+        assert coverage >= 0.93, coverage
+    # ... and under it for full CEM's in Fig. 3a, which the page says
+    coverage, _ = pi.lr_star_coverage(pages._curve(fig3["full_cem_T2,size=tiny"]), reps=400, seed=7)
+    assert coverage < 0.93
