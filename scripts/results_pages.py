@@ -1750,6 +1750,85 @@ def methods_llama_lr_star(root: Path) -> str:
     return f"{report_lr_star(root, 'fig3a_full_cem_lr_cpu', 'llama,size=tiny')}, the report's own 95% interval"
 
 
+def _ev_iv(e, digits: int = 2) -> str:
+    return f"{e.delta:+.{digits}f} [{e.low:+.{digits}f}, {e.high:+.{digits}f}]".replace("-", "−")
+
+
+@block("readings/arms-d")
+def readings_arms_d(root: Path) -> str:
+    return _ev_iv(cross_evidence(root, "readings: (T2 - T1) in arm D"), 3)
+
+
+@block("readings/arms-bc")
+def readings_arms_bc(root: Path) -> str:
+    b = cross_evidence(root, "readings: (T2 - T1) in arm B")
+    c = cross_evidence(root, "readings: (T2 - T1) in arm C")
+    diag = cross_evidence(root, "CEM attention T = 2 with P = diag")
+    return (
+        f"P = I changes it by {_ev_iv(b)} (Δ_B − Δ_A), the exact gradient by {_ev_iv(c)} (Δ_C − Δ_A; paired by "
+        f"seed); both also lower T = 1's perplexity. T = 2 with the learned diagonal P is behind T = 2 with "
+        f"P = I by {_ev_iv(diag)} (Welch; the table's uncorrected 95% intervals)"
+    )
+
+
+WIDTH_REPORT = "docs/figures/width_cpu/report.md"
+WIDTH_WIDE_REPORT = "docs/figures/width_wide_cpu/report.md"
+WIDTH_SLOPE = re.compile(
+    r"b = (?P<b>[+-][\d.]+) \[(?P<low>[+-][\d.]+), (?P<high>[+-][\d.]+)\] per doubling \(95%, t on (?P<df>\d+) df\), "
+    r"p = [\d.e-]+, Holm p = (?P<holm>[\d.e-]+)"
+)
+
+
+def width_slope(root: Path, path: str, prefix: str) -> re.Match:
+    """The slope b [95%] and its Holm p of one of a width report's analysis lines."""
+    for line in (root / path).read_text(encoding="utf-8").splitlines():
+        if line.startswith(f"- {prefix}:") and (m := WIDTH_SLOPE.search(line)):
+            return m
+    raise KeyError(f"error: {path} has no width analysis line {prefix!r}")
+
+
+def _slope_text(m: re.Match, holm_digits: int = 2) -> str:
+    iv = f"{float(m['b']):+.3f} [{float(m['low']):+.3f}, {float(m['high']):+.3f}]".replace("-", "−")
+    return f"b = {iv} (t on {m['df']} df, Holm p {float(m['holm']):.{holm_digits}g})"
+
+
+@block("width/holm")
+def width_holm(root: Path) -> str:
+    t2 = {d: report_evidence(root, WIDTH_REPORT, f"d{d}_T2|d{d}_T1|baseline lr*") for d in (32, 64, 128, 192)}
+    t1 = {d: report_evidence(root, WIDTH_REPORT, f"d{d}_T1|d{d}_llama|baseline lr*") for d in (32, 64, 128, 192)}
+
+    def words(rows: dict, what: str) -> str:
+        worse = [d for d, e in rows.items() if direction(e) == "higher"]
+        other = [d for d in rows if d not in worse]
+        cells = "; ".join(f"d {d}: {_ev_iv(e)}, Holm p {e.p:.2g}" for d, e in rows.items())
+        rest = f", unresolved at d {', '.join(map(str, other))}" if other else ""
+        return f"{what} is resolved worse at {'every width' if not other else 'd ' + ', '.join(map(str, worse))}{rest} ({cells})"
+
+    return (
+        "In the report's family of 30 comparisons (Δ perplexity at the baseline's lr* grid point, 95%): "
+        + words(t2, "T = 2 against T = 1")
+        + "; "
+        + words(t1, "T = 1 against Llama")
+        + "."
+    )
+
+
+@block("width/tpp-slope")
+def width_tpp_slope(root: Path) -> str:
+    return _slope_text(width_slope(root, WIDTH_REPORT, "2.66 tokens/parameter, CEM attention T=2 vs T=1"))
+
+
+@block("width/wide-slopes")
+def width_wide_slopes(root: Path) -> str:
+    t2 = width_slope(root, WIDTH_WIDE_REPORT, "600 steps, CEM attention T=2 vs T=1")
+    return f"{_slope_text(t2)} in that report's family"
+
+
+@block("width/wide-d32-slope")
+def width_wide_d32_slope(root: Path) -> str:
+    return _slope_text(width_slope(root, WIDTH_WIDE_REPORT, "600 steps, CEM attention T=1 vs Llama"))
+
+
 # ---------------------------------------------------------------------------------------------
 # figure-2.md: exact parameter counts, from the study files through the dry run's estimator
 
