@@ -1420,6 +1420,28 @@ def transfer_mlp_miss(root: Path) -> str:
     return f"{_point_text(point)}: {word} the best grid point; on the fitted curve {_curve_text(curve)}"
 
 
+@block("transfer/mlp-proxies")
+def transfer_mlp_proxies(root: Path) -> str:
+    import forecast_evidence as fe
+    import mup_width_csv_report as mw
+
+    cpu = [str(p) for p in fe.MUP_CSVS]
+    parts = []
+    for proxies in ("transfer_cpu_first", "transfer_cpu_mlp_proxy5", "transfer_cpu_mlp_proxy8"):
+        per_seed = mw.read_trials(cpu, None, "", "no width study", proxies)[0]["d64_cem_mlp_T1"]
+        o = mw._stats(per_seed).optimum
+        iv = o.lr_interval
+        parts.append(
+            f"{len(per_seed)} proxy seeds: lr* {o.fit.lr_star * 1e3:.2f}e-3 [{iv.low * 1e3:.2f}e-3, "
+            f"{iv.high * 1e3:.2f}e-3], an interval {iv.high / iv.low:.1f}× wide"
+        )
+    return (
+        "; ".join(parts)
+        + " (Akima on the proxy seeds' mean, the report's 95% interval; the trials in "
+        + (link(root, "docs/figures/cpu_70eff9c_trials.csv") + ")")
+    )
+
+
 @block("transfer/gpu-curve-cost")
 def transfer_gpu_curve_cost(root: Path) -> str:
     import mup_width_csv_report as mw
@@ -2222,6 +2244,20 @@ def gpu_estimates(root: Path) -> dict:
         "drifts": drifts,
         "bootstrap": _drift_rows(five, "mup_width_gpu", "transfer_gpu", (32, 64, 128, 256)),
     }
+
+
+@block("transfer/gpu-llama-flat")
+def transfer_gpu_llama_flat(root: Path) -> str:
+    import mup_width_csv_report as mw
+
+    gpu_dir = root / "docs/figures/mup_width_gpu_scaled"
+    values, _ = mw.read_trials([str(gpu_dir / "trials.csv"), str(gpu_dir / "trials_lease2.csv")])
+    cells = []
+    for d in (32, 64, 128):
+        o = mw._stats(values[f"d{d}_llama"]).optimum
+        iv = o.lr_interval
+        cells.append(f"{o.fit.lr_star * 1e3:.2f}e-3 [{iv.low * 1e3:.2f}e-3, {iv.high * 1e3:.2f}e-3]")
+    return f"lr* {', '.join(cells)} at d 32, 64, 128 (Akima on the 3-seed mean, the report's 95% interval)"
 
 
 @block("transfer/gpu-llama-trend")
