@@ -182,3 +182,12 @@ def test_the_figure_lr_star_ratios_are_conservative_and_the_reports_lr_star_chec
     # ... and under it for full CEM's in Fig. 3a, which the page says
     coverage, _ = pi.lr_star_coverage(pages._curve(fig3["full_cem_T2,size=tiny"]), reps=400, seed=7)
     assert coverage < 0.93
+
+
+def test_the_forecast_pages_drift_intervals_are_conservative(pi, pages):
+    # the trusted-width (d 64 up) drifts and the 250-step recipe's; d 32-256 is the transfer table's
+    sets = {k: v for k, v in pages.forecast_drift_sets(ROOT).items() if k[2][0] == 64 or k[0] == "250"}
+    assert len(sets) == 7
+    for key, curves in sets.items():
+        coverage, printed = pi.drift_coverage(curves, reps=150, seed=8)
+        assert printed > 0.5 and coverage >= 0.95, (key, coverage, printed)
