@@ -9,6 +9,9 @@ Four procedures, one per kind of estimate (docs/results/methods.md):
   and round noise are closer to symmetric than on the ratio scale.
 - `mean` and `difference`: a seed mean (one-sample t) and a difference of seed means (Welch), on
   the raw scale, the test the study reports use for their Δ.
+- `coord_slope`: a coordinate check's slope of log mean|activation| on log width at one step,
+  over any subset of its widths, with the check's own t interval (cem_ablate/training/coord_check.py:
+  each width's spread over its initializations, n − 1 degrees of freedom).
 - `lr_ratio`: lr* of one curve over another's, and `drift`: max/min lr* over several curves;
   `objective_difference`: one curve's objective at its lr* minus another's.
   Each curve's lr* interval is analysis.optimum's (the report's own, Akima on the seed mean) at
@@ -242,6 +245,14 @@ def drift_coverage(curves, level: float = LEVEL, reps: int = REPS, seed: int = 0
     return float(hit[printed].mean()) if printed.any() else float("nan"), float(printed.mean())
 
 
+def lr_star_coverage(curve, level: float = LEVEL, reps: int = REPS, seed: int = 0) -> tuple[float, float]:
+    """(coverage among the studies that print an interval, share that print one) of one curve's
+    lr* interval (analysis.optimum's, the reports' own) at `level`."""
+    ((truth, _, lo, hi, printed),) = _simulated_bounds([curve], level, reps, np.random.default_rng(seed))
+    hit = (lo <= truth) & (truth <= hi)
+    return float(hit[printed].mean()) if printed.any() else float("nan"), float(printed.mean())
+
+
 def lr_ratio_coverage(numer, denom, level: float = LEVEL, reps: int = REPS, seed: int = 0) -> tuple[float, float]:
     """(coverage among the studies that print an interval, share that print one) of `lr_ratio`."""
     (tn, _, lon, hin, pn), (td, _, lod, hid, pd) = _simulated_bounds(
@@ -260,3 +271,53 @@ def objective_difference_coverage(numer, denom, level: float = LEVEL, reps: int 
     )
     truth = tn - td
     return float(((lon - hid <= truth) & (truth <= hin - lod)).mean())
+
+
+# ---------------------------------------------------------------------------------------------
+# coordinate-check slopes: a `cem-ablate coord-check` JSON (module -> width -> initializations × steps)
+
+
+def coord_result(path):
+    """The CoordCheckResult of a coord-check JSON, rebuilt from its samples."""
+    import json
+
+    from cem_ablate.training.coord_check import CoordCheckResult, CoordCheckSettings
+
+    data = json.loads(open(path, encoding="utf-8").read())
+    known = {f.name for f in dataclasses.fields(CoordCheckSettings)}
+    raw = {k: v for k, v in data["settings"].items() if k in known}
+    settings = CoordCheckSettings(**(raw | {"widths": tuple(raw["widths"])}))
+    samples = {m: {int(w): rows for w, rows in bw.items()} for m, bw in data["samples"].items()}
+    return CoordCheckResult(settings, data["parametrization"], samples)
+
+
+def coord_slope(result, module: str, step: int, widths=None, level: float = LEVEL) -> Estimate:
+    """The check's slope at (module, 0-based step) over `widths` with its t interval."""
+    slope, se, df = result._fit(module, step, widths)
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    n = len(result.settings.widths if widths is None else widths)
+    return Estimate(slope, slope - half, slope + half, level, f"t on {df:g} df, {n} widths")
+
+
+def coord_slope_coverage(
+    result, module: str, step: int, widths=None, level: float = LEVEL, reps: int = REPS, seed: int = 0
+) -> float:
+    """Share of `reps` simulated checks whose `coord_slope` interval holds the true slope: each
+    width's log mean|a| normal with its own mean and sd over the initializations (the data's
+    sizes), the truth the OLS slope of the widths' means."""
+    from cem_ablate.training.coord_check import CoordCheckResult
+
+    rng = np.random.default_rng(seed)
+    widths = tuple(result.settings.widths if widths is None else widths)
+    logs = {w: np.log(_f64([r[step] for r in result.samples[module][w]])) for w in widths}
+    x = np.log(_f64(widths))
+    c = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+    truth = float(np.dot(c, [logs[w].mean() for w in widths]))
+    hits = 0
+    for _ in range(reps):
+        sim = {w: [[v] for v in np.exp(rng.normal(v.mean(), v.std(ddof=1), v.size))] for w, v in logs.items()}
+        e = coord_slope(
+            CoordCheckResult(result.settings, result.parametrization, {module: sim}), module, 0, widths, level
+        )
+        hits += e.low <= truth <= e.high
+    return hits / reps

@@ -128,3 +128,66 @@ def test_the_step_cost_coverage_check_can_fail(pi, pages):
     shifted = (t2[0], t2[1] + (e.high - e.low) / 2)
     (_, _, *_, lon, hin), (*_, lod, hid) = pi._simulated_optima([shifted, t1], pi.LEVEL, 500, np.random.default_rng(0))
     assert float(((lon - hid <= e.value) & (e.value <= hin - lod)).mean()) < 0.93
+
+
+def test_the_transfer_drift_intervals_are_conservative_on_their_own_trials(pi, pages):
+    # every (machine or parametrization, family) drift the transfer and width pages print with an
+    # interval: muP on CPU and GPU, standard parametrization on CPU
+    e = pages.transfer_drifts(ROOT)
+    printed_sets = [key for key, d in e["drift"].items() if d.low is not None]
+    assert len(printed_sets) >= 14
+    for key in printed_sets:
+        coverage, printed = pi.drift_coverage(e["curves"][key], reps=200, seed=1)
+        assert printed > 0.5 and coverage >= 0.95, (key, coverage, printed)
+
+
+def test_the_zero_readout_drift_interval_is_conservative_on_its_trials(pi, pages):
+    e = pages.readout_warmup(ROOT)
+    assert e["drift"].low is not None
+    coverage, printed = pi.drift_coverage(e["curves"], reps=200, seed=2)
+    assert printed > 0.5 and coverage >= 0.95, (coverage, printed)
+
+
+def test_the_coordinate_check_slope_interval_covers_at_least_its_level(pi):
+    # the one-batch check's flagged slope, over all widths, without d 64 and width pair by pair
+    r = pi.coord_result(ROOT / "docs/figures/coord_check/mup_scaled_cem_attention_T1/coord_check.json")
+    widths = sorted(r.settings.widths)
+    for subset in (None, widths[1:], widths[:2], widths[2:]):
+        coverage = pi.coord_slope_coverage(r, "blocks.1.attention", r.settings.steps - 1, subset, reps=1000, seed=4)
+        assert 0.95 <= coverage <= 0.985, (subset, coverage)
+
+
+def test_the_coordinate_check_slope_is_the_checks_own(pi):
+    # the printed table's flagged row: -0.12 [-0.19, -0.05] at t10
+    r = pi.coord_result(ROOT / "docs/figures/coord_check/mup_scaled_cem_attention_T1/coord_check.json")
+    e = pi.coord_slope(r, "blocks.1.attention", 9)
+    assert (round(e.value, 2), round(e.low, 2), round(e.high, 2)) == (-0.12, -0.19, -0.05)
+
+
+def test_the_figure_lr_star_ratios_are_conservative_and_the_reports_lr_star_checked(pi, pages):
+    fig2 = pages.report_trials(ROOT, "fig2c_attention_recursion_cpu_lr")
+    fig3 = pages.report_trials(ROOT, "fig3a_full_cem_lr_cpu")
+    pairs = [
+        (pages._curve(fig2[f"cem_attn_T2_{p},size=tiny"]), pages._curve(fig2[f"cem_attn_T1_{p},size=tiny"]))
+        for p in ("diag", "diag_lowrank")
+    ]
+    pairs.append((pages._curve(fig3["full_cem_T2,size=tiny"]), pages._curve(fig3["llama,size=tiny"])))
+    for numer, denom in pairs:
+        coverage, printed = pi.lr_ratio_coverage(numer, denom, reps=200, seed=7)
+        assert printed > 0.5 and coverage >= 0.95, (coverage, printed)
+    # the reports' own lr* intervals the pages quote: at their level for Fig. 2c and Llama's ...
+    for curve in [pages._curve(fig2[v]) for v in fig2] + [pages._curve(fig3["llama,size=tiny"])]:
+        coverage, printed = pi.lr_star_coverage(curve, reps=400, seed=7)
+        assert coverage >= 0.93, coverage
+    # ... and under it for full CEM's in Fig. 3a, which the page says
+    coverage, _ = pi.lr_star_coverage(pages._curve(fig3["full_cem_T2,size=tiny"]), reps=400, seed=7)
+    assert coverage < 0.93
+
+
+def test_the_forecast_pages_drift_intervals_are_conservative(pi, pages):
+    # the trusted-width (d 64 up) drifts and the 250-step recipe's; d 32-256 is the transfer table's
+    sets = {k: v for k, v in pages.forecast_drift_sets(ROOT).items() if k[2][0] == 64 or k[0] == "250"}
+    assert len(sets) == 7
+    for key, curves in sets.items():
+        coverage, printed = pi.drift_coverage(curves, reps=150, seed=8)
+        assert printed > 0.5 and coverage >= 0.95, (key, coverage, printed)
