@@ -18,6 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,8 @@ class AkimaFit:
 
     @classmethod
     def from_dict(cls, data: dict) -> AkimaFit:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**fields)
 
 
 def mean_by_lr(points: Iterable[tuple[float, float]]) -> tuple[list[float], list[float]]:

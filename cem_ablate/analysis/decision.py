@@ -44,9 +44,10 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 BETTER, WORSE, UNRESOLVED = "better", "worse", "unresolved"
@@ -203,14 +204,16 @@ def welch_t(x: np.ndarray, y: np.ndarray) -> TStat:
     return TStat(delta, se, df, _two_sided(delta, se, df))
 
 
-def pooled_t(delta: np.ndarray, n_x: np.ndarray, n_y: np.ndarray, variance: np.ndarray, df: np.ndarray) -> TStat:
+def pooled_t(
+    delta: npt.ArrayLike, n_x: npt.ArrayLike, n_y: npt.ArrayLike, variance: npt.ArrayLike, df: npt.ArrayLike
+) -> TStat:
     """t-test of a difference of means `delta` (n_x and n_y values) whose seed variance is
     `variance`, pooled over groups with `df` = Σ(n_i − 1) degrees of freedom (`pool`). With the
     two sides as the only groups this is Student's two-sample t, scipy's ttest_ind(equal_var=True)."""
-    delta = np.asarray(delta, dtype=np.float64)
+    d = np.asarray(delta, dtype=np.float64)
     se = np.sqrt(np.asarray(variance, dtype=np.float64) * (1.0 / np.asarray(n_x) + 1.0 / np.asarray(n_y)))
-    df = np.broadcast_to(np.asarray(df, dtype=np.float64), delta.shape)
-    return TStat(delta, se, df, _two_sided(delta, se, df))
+    dof = np.broadcast_to(np.asarray(df, dtype=np.float64), d.shape)
+    return TStat(d, se, dof, _two_sided(d, se, dof))
 
 
 class PooledVariance(NamedTuple):
@@ -252,6 +255,15 @@ def _verdict(delta: float | None, p_corrected: float | None, alpha: float) -> st
     return BETTER if delta < 0 else WORSE
 
 
+class _Counts(TypedDict):
+    """The fields every `Decision` of one comparison shares, tested or not."""
+
+    test: str
+    n_variant: int
+    n_baseline: int
+    n_pairs: int
+
+
 def decide(
     variant: Mapping[int, float],
     baseline: Mapping[int, float],
@@ -272,7 +284,7 @@ def decide(
     shared = sorted(set(v) & set(b))
     use_pool = design.pooled and not paired and pooled is not None
     test = PAIRED_T if paired else POOLED_T if use_pool else WELCH_T
-    base = dict(test=test, n_variant=len(v), n_baseline=len(b), n_pairs=len(shared))
+    base: _Counts = {"test": test, "n_variant": len(v), "n_baseline": len(b), "n_pairs": len(shared)}
     if paired:
         if not shared:
             return Decision(None, None, None, None, None, **base)
@@ -287,6 +299,7 @@ def decide(
         xv = np.asarray(list(v.values()), dtype=np.float64)
         xb = np.asarray(list(b.values()), dtype=np.float64)
         if use_pool:
+            assert pooled is not None  # use_pool requires a pool
             result = pooled_t(xv.mean() - xb.mean(), len(xv), len(xb), pooled.variance, pooled.df)
             std = math.sqrt(pooled.variance)
         elif len(xv) < 2 or len(xb) < 2:
@@ -333,7 +346,7 @@ def adjust(
     if correction not in ("holm", "none"):
         raise ValueError(f"correction must be 'holm' or 'none', got {correction!r}")
     tested = [i for i, d in enumerate(decisions) if d.p_design is not None]
-    ps = [decisions[i].p_design for i in tested]
+    ps = [p for d in decisions if (p := d.p_design) is not None]  # the p_design of `tested`, in order
     adjusted = dict(zip(tested, holm(ps) if correction == "holm" else ps))
     out = []
     for i, d in enumerate(decisions):

@@ -190,16 +190,16 @@ def _points(ladders: Ladders):
                 ss += float(((z - z.mean()) ** 2).sum())
                 dof += len(z) - 1
     seed_var = ss / dof if dof else float("nan")
-    logn = np.asarray(logn)
+    log_params = np.asarray(logn)
     return (
         names,
         np.asarray(ks),
-        logn,
+        log_params,
         np.asarray(means),
         seed_var,
         dof,
         float(np.mean(counts)),
-        float(np.exp(logn.mean())),
+        float(np.exp(log_params.mean())),
     )
 
 

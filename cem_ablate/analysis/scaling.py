@@ -176,7 +176,7 @@ def _laws(inputs: list[ScalingInput], objective: dict[int, float | None]) -> dic
     out = {}
     for family, members in families.items():
         for axis in (PARAMS, FLOPS):
-            pts = [(_x(m, axis), objective[id(m)]) for m in members if objective.get(id(m)) is not None]
+            pts = [(_x(m, axis), y) for m in members if (y := objective.get(id(m))) is not None]
             law = fit_power_law([p[0] for p in pts], [p[1] for p in pts])
             if law is not None:
                 out[(family, axis)] = law
@@ -213,6 +213,7 @@ def summarize_scaling(
     equivalences = []
     k = 0
     for i in compared:
+        assert i.baseline_family is not None  # `compared` keeps the inputs with a baseline family
         for axis in (PARAMS, FLOPS):
             equivalences.append(Equivalence(i.name, i.baseline_family, axis, _x(i, axis), x_eqs[k], intervals[k]))
             k += 1
@@ -261,7 +262,7 @@ def _bootstrap_multipliers(usable, compared, n_resamples, rng_seed) -> list[Inte
     # inverted (NaN: a family whose objective does not fall with size) as long as they
     # are under 5%: more, and the multiplier is not identified at this spread (None).
     dist = np.atleast_2d(result.bootstrap_distribution)
-    out = []
+    out: list[Interval | None] = []
     for row in dist:
         if np.mean(np.isnan(row)) >= 1.0 - LEVEL:
             out.append(None)

@@ -36,6 +36,7 @@ from cem_ablate.config.errors import unknown
 from cem_ablate.config.schema import join, require
 from cem_ablate.model import build_model, parse_model_config
 from cem_ablate.model.decoding import DecodingCache, decode, missing_hooks, new_cache
+from cem_ablate.model.transformer import CEMTransformer
 
 MB = 1024 * 1024
 
@@ -172,25 +173,27 @@ class _Case:
         torch.manual_seed(cfg.seed)
         self.cfg, self.device = cfg, device
         config = parse_model_config(model_mapping(variant, size, cfg.max_seq_len, cfg.vocab_size))
-        self.model = build_model(config).to(device).eval()
-        params = sum(p.numel() for p in self.model.parameters())
-        self.row = DecodeRow(size, variant.label, params, recomputes=bool(missing_hooks(self.model)))
+        model = build_model(config).to(device).eval()
+        self.model: CEMTransformer | None = model  # None once the run has timed this size (frees the weights)
+        params = sum(p.numel() for p in model.parameters())
+        self.row = DecodeRow(size, variant.label, params, recomputes=bool(missing_hooks(model)))
         g = torch.Generator().manual_seed(cfg.seed)
         batch = max(cfg.batch_sizes)
         self.prompt = torch.randint(0, cfg.vocab_size, (batch, cfg.context), generator=g).to(device)
         self.next_ids = torch.randint(0, cfg.vocab_size, (batch, cfg.new_tokens), generator=g).to(device)
         self.prefilled: DecodingCache | None = None
-        cache = new_cache(self.model)  # the cache's size per token, from a short prompt
-        decode(self.model, self.prompt[:1, : min(cfg.context, 8)], cache)
+        cache = new_cache(model)  # the cache's size per token, from a short prompt
+        decode(model, self.prompt[:1, : min(cfg.context, 8)], cache)
         self.row.cache_bytes_per_token = cache.bytes_per_token()
 
     def step(self, what: str, batch: int | None):
         """The timed callable of a phase (a decode phase first prefills, untimed, the
         cache every sample of it starts from)."""
         if what == "prefill":
-            return lambda _: decode(self.model, self.prompt[:1], new_cache(self.model))
-        self.prefilled = new_cache(self.model)
-        decode(self.model, self.prompt[:batch], self.prefilled)
+            return lambda _: decode(self._model(), self.prompt[:1], new_cache(self._model()))
+        assert batch is not None  # a decode phase names its batch size
+        self.prefilled = new_cache(self._model())
+        decode(self._model(), self.prompt[:batch], self.prefilled)
         return lambda _: self._decode(batch)
 
     def record(self, what: str, batch: int | None, samples: list[float]) -> None:
@@ -200,19 +203,26 @@ class _Case:
             self.row.decode_s[str(batch)] = samples
             self.prefilled = None
 
+    def _model(self) -> CEMTransformer:
+        assert self.model is not None  # freed only after the size's last timing
+        return self.model
+
     def _decode(self, batch: int):
+        assert self.prefilled is not None  # `step` prefilled it for this phase
         cache = _copy(self.prefilled)
+        model = self._model()
         for i in range(self.cfg.new_tokens):
-            decode(self.model, self.next_ids[:batch, i : i + 1], cache)
+            decode(model, self.next_ids[:batch, i : i + 1], cache)
 
     def peak_bytes(self) -> int | None:
         batch = max(self.cfg.batch_sizes)
 
         def serve(_):
-            cache = new_cache(self.model)
-            decode(self.model, self.prompt[:batch], cache)
+            model = self._model()
+            cache = new_cache(model)
+            decode(model, self.prompt[:batch], cache)
             for i in range(self.cfg.new_tokens):
-                decode(self.model, self.next_ids[:batch, i : i + 1], cache)
+                decode(model, self.next_ids[:batch, i : i + 1], cache)
 
         try:
             return step_peak_bytes(serve, self.prompt)

@@ -47,7 +47,7 @@ def sync_device(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def warm_up(step: Callable[[torch.Tensor], float], batch: torch.Tensor, steps: int) -> float:
+def warm_up(step: Callable[[torch.Tensor], object], batch: torch.Tensor, steps: int) -> float:
     """Run `steps` steps; returns the seconds they took (compile time included)."""
     start = time.perf_counter()
     for _ in range(steps):
@@ -57,7 +57,7 @@ def warm_up(step: Callable[[torch.Tensor], float], batch: torch.Tensor, steps: i
 
 
 def time_interleaved(
-    steps: Sequence[Callable[[torch.Tensor], float]],
+    steps: Sequence[Callable[[torch.Tensor], object]],
     batch: torch.Tensor,
     repeats: int,
     steps_per_sample: int = 1,
@@ -80,7 +80,7 @@ def time_interleaved(
     return [Timing(s) for s in samples]
 
 
-def step_peak_bytes(step: Callable[[torch.Tensor], float], batch: torch.Tensor) -> int:
+def step_peak_bytes(step: Callable[[torch.Tensor], object], batch: torch.Tensor) -> int:
     """Peak bytes allocated during one step above what was allocated when it began."""
     if batch.device.type == "cuda":
         torch.cuda.synchronize(batch.device)
@@ -100,6 +100,8 @@ def step_peak_bytes(step: Callable[[torch.Tensor], float], batch: torch.Tensor) 
     finally:
         with native_stderr_silenced():
             prof.stop()
+    # prof.stop() has filled both (torch types them Optional for a profiler not yet run)
+    assert prof.profiler is not None and prof.profiler.kineto_results is not None
     totals = [
         (node.start_time_ns, node.typed[1].total_allocated)
         for node in _walk(prof.profiler.kineto_results.experimental_event_tree())
@@ -146,7 +148,7 @@ class CPUContention:
 
     PATH = "/proc/pressure/cpu"
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.share: float | None = None
 
     @classmethod

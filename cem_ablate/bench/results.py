@@ -445,14 +445,14 @@ def read_json(path: str | Path) -> tuple[list[Row], dict[str, Any]]:
     """Rows and meta of a results file written by `write_json` (to re-render tables)."""
     payload = json.loads(Path(path).read_text())
     names = {f for f in Row.__dataclass_fields__}
-    rows = [
-        Row(
-            **{
-                k: (math.nan if v is None and k in ("warmup_s", "peak_flops", "train_flops_per_token") else v)
-                for k, v in r.items()
-                if k in names
-            }
-        )
-        for r in payload["rows"]
-    ]
+    rows = [Row(**_row_fields(r, names)) for r in payload["rows"]]
     return rows, payload["meta"]
+
+
+def _row_fields(stored: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """A stored row's `Row` fields, NaN back where `write_json` wrote it as null."""
+    return {
+        k: (math.nan if v is None and k in ("warmup_s", "peak_flops", "train_flops_per_token") else v)
+        for k, v in stored.items()
+        if k in names
+    }

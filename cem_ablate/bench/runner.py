@@ -255,7 +255,9 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
         round_start[0] = now
 
     with CPUContention() as contention:
-        timings = time_interleaved([c.step for c in live], batch, cfg.repeats, cfg.steps_per_sample, on_round=on_round)
+        timings = time_interleaved(
+            [c.step for c in live if c.step is not None], batch, cfg.repeats, cfg.steps_per_sample, on_round=on_round
+        )
     if (recompiled := _graphs_compiled() - graphs) > 0:
         log(f"  warning: {recompiled} graphs were compiled while timing (recompilation): those steps are slow")
     if contention.share is not None:
@@ -265,10 +267,12 @@ def _run_timed(variants, cfg, size, precision, device, meter, batch, log) -> lis
     for case, timing in zip(live, timings):
         case.row.step_s = timing.samples
     for case in live:
+        assert case.step is not None  # `live` keeps the cases with a step
         case.row.state_bytes = case.step.state_bytes()
         case.row.step_peak_bytes = _safely(case, partial(step_peak_bytes, case.step, batch), log)
     if cfg.profile_steps:
         for case in [c for c in live if c.step is not None]:
+            assert case.step is not None  # the list keeps the cases with a step
             label = f"{case.row.size} {case.row.variant} {case.row.mode} {case.row.precision}"
             trace = trace_file(cfg.profile_trace, label) if cfg.profile_trace else None
             profile = _safely(case, partial(profile_step, case.step, batch, cfg.profile_steps, trace=trace), log)

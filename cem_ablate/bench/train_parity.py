@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.training.result import TrainResult
@@ -96,7 +96,7 @@ def train_config(
     from cem_ablate.training.config import TrainConfig
     from cem_ablate.training.device_profile import resolve_device_profile
 
-    accelerator = "cuda" if device.startswith("cuda") else "cpu"
+    accelerator: Literal["cuda", "cpu"] = "cuda" if device.startswith("cuda") else "cpu"
     wanted = "bf16-mixed" if precision == "bf16" else "32-true"
     default = resolve_device_profile(TrainConfig(accelerator=accelerator)).precision
     mqar_vocab = min(vocab_size, 512)  # the data's ids; the model keeps the bench's vocabulary (head size)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,7 @@ from torch import nn
 from torch.profiler import record_function
 
 from cem_ablate.bench.profile import LOSS_RANGE, OPTIMIZER_RANGE
+from cem_ablate.model.transformer import CEMTransformer
 from cem_ablate.training.config import TrainConfig
 from cem_ablate.training.device_profile import resolve_device_profile
 from cem_ablate.training.head_loss import HeadLoss, head_loss_unit, resolve_loss_impl
@@ -37,11 +39,18 @@ BENCH_LR = 1e-4  # the bench's only own hyper-parameter: a step's speed does not
 RECIPE = TrainConfig()  # the training recipe's defaults: betas, eps, weight decay, clip norm
 
 
+class _Grouped(Protocol):
+    """A model that says its own weight-decay groups (`CEMTransformer.parameter_groups`)."""
+
+    def parameter_groups(self, weight_decay: float) -> list[dict]: ...
+
+
 def decay_groups(model: nn.Module, weight_decay: float = RECIPE.weight_decay) -> list[dict]:
     """docs/design/experiments.md#s7-training-recipe groups for any model: `parameter_groups` when it has one, else the same
     rule (decay the weights of nn.Linear / nn.Embedding) for transformers models."""
     if hasattr(model, "parameter_groups"):
-        return model.parameter_groups(weight_decay)
+        # cast: torch's Module.__getattr__ types every attribute as Tensor | Module
+        return cast(_Grouped, model).parameter_groups(weight_decay)
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
     params = [p for p in model.parameters() if p.requires_grad]
     return [
@@ -50,7 +59,7 @@ def decay_groups(model: nn.Module, weight_decay: float = RECIPE.weight_decay) ->
     ]
 
 
-def compiled_forward(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+def compiled_forward(model: CEMTransformer) -> Callable[[torch.Tensor], torch.Tensor]:
     """The model's hidden states (before the final norm) with every block compiled
     (fullgraph) and shared weights; the head + loss unit follows (`head_loss_for`)."""
     # dynamic=False: a run compiles one model at one shape; without it, a bench that
@@ -122,7 +131,7 @@ class TrainStep:
 
     def state_bytes(self) -> int:
         """Bytes held between steps: weights and optimizer state (grads are freed)."""
-        tensors = {id(p): p for p in self.model.parameters()}
+        tensors: dict[int, torch.Tensor] = {id(p): p for p in self.model.parameters()}
         for state in self.optimizer.state.values():
             tensors.update({id(t): t for t in state.values() if torch.is_tensor(t)})
         return sum(t.numel() * t.element_size() for t in tensors.values())

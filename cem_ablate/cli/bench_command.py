@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 VARIANT_HELP = (
     "variant names: llama, hf_llama (transformers reference, eager), llama_nesterov_stream, "
@@ -95,7 +96,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def config_mapping(args: argparse.Namespace) -> dict:
     from cem_ablate.bench.config import GPU, QUICK
 
-    mapping = dict(QUICK) if args.quick else dict(GPU) if args.gpu else {}
+    mapping: dict[str, Any] = dict(QUICK) if args.quick else dict(GPU) if args.gpu else {}
     for key in (
         "variants",
         "memory_variants",

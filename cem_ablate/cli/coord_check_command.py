@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result.flagged() else 0
 
 
-def _checked_options(args: argparse.Namespace) -> list[int]:
+def _checked_options(args: argparse.Namespace) -> tuple[int, ...]:
     """The widths, once --widths, --steps, --seeds and --lr are checked (a ConfigError names the flag)."""
     from cem_ablate.config import ConfigError
     from cem_ablate.training.coord_check import widths_argument
@@ -144,7 +144,7 @@ def _config_model(args: argparse.Namespace) -> dict:
 
     raw = load_yaml(args.config)
     if args.variant:
-        model = _variant_model(args.config, args.variant)
+        model: dict | None = _variant_model(args.config, args.variant)
     else:
         model = (raw.get("base") or {}).get("model") if "base" in raw else raw.get("model")
     if not isinstance(model, dict):
@@ -157,7 +157,7 @@ def _config_model(args: argparse.Namespace) -> dict:
     return model
 
 
-def _check_base(model: dict, base_d_model: int | None, widths: list[int]) -> tuple[int | None, str]:
+def _check_base(model: dict, base_d_model: int | None, widths: tuple[int, ...]) -> tuple[int | None, str]:
     """Validate `model`; under mup, set the base_d_model the check runs with (the narrowest
     width unless --base-d-model gave one) in `model`. (that base or None, the note that says so)."""
     from cem_ablate.model.config import parse_model_config

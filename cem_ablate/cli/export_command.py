@@ -16,14 +16,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cem_ablate.export.hf_directory import check_target, decoding_warning, export_run, is_llama_baseline
+    from cem_ablate.model.transformer import CEMTransformer
     from cem_ablate.training.trained_run import load_trained_run
 
     check_target(Path(args.to))
     trained = load_trained_run(args.run)
     out = export_run(trained, args.to)
-    warning = decoding_warning(trained.model)
+    model = trained.model
+    assert isinstance(model, CEMTransformer)  # load_trained_run builds one (TrainedRun types it nn.Module)
+    warning = decoding_warning(model)
     if warning:
         print(warning, file=sys.stderr)
-    kind = "LlamaForCausalLM" if is_llama_baseline(trained.model) else "CEMAblateForCausalLM (trust_remote_code=True)"
+    kind = "LlamaForCausalLM" if is_llama_baseline(model) else "CEMAblateForCausalLM (trust_remote_code=True)"
     print(f"exported {trained.config.name} ({trained.checkpoint}) to {out} as {kind}")
     return 0

@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cem_ablate.config import ConfigError
     from cem_ablate.model.decoding import DecodingCache, missing_hooks, new_cache
+    from cem_ablate.model.transformer import CEMTransformer
     from cem_ablate.serving.generation import Sampling, generate
     from cem_ablate.training.trained_run import load_trained_run
 
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
             "data.task", f"{trained.config.data.task!r} runs have no text tokenizer; generate needs a text run."
         )
     model, tokenizer = trained.model.to(args.device), trained.tokenizer
+    assert isinstance(model, CEMTransformer)  # load_trained_run builds one (TrainedRun types it nn.Module)
     missing = missing_hooks(model)
     if missing and not args.recompute:
         print(

@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         in_units = f" = {mde * std:.4g} in the objective's units" if std is not None else ""
         print(f"smallest Δ detected with 80% power: {mde:.3f} × {unit}{in_units}")
     if delta is not None:
+        assert std is not None  # --delta needs --std (checked above)
         d = abs(delta) / std
         print(f"power at Δ = {delta:g} (std {std:g}, Δ/std = {d:.3f}): {power(design, d, paired, groups=groups):.3f}")
     return 0

@@ -27,7 +27,8 @@ def campaign_files(args: argparse.Namespace, scale: str | None) -> list:
     from cem_ablate.study.campaign import CampaignFile, check_campaign_file
     from cem_ablate.study.trusted_widths import trust_warning
 
-    files, seen = [], {}
+    files: list[CampaignFile] = []
+    seen: dict[str, str] = {}  # study name -> the file that named it
     for label in args.file:
         expanded = load_expanded(label, scale, args.set)
         check_plugin_components(expanded)

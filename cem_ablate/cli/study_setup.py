@@ -87,7 +87,7 @@ def check_plugin_components(expanded) -> None:
     The built-in zoo is checked by its tests."""
     from cem_ablate.model.conformance import check_component
 
-    used = {}
+    used: dict[tuple[str, str], str] = {}  # (kind, component) -> the first variant using it
     for variant in [*expanded.variants, *getattr(expanded, "proxies", [])]:
         for kind in ("attention", "mlp"):
             sub = getattr(variant.config.model, kind)

@@ -59,7 +59,12 @@ def run(args: argparse.Namespace) -> int:
     # The server's own log goes to stderr: stdout carries only the URL line.
     server = TrackingServer(uri, args.host, args.port, artifacts, stdout=sys.stderr, app_name=UI_APP)
     server.start()
-    signal.signal(signal.SIGTERM, lambda *_: (server.stop(), sys.exit(0)))
+
+    def stop_and_exit(*_: object) -> None:
+        server.stop()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop_and_exit)
     try:
         if not server.wait_ready():
             server.stop()

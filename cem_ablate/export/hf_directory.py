@@ -75,13 +75,15 @@ def check_target(out: Path) -> None:
 def export_run(run: TrainedRun, out: str | Path) -> Path:
     out = Path(out)
     check_target(out)
-    bundle = model_bundle(run.model)  # whole or one ConfigError, before anything is written
+    model = run.model
+    assert isinstance(model, CEMTransformer)  # load_trained_run builds one (TrainedRun types it nn.Module)
+    bundle = model_bundle(model)  # whole or one ConfigError, before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        write_model(run.model, tmp, bundle)
+        write_model(model, tmp, bundle)
         if run.tokenizer is not None:
-            write_tokenizer(run.tokenizer, tmp, run.model.dims.max_seq_len)
+            write_tokenizer(run.tokenizer, tmp, model.dims.max_seq_len)
         provenance = {
             "platform_version": __version__,
             "run_dir": str(run.folder.path.resolve()),
@@ -89,7 +91,7 @@ def export_run(run: TrainedRun, out: str | Path) -> Path:
             "run_name": run.config.name,
             "trial_key": run.config.trial_key(),
             "trained_by_this_code": run.same_code,
-            "format": "LlamaForCausalLM" if is_llama_baseline(run.model) else "cem_ablate",
+            "format": "LlamaForCausalLM" if is_llama_baseline(model) else "cem_ablate",
         }
         (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
         if out.is_dir():
@@ -119,6 +121,7 @@ def write_model(model: CEMTransformer, folder: Path, bundle: Bundle | None = Non
         to_hf_llama(model.float()).save_pretrained(folder)
         return
     bundle = bundle or model_bundle(model)
+    assert bundle is not None  # model_bundle gives None only for a Llama baseline (returned above)
     for name, text in bundle.files.items():
         (folder / name).write_text(text)
     code = {file.name: file.read_text() for file in sorted(HF_CODE.glob("*.py"))}

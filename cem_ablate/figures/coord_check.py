@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 from cem_ablate.training.coord_check import CoordCheckResult
 
 
-def plot_coord_check(result: CoordCheckResult, path: str, modules: Sequence[str] | None = None) -> None:
+def plot_coord_check(result: CoordCheckResult, path: str | Path, modules: Sequence[str] | None = None) -> None:
     """One log-log panel per module: mean |activation| against width, a line per Adam step."""
     import matplotlib
 

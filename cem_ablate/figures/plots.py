@@ -26,11 +26,16 @@ labels that never overlap (`declutter_ticks`), and an SVG beside every PNG (`sav
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cem_ablate.analysis.akima import AkimaFit
 from cem_ablate.analysis.statistics import LEVEL, VariantStats
+
+if TYPE_CHECKING:  # matplotlib loads on first use (`_pyplot`)
+    from matplotlib.transforms import Bbox
 
 BASELINE_COLOR = "#e8743b"  # paper: orange baselines in Fig. 3a (and here in every figure)
 VARIANT_COLORS = ("#1f77b4", "#17becf", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f", "#bcbd22", "#d62728")
@@ -163,7 +168,7 @@ def declutter_ticks(fig) -> None:
         for axis in (ax.xaxis, ax.yaxis):
             labels = _visible_labels(axis, renderer)
             labels.sort(key=lambda t: t.get_position()[0 if axis.axis_name == "x" else 1])
-            kept = []
+            kept: list[Bbox] = []
             for label in labels:
                 box = label.get_window_extent(renderer).expanded(1.1, 1.0)
                 if any(box.overlaps(k) for k in kept):
@@ -342,6 +347,7 @@ def _draw_sweep(ax, s: SweepSeries, color: str, marker: str) -> set[str]:
         optimum = s.stats.optimum if s.stats is not None else None
         if optimum is not None and optimum.lr_interval is not None:  # the star's 95% bootstrap intervals
             lo, hi = optimum.lr_interval, optimum.objective_interval
+            assert hi is not None  # analysis.optimum.optimum_bounds gives an lr interval only with an objective one
             ax.errorbar(
                 [s.fit.lr_star],
                 [s.fit.ppl_star],
@@ -390,7 +396,7 @@ def _ordered(marks: set[str]) -> list[str]:
     return [m for m in MARK_ORDER if m in marks]
 
 
-def _finish_lr_axes(ax, title: str, lrs: list[float] = (), metric: str = "test perplexity") -> None:
+def _finish_lr_axes(ax, title: str, lrs: Sequence[float] = (), metric: str = "test perplexity") -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
     ax.set_xscale("log", base=2)
@@ -478,7 +484,7 @@ def _params_axis(ax, params: list[float]) -> None:
 
 
 def figure_ppl_vs_params(
-    series: list[SweepSeries], title: str = "", notes: list[str] = (), palette: dict[str, str] | None = None
+    series: list[SweepSeries], title: str = "", notes: Sequence[str] = (), palette: dict[str, str] | None = None
 ):
     """`notes`: lines written under the axes (the report's Δ and verdict per comparison)."""
     plt = _pyplot()
@@ -488,12 +494,14 @@ def figure_ppl_vs_params(
     plotted = [s for s in series if s.fit is not None and s.params]
     marks, handles = set(), []
     for s in plotted:  # links first, under the markers
+        assert s.fit is not None  # `plotted` keeps the series with a fit
         base = by_name.get(s.baseline_name or "")
         if base is not None and base.fit is not None and base.params:
             ax.plot([s.params, base.params], [s.fit.ppl_star, base.fit.ppl_star], color="gray", lw=1, ls="--", zorder=1)
             marks.add("link")
     tokens = {_tokens_text(s.tokens) for s in plotted} - {""}
     for s in plotted:
+        assert s.fit is not None  # `plotted` keeps the series with a fit
         is_reference = s.family_name in references or s.is_baseline
         marker = "D" if is_reference else "o"
         marks.add("baseline" if is_reference else "variant")
@@ -531,7 +539,7 @@ def figure_ppl_vs_params(
                 ha="center",
                 fontsize=7,
             )
-    _params_axis(ax, [float(s.params) for s in plotted])
+    _params_axis(ax, [float(s.params) for s in plotted if s.params])  # each has its size (`plotted`)
     metric = series[0].metric if series else "test perplexity"
     ax.yaxis.set_minor_formatter(_null_formatter())
     ax.set_ylabel(f"{metric}* (Akima optimum)")
@@ -562,7 +570,7 @@ def plot_ppl_vs_params(
     series: list[SweepSeries],
     path: str | Path,
     title: str = "",
-    notes: list[str] = (),
+    notes: Sequence[str] = (),
     palette: dict[str, str] | None = None,
 ) -> Path:
     return save(figure_ppl_vs_params(series, title, notes, palette), path)

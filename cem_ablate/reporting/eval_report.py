@@ -14,8 +14,9 @@ here too; Δ is shown in the metric's own units (variant − baseline).
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
-from cem_ablate.analysis.decision import adjust, decide
+from cem_ablate.analysis.decision import Decision, adjust, decide
 from cem_ablate.config.trial_status import TrialStatus
 from cem_ablate.reporting.seed_report import fmt
 from cem_ablate.tracking.eval_metrics import EVAL_PREFIX
@@ -55,13 +56,14 @@ def eval_rows(records, values: EvalValues) -> tuple[list[str], list[list[str]]]:
         lr = VariantStatistics.from_dict(r.stats).stats.best_grid_lr if r.stats else None
         cells = [r.name, fmt(lr, ".3g")]
         for metric in metrics:
-            seeds = values.get((r.name, metric), {}).get(lr, {})
+            seeds = values.get((r.name, metric), {}).get(lr, {}) if lr is not None else {}
             cells.append(f"{sum(seeds.values()) / len(seeds):.4g} (n={len(seeds)})" if seeds else "-")
         rows.append(cells)
     return metrics, rows
 
 
-def eval_tests(comparisons, values: EvalValues, metrics: list[str]) -> list[tuple[object, str, object]]:
+# Any: the report's ComparisonRow; report.py imports this module, so importing it back is a cycle.
+def eval_tests(comparisons, values: EvalValues, metrics: list[str]) -> list[tuple[Any, str, Decision]]:
     """(comparison row, metric, Decision in the metric's units) for every comparison point."""
     design = comparisons.design
     raw = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from cem_ablate.analysis.decision import ALPHA, Decision, adjust
 from cem_ablate.analysis.gp_draws import DepthDraws, DepthSummary, summarize_depth, versus_shallow
@@ -52,7 +53,10 @@ class DepthRow:
 
 
 def analyze(
-    design: GPDrawsDesign, stats: Mapping[str, VariantStats], alpha: float = ALPHA, correction: str = "holm"
+    design: GPDrawsDesign,
+    stats: Mapping[str, VariantStats],
+    alpha: float = ALPHA,
+    correction: Literal["holm", "none"] = "holm",
 ) -> list[DepthRow]:
     """Pure: `stats` variant key -> its statistics."""
     rows, decisions = [], []
@@ -65,7 +69,9 @@ def analyze(
                 if s is None or s.best_grid_lr is None:
                     continue
                 lrs[draw] = s.best_grid_lr
-                by_draw[draw] = s.at(s.best_grid_lr).by_seed()
+                row = s.at(s.best_grid_lr)
+                assert row is not None  # best_grid_lr is one of the variant's grid rates
+                by_draw[draw] = row.by_seed()
                 if s.optimum is not None and s.optimum.edge:
                     edges.append(f"draw {draw}: {s.optimum.edge}")
             draws_of[depth] = (DepthDraws(depth, by_draw), lrs, edges)
@@ -75,7 +81,7 @@ def analyze(
             rows.append(DepthRow(kernel, summarize_depth(dd, alpha), lrs, edges, decision))
             if decision is not None:
                 decisions.append(len(rows) - 1)
-    adjusted = adjust([rows[i].decision for i in decisions], alpha=alpha, correction=correction)
+    adjusted = adjust([d for r in rows if (d := r.decision) is not None], alpha=alpha, correction=correction)
     for i, d in zip(decisions, adjusted):
         r = rows[i]
         rows[i] = DepthRow(r.kernel, r.summary, r.lrs, r.edges, d)

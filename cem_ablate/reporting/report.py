@@ -170,7 +170,7 @@ def build_comparisons(
         design, correction = Design.fixed(max((s.n_seeds for s in stats.values()), default=1)), "holm"
     paired, missing = {}, []
     for r in records:
-        stored = published[r.key].pairing if published.get(r.key) is not None else {}
+        stored = pub.pairing if (pub := published.get(r.key)) is not None else {}
         for name, _ in _baselines(r, by_key):
             if name in stored:
                 paired[(r.key, name)] = stored[name].paired
@@ -534,7 +534,7 @@ def _missing_pairings(records: list[VariantRecord], expanded, published: Publica
     store written before pairing was recorded): building models is not free."""
     published = publications(records) if published is None else published
     if expanded is None or all(
-        published.get(r.key) is not None and published[r.key].pairing_recorded for r in records if r.baselines
+        (pub := published.get(r.key)) is not None and pub.pairing_recorded for r in records if r.baselines
     ):
         return None
     from cem_ablate.study.pairing import pair_study

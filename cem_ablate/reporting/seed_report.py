@@ -83,7 +83,7 @@ def at_text(test: Test) -> str:
     return f"{test.at} (lr {test.lr_variant:g})"
 
 
-def decimals(*values: float) -> int:
+def decimals(*values: float | None) -> int:
     """Decimals that write the largest of `values` at 4 significant digits; Δ and its
     interval share them ("+2.176 [+1.998, +2.354]", not "+2.176 [+2, +2.35]")."""
     largest = max((abs(v) for v in values if v is not None and math.isfinite(v) and v != 0), default=0.0)

@@ -119,12 +119,10 @@ def _inputs(
         if v is None or b is None or b.best_grid_lr is None:
             continue
         lr = b.best_grid_lr
-        rows = v.at(lr), b.at(lr)
-        if None in rows:
+        row_v, row_b = v.at(lr), b.at(lr)
+        if row_v is None or row_b is None:
             continue
-        items.append(
-            WidthInput(width, rows[0].by_seed(), rows[1].by_seed(), paired=paired.get(arms[variant_arm], False))
-        )
+        items.append(WidthInput(width, row_v.by_seed(), row_b.by_seed(), paired=paired.get(arms[variant_arm], False)))
         lrs[width] = lr
     return items, lrs
 
@@ -145,12 +143,12 @@ def analyze(
             deltas = [width_delta(i, alpha) for i in items]
             trends.append(ComparisonTrend(budget, comparison, deltas, lrs, fit_trend(deltas, alpha)))
     tested = [i for i, t in enumerate(trends) if t.trend is not None]
-    adjusted = dict(zip(tested, holm([trends[i].trend.p for i in tested]))) if tested else {}
+    adjusted = dict(zip(tested, holm([tr.p for t in trends if (tr := t.trend) is not None]))) if tested else {}
     out = []
     for i, t in enumerate(trends):
         p = adjusted.get(i)
         verdict = "unresolved"
-        if p is not None and p <= alpha and t.trend.b != 0:
+        if p is not None and t.trend is not None and p <= alpha and t.trend.b != 0:  # p: a tested trend
             verdict = "shrinks" if t.trend.b < 0 else "grows"
         out.append(ComparisonTrend(t.budget, t.comparison, t.deltas, t.lrs, t.trend, p, verdict))
     section = WidthSection(out, {}, alpha)
@@ -292,7 +290,8 @@ def width_section(
     published = publications(records) if published is None else published  # parsed once (study.publication)
     by_key = {r.key: r for r in records}
     stats = {k: published[k].statistics.stats for k in by_key if published.get(k) is not None}
-    t2_paired, energy = {}, {}
+    t2_paired: dict[str, bool] = {}
+    energy: dict[str, list[Mapping[str, float]]] = {}
     for widths in design.budgets.values():
         for arms in widths.values():
             record = by_key.get(arms.get("T2", ""))

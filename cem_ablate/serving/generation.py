@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from cem_ablate.config.schema import require
 from cem_ablate.model.decoding import DecodingCache, decode, new_cache
+from cem_ablate.model.transformer import CEMTransformer
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,11 @@ def next_token(logits: Tensor, sampling: Sampling, generator: torch.Generator | 
 
 @torch.no_grad()
 def generate(
-    model: nn.Module, prompt: Tensor, sampling: Sampling, eos_id: int | None = None, cache: DecodingCache | None = None
+    model: CEMTransformer,
+    prompt: Tensor,
+    sampling: Sampling,
+    eos_id: int | None = None,
+    cache: DecodingCache | None = None,
 ) -> Iterator[Tensor]:
     """Yield (B,) new token ids one step at a time after `prompt` (B, J): the prompt is
     prefilled in one call, each token then costs one cached decoding step. Stops after
