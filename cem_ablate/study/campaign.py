@@ -28,11 +28,16 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cem_ablate.config import ConfigError
 from cem_ablate.config.identity import digest
-from cem_ablate.study.spec import SequentialSeeds
+from cem_ablate.study.spec import SequentialSeeds, StudySpec
 from cem_ablate.study.variants import ExpandedStudy, Variant
+
+if TYPE_CHECKING:
+    from cem_ablate.analysis.decision import Design
+    from cem_ablate.study.trials import Slot
 
 FIXED_REFERENCE_SEEDS = 3  # the calibrated design a sequential one is held against (docs/reproducing.md)
 ROLES = ("proxy", "grid", "target", "ladder")  # the order a campaign queues them in: proxies first
@@ -64,6 +69,11 @@ def transfer_target_identity(variant: Variant, seed: int, proxy_keys: Sequence[s
     return digest({"target": variant.trial_key(first_lr, seed), "proxy": sorted(proxy_keys)})
 
 
+def _grid_lr(slot: Slot) -> float:
+    assert slot.lr is not None  # a grid slot fixes its learning rate (trials.trial_slots)
+    return slot.lr
+
+
 def asked_trials(expanded: ExpandedStudy) -> list[AskedTrial]:
     """Every trial the study may train (sequential seeds: up to max), proxies first."""
     from cem_ablate.study.transfer import proxy_seeds
@@ -72,21 +82,25 @@ def asked_trials(expanded: ExpandedStudy) -> list[AskedTrial]:
     spec = expanded.spec
     if spec.lr_search.method == "grid":
         return [
-            AskedTrial(v.trial_key(slot.lr, slot.seed), v, slot.seed, "grid")
+            AskedTrial(v.trial_key(_grid_lr(slot), slot.seed), v, slot.seed, "grid")
             for v in expanded.variants
             for slot in trial_slots(v.lr_search(spec.lr_search), list(spec.seeds))
         ]
-    grid, out, of_proxy = spec.lr_search.grid, [], {}
+    grid = spec.lr_search.grid
+    out: list[AskedTrial] = []
+    of_proxy: dict[str, list[str]] = {}
     for p in expanded.proxies:
         keys = [(p.trial_key(lr, seed), seed) for lr in grid for seed in proxy_seeds(expanded)]
         of_proxy[p.key] = [k for k, _ in keys]
         out += [AskedTrial(k, p, seed, "proxy") for k, seed in keys]
     role = "ladder" if spec.forecast is not None else "target"
-    return out + [
-        AskedTrial(transfer_target_identity(v, seed, of_proxy[v.proxy], grid[0]), v, seed, role)
-        for v in expanded.variants
-        for seed in spec.seeds
-    ]
+    for v in expanded.variants:
+        assert v.proxy is not None  # every variant of a transfer study has its proxy (variants._proxies)
+        out += [
+            AskedTrial(transfer_target_identity(v, seed, of_proxy[v.proxy], grid[0]), v, seed, role)
+            for seed in spec.seeds
+        ]
+    return out
 
 
 def check_campaign_file(expanded: ExpandedStudy, label: str) -> None:
@@ -118,7 +132,7 @@ class SeedDesignLine:
     """One seed design of the campaign (sequential, or pooled, or another seed count) against
     `FIXED_REFERENCE_SEEDS` fixed seeds."""
 
-    design: object  # analysis.decision.Design
+    design: Design
     paired: bool
     groups: int  # the points a pooled design pools over (2: the two sides only)
     effect: float  # Δ in seed-to-seed stds the expected case is computed at
@@ -173,12 +187,12 @@ class CampaignPlan:
 
     def file_trials(self, name: str) -> list[CampaignTrial]:
         """The distinct trials one file asks for (what it costs priced alone)."""
-        seen = {}
+        seen: dict[str, CampaignTrial] = {}
         for a in self.asked[name]:
             seen.setdefault(a.identity, self.trials[a.identity])
         return list(seen.values())
 
-    def spec(self, name: str):
+    def spec(self, name: str) -> StudySpec:
         return next(f.expanded.spec for f in self.files if f.name == name)
 
     def owned(self, name: str) -> list[CampaignTrial]:
@@ -232,6 +246,12 @@ def _comparisons(files: list[CampaignFile]) -> dict[str, set[tuple]]:
     return out
 
 
+def _first_seeds(spec: StudySpec) -> int:
+    """How many seeds a sequential file's variants train before its first look."""
+    assert isinstance(spec.seeds, SequentialSeeds)  # only a sequential file has a stopping rule (`stopping`)
+    return spec.seeds.min
+
+
 def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
     """Each sequential trial's probability of training (module docstring); the design lines."""
     from cem_ablate.study.verdicts import design_of, pooled_points
@@ -259,7 +279,7 @@ def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
         sequential = [name for name in trial.files if name in stopping]
         if trial.role == "proxy" or len(sequential) < len(trial.files):
             continue  # proxies, and trials a fixed-seed file asks for, always train
-        if trial.seed < min(plan.spec(name).seeds.min for name in sequential):
+        if trial.seed < min(_first_seeds(plan.spec(name)) for name in sequential):
             continue
         unstopped = [
             sum(p for n, p in stopping[pair[2]].items() if n <= trial.seed)
@@ -268,7 +288,7 @@ def _expected_case(plan: CampaignPlan, effect: float | None) -> None:
         trial.trained = 1.0 - math.prod(unstopped)
 
 
-def seed_design_line(design, paired: bool, effect: float | None = None, groups: int = 2) -> SeedDesignLine:
+def seed_design_line(design: Design, paired: bool, effect: float | None = None, groups: int = 2) -> SeedDesignLine:
     """A design's error rates and expected seeds beside `FIXED_REFERENCE_SEEDS` fixed seeds' of the
     two sides' own variance at α 0.05 (the calibration the campaign is held to), at `effect` (None:
     the Δ the fixed seeds detect with 80% power), simulated; `groups`: a pooled design's points."""
@@ -278,6 +298,7 @@ def seed_design_line(design, paired: bool, effect: float | None = None, groups: 
     reference = Design.fixed(FIXED_REFERENCE_SEEDS, ALPHA)
     if effect is None:
         effect = min_detectable_effect(reference, 0.8, paired)
+        assert effect is not None  # FIXED_REFERENCE_SEEDS fixed seeds test, and reach 80% power at some Δ
     stops = stopping_seeds(design, effect, paired, groups=groups)
     return SeedDesignLine(
         design,

@@ -10,9 +10,15 @@ holds settled under the current code (a rerun of a finished campaign trains noth
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cem_ablate.study.campaign import CampaignPlan, CampaignTrial
 from cem_ablate.study.estimates import GpuRate
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from cem_ablate.config.trial_record import TrialRecord
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ def gh(hours: float) -> str:
 
 
 def _role_counts(trials: list[CampaignTrial]) -> str:
-    counts = {}
+    counts: dict[str, int] = {}
     for t in trials:
         counts[t.role] = counts.get(t.role, 0) + 1
     return " + ".join(f"{n:,} {role}" for role, n in counts.items())
@@ -71,7 +77,7 @@ def budget_line(cost: CampaignCost, rate: GpuRate, budget: float) -> str:
 def print_campaign(
     plan: CampaignPlan,
     rate: GpuRate,
-    console,
+    console: Console,
     scale: str | None,
     settled: dict[str, bool] | None = None,
     budget: float | None = None,
@@ -155,10 +161,10 @@ def settled_trials(plan: CampaignPlan, storage_url: str) -> dict[str, bool] | No
         if storage is None:
             return None
         finished = finished_trials(storage)
-    by_study: dict[tuple[str, int], list] = {}
+    by_study: dict[tuple[str, int | None], list[TrialRecord]] = {}  # a record's seed: None when the trial set none
     for record in finished.values():
         by_study.setdefault((record.study, record.seed), []).append(record)
-    out = {}
+    out: dict[str, bool] = {}
     for f in plan.files:
         for a in plan.asked[f.name]:
             if a.role not in ("target", "ladder"):

@@ -16,6 +16,7 @@ trials of the same variants, at the wall time those took (`measured_seconds`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cem_ablate.analysis.optimum import MIN_LRS_FOR_LR_STAR
 from cem_ablate.analysis.statistics import OBJECTIVE_NAMES
@@ -24,6 +25,9 @@ from cem_ablate.study.estimates import CPU_TRAIN_FLOPS_PER_S, VariantEstimate, e
 from cem_ablate.study.spec import SequentialSeeds, initial_seeds
 from cem_ablate.study.trials import trial_slots
 from cem_ablate.study.variants import ExpandedStudy, Variant
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,10 @@ def plan(expanded: ExpandedStudy) -> list[PlanRow]:
     ]
 
 
-def _si(value: float, units=(("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3))) -> str:
+def _si(
+    value: float,
+    units: tuple[tuple[str, float], ...] = (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)),
+) -> str:
     for unit, scale in units:
         if value >= scale:
             return f"{value / scale:.3g}{unit}"
@@ -59,8 +66,9 @@ def _duration(hours: float) -> str:
     return f"{hours * 3600:.2g} s"
 
 
-def seeds_text(seeds) -> str:
+def seeds_text(seeds: list[int] | SequentialSeeds) -> str:
     if isinstance(seeds, SequentialSeeds):
+        assert seeds.max is not None  # validated: required with until: resolved
         where = {"baseline": "at the baseline's lr*", "own": "at the variant's own lr*", "both": "at either lr*"}[
             seeds.at
         ]
@@ -199,7 +207,7 @@ def power_lines(expanded: ExpandedStudy, spread: SeedSpread | None = None) -> li
             else "cannot resolve any Δ (fewer than 2 seeds)"
         )
         std = None if spread is None else (spread.differences if paired else spread.side)
-        if mde is not None and std is not None:
+        if mde is not None and std is not None and spread is not None:  # std comes from spread
             detects += f" (≈ {mde * std:.3g} {metric} at the std {std:.3g} of {spread.trials} finished trials)"
         lines.append(
             f"  {test} ({'pairs checked paired' if paired else 'otherwise'}): false-positive rate "
@@ -231,7 +239,7 @@ def print_plan(
     rows: list[PlanRow],
     gpu_tflops: float,
     mfu: float,
-    console,
+    console: Console,
     spread: SeedSpread | None = None,
     finished: dict[str, int] | None = None,
     cpu_gflops: float | None = None,
@@ -316,14 +324,14 @@ def print_plan(
         markup=False,
         highlight=False,
     )
-    if line := measured_line(rows, seconds or {}, finished, workers):
-        console.print(line, markup=False, highlight=False)
+    if measured := measured_line(rows, seconds or {}, finished, workers):
+        console.print(measured, markup=False, highlight=False)
     if any(v.baselines for v in expanded.variants):
         for line in power_lines(expanded, spread):
             console.print(line, markup=False, highlight=False)
 
 
-def transfer_costs(expanded: ExpandedStudy, gpu_tflops: float, mfu: float, cpu_rate: float) -> list[dict]:
+def transfer_costs(expanded: ExpandedStudy, gpu_tflops: float, mfu: float, cpu_rate: float) -> list[dict[str, Any]]:
     """lr_search method transfer: per variant, the GPU-hours and CPU-hours of its share of the
     proxy study (its proxy on the grid with the proxy seeds, a proxy shared by several variants
     counted once, at the first), of its target trials (one lr, the study's seeds) and of the
@@ -337,6 +345,7 @@ def transfer_costs(expanded: ExpandedStudy, gpu_tflops: float, mfu: float, cpu_r
     out, counted = [], set()
     for v in expanded.variants:
         target = estimate(v.run_config(lr, seed))
+        assert v.proxy is not None  # every variant of a transfer study has its proxy (variants._proxies)
         proxy = proxies[v.proxy]
         proxy_trials = 0 if v.proxy in counted else n_grid * n_proxy_seeds
         counted.add(v.proxy)
@@ -359,7 +368,7 @@ def transfer_costs(expanded: ExpandedStudy, gpu_tflops: float, mfu: float, cpu_r
 
 
 def print_transfer_plan(
-    expanded: ExpandedStudy, gpu_tflops: float, mfu: float, console, cpu_gflops: float | None = None
+    expanded: ExpandedStudy, gpu_tflops: float, mfu: float, console: Console, cpu_gflops: float | None = None
 ) -> None:
     """The transfer study's dry run: proxy and target cost beside the full grid's."""
     from rich.table import Table
@@ -396,6 +405,7 @@ def print_transfer_plan(
         )
     console.print(table)
     grid = ", ".join(f"{lr:g}" for lr in spec.lr_search.grid)
+    assert spec.lr_search.proxy is not None  # validated: method transfer requires lr_search.proxy
     console.print(
         f"proxies: {', '.join(f'{k}: {v}' for k, v in spec.lr_search.proxy.items())}; "
         f"learning rates (grid, {spec.lr_search.interpolation} fit): {grid}; "

@@ -11,6 +11,10 @@ of `cem-ablate study --dry-run` (defaults: A100, 312 TFLOP/s, 40% MFU).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cem_ablate.training.config import RunConfig
 
 DEFAULT_GPU_TFLOPS = 312.0  # A100 dense bf16
 DEFAULT_MFU = 0.40
@@ -116,7 +120,7 @@ class VariantEstimate:
         return {k: float(v) for k, v in out.items()}
 
 
-def estimate(run_config) -> VariantEstimate:
+def estimate(run_config: RunConfig) -> VariantEstimate:
     """The engine's own resolution of a run (model on the meta device: no memory, no init)."""
     from cem_ablate.model.config import llama_baseline_params
     from cem_ablate.training.engine import resolve_run

@@ -10,10 +10,15 @@ noise here. Cost: one Cholesky of n_train² (4,096: about a second) per draw.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cem_ablate.analysis.gp_draws import posterior_rmse
 
+if TYPE_CHECKING:
+    from cem_ablate.data.config import GPConfig
 
-def exact_gp_rmse(gp_config) -> float:
+
+def exact_gp_rmse(gp_config: GPConfig) -> float:
     """Test RMSE of the exact GP posterior mean on the draw `gp_config` (a GPConfig)."""
     import numpy as np
 

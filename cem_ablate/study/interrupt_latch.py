@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 
 class InterruptLatch:
@@ -25,9 +28,9 @@ class InterruptLatch:
 
     def __init__(self) -> None:
         self.pressed = False
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.pressed = True
         raise KeyboardInterrupt
 
@@ -45,7 +48,7 @@ class InterruptLatch:
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None

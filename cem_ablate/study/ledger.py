@@ -29,7 +29,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
 
 PARENT_PREFIX = "mlflow_parent_run_id:"
 
@@ -66,7 +71,7 @@ _TRIAL_FIELDS = {f.name: f for f in dataclasses.fields(TrialFacts)}
 _TEXT = {"slot", "trial_key", "code_fingerprint", "run_dir", "reason", "cause", "reused_from"}
 
 
-def trial_facts(trial) -> TrialFacts:
+def trial_facts(trial: FrozenTrial | optuna.Trial) -> TrialFacts:
     """The one reader: an Optuna trial's (frozen or live) user attributes as `TrialFacts`."""
     attrs = trial.user_attrs
     values: dict[str, Any] = {}
@@ -82,7 +87,7 @@ def trial_facts(trial) -> TrialFacts:
     return TrialFacts(**values)
 
 
-def record_trial(storage, trial_id: int, **facts: Any) -> None:
+def record_trial(storage: BaseStorage, trial_id: int, **facts: Any) -> None:
     """The one writer of a trial's facts (`storage.set_trial_user_attr`, which Optuna
     refuses with `UpdateFinishedTrialError` once the trial is finished: a fenced worker's
     write never lands). Only `TrialFacts` fields; None values are not written."""
@@ -94,7 +99,7 @@ def record_trial(storage, trial_id: int, **facts: Any) -> None:
             storage.set_trial_user_attr(trial_id, name, dict(value) if isinstance(value, Mapping) else value)
 
 
-def enqueue(study, params: Mapping[str, Any], slot: str, attempt: int) -> None:
+def enqueue(study: optuna.Study, params: Mapping[str, Any], slot: str, attempt: int) -> None:
     """Queue a slot's trial (WAITING, params fixed) with its first facts."""
     study.enqueue_trial(dict(params), user_attrs={"slot": slot, "attempt": attempt})
 
@@ -111,7 +116,7 @@ class StudyFacts:
         return self.parents.get(store)
 
 
-def study_facts(storage, study_id: int) -> StudyFacts:
+def study_facts(storage: BaseStorage, study_id: int) -> StudyFacts:
     """The one reader of an Optuna study's user attributes."""
     attrs = storage.get_study_user_attrs(study_id)
     seeds = attrs.get("seeds_active")
@@ -125,7 +130,7 @@ def study_facts(storage, study_id: int) -> StudyFacts:
 
 
 def record_study(
-    storage,
+    storage: BaseStorage,
     study_id: int,
     *,
     variant: str | None = None,

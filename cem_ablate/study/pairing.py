@@ -25,9 +25,14 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cem_ablate.training.config import RunConfig
+
+if TYPE_CHECKING:
+    from cem_ablate.study.variants import Variant
 
 PAIRED, UNPAIRED = "paired", "unpaired"
 CHECK_SEED = 0  # model construction does not branch on the seed: one seed decides for all
@@ -44,7 +49,7 @@ class Pairing:
 
 
 @contextlib.contextmanager
-def _rng_preserved():
+def _rng_preserved() -> Iterator[None]:
     """Seeding is global: the coordinator may train trials in this same process next."""
     import numpy as np
     import torch
@@ -98,7 +103,7 @@ def check_pairing(variant: RunConfig, baseline: RunConfig) -> Pairing:
     return Pairing(True, f"all {len(shared)} shared parameters start identical under one seed")
 
 
-def pair_study(variants) -> dict[tuple[str, str], Pairing]:
+def pair_study(variants: Sequence[Variant]) -> dict[tuple[str, str], Pairing]:
     """(variant key, baseline name) -> Pairing for every comparison of the study's variants
     (`study.variants.Variant`); each distinct pair of configs is checked once."""
     by_key = {v.key: v for v in variants}

@@ -49,8 +49,9 @@ class Snapshot:
 
 def snapshot(session: QueueSession[Any]) -> Snapshot:
     counts: Counter = Counter()
-    best = None
-    trials = {}
+    best: tuple[str, TrialRecord] | None = None
+    best_value = math.inf  # best's value
+    trials: dict[tuple[str, int], tuple[str, TrialRecord]] = {}
     total = 0
     for variant in session.variants:
         vt = session.trials[variant.key]
@@ -58,10 +59,11 @@ def snapshot(session: QueueSession[Any]) -> Snapshot:
         counts.update(states.values())
         total += len(states)
         for point in vt.points():
+            assert point.number is not None  # VariantTrials.points numbers every record
             trials[(variant.key, point.number)] = (variant.name, point)
             if point.status == TrialStatus.FINISHED and point.value is not None and math.isfinite(point.value):
-                if best is None or point.value < best[1].value:
-                    best = (variant.name, point)
+                if best is None or point.value < best_value:
+                    best, best_value = (variant.name, point), point.value
     return Snapshot(counts, total, best, trials)
 
 
@@ -84,7 +86,7 @@ def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
     if before is None:
         return []
     out = []
-    for key, (variant, point) in sorted(after.trials.items(), key=lambda kv: kv[1][1].number):
+    for key, (variant, point) in sorted(after.trials.items(), key=lambda kv: kv[0][1]):  # by trial number
         old = before.trials.get(key)
         if old is not None and old[1].status == point.status:
             continue

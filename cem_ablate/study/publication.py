@@ -12,11 +12,14 @@ pairing (or the design) was recorded give `pairing_recorded` False (or `design` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cem_ablate.analysis.statistics import VariantStatistics
+
+if TYPE_CHECKING:
+    from cem_ablate.tracking.readback import VariantRecord
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class VariantPublication:
         return cls(VariantStatistics.from_dict(dict(data)), pairing, data.get("design"), stored is not None)
 
 
-def publications(records) -> dict[str, VariantPublication | None]:
+def publications(records: Iterable[VariantRecord]) -> dict[str, VariantPublication | None]:
     """Variant key -> its published record, each parent's stats.json parsed once
     (`records`: `tracking.readback.VariantRecord`s); every part of a report reads this."""
     return {r.key: VariantPublication.from_stats(r.stats) for r in records}

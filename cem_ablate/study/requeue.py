@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 
 def slurm_job_id(env: Mapping[str, str] = os.environ) -> str | None:
@@ -24,7 +24,7 @@ def slurm_job_id(env: Mapping[str, str] = os.environ) -> str | None:
     return env.get("SLURM_JOB_ID") or None
 
 
-def requeue_slurm_job(echo) -> bool:
+def requeue_slurm_job(echo: Callable[[str], object]) -> bool:
     """`scontrol requeue` this SLURM job (False, saying why, when it could not be)."""
     job = slurm_job_id()
     if job is None:

@@ -18,7 +18,9 @@ the trials it finished under other code (study/trials.py: stale trials).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cem_ablate.config.fingerprint import CodeFingerprint
 from cem_ablate.config.trial_record import TrialRecord
@@ -27,10 +29,15 @@ from cem_ablate.study.ledger import TrialFacts, trial_facts
 from cem_ablate.study.staleness import StaleCause, stale_cause
 from cem_ablate.study.trials import trial_status
 
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+    from cem_ablate.study.variants import ExpandedStudy, Variant
+
 __all__ = ["StaleTrials", "dry_run_reads", "expected_reuse", "finished_trials"]
 
 
-def finished_trials(storage) -> dict[str, TrialRecord]:
+def finished_trials(storage: BaseStorage) -> dict[str, TrialRecord]:
     """trial key -> the first finished or diverged trial with that key, in any study (results
     that retraining would not change), how it ended (`TrialFacts.outcome` and its reason)
     in `attrs` for the reuse to copy."""
@@ -86,7 +93,7 @@ class StaleTrials:
         return sum(self.elsewhere.values())
 
 
-def dry_run_reads(expanded, storage_url: str) -> tuple[GridTrials, StaleTrials]:
+def dry_run_reads(expanded: ExpandedStudy, storage_url: str) -> tuple[GridTrials, StaleTrials]:
     """What the dry run reads of a storage, in one read-only open (a missing SQLite file is
     not created; nothing without a storage or a grid: sampled lrs can't be known):
 
@@ -112,7 +119,7 @@ def dry_run_reads(expanded, storage_url: str) -> tuple[GridTrials, StaleTrials]:
         return grid, StaleTrials(counts, cause, elsewhere, elsewhere_cause)
 
 
-def _grid_from(expanded, finished: dict[str, TrialRecord]) -> GridTrials:
+def _grid_from(expanded: ExpandedStudy, finished: dict[str, TrialRecord]) -> GridTrials:
     spec = expanded.spec
     out: GridTrials = {}
     for v in expanded.variants:
@@ -124,7 +131,7 @@ def _grid_from(expanded, finished: dict[str, TrialRecord]) -> GridTrials:
     return out
 
 
-def expected_reuse(expanded, grid: GridTrials) -> tuple[dict[str, int], dict[str, int]]:
+def expected_reuse(expanded: ExpandedStudy, grid: GridTrials) -> tuple[dict[str, int], dict[str, int]]:
     """(reused, done): variant key -> how many of its grid trials (`dry_run_reads`) the
     storage holds settled by other studies (reused, not retrained), and by this study
     itself (a rerun: already done)."""
@@ -139,7 +146,7 @@ def expected_reuse(expanded, grid: GridTrials) -> tuple[dict[str, int], dict[str
     return reused, done
 
 
-def _own_trials(expanded, storage) -> dict[tuple[str, float, int], list[TrialFacts]]:
+def _own_trials(expanded: ExpandedStudy, storage: BaseStorage) -> dict[tuple[str, float, int], list[TrialFacts]]:
     """(variant key, lr, seed) -> the facts of this study's final trials at that point, under
     any trial key."""
     from cem_ablate.study.variants import optuna_study_name
@@ -158,7 +165,7 @@ def _own_trials(expanded, storage) -> dict[tuple[str, float, int], list[TrialFac
 
 
 def _stale_own(
-    expanded, own: dict[tuple[str, float, int], list[TrialFacts]]
+    expanded: ExpandedStudy, own: dict[tuple[str, float, int], list[TrialFacts]]
 ) -> tuple[dict[str, int], StaleCause | None]:
     """Variant key -> how many of its points this study holds under other trial keys only."""
     by_key = {v.key: v for v in expanded.variants}
@@ -171,7 +178,7 @@ def _stale_own(
 
 
 def _counts_and_cause(
-    by_key, stale: dict[tuple[str, float, int], list[TrialFacts]]
+    by_key: Mapping[str, Variant], stale: dict[tuple[str, float, int], list[TrialFacts]]
 ) -> tuple[dict[str, int], StaleCause | None]:
     """Variant key -> how many of `stale`'s points are its, and why their keys differ."""
     counts: dict[str, int] = {}
@@ -184,7 +191,9 @@ def _counts_and_cause(
     return counts, (stale_cause(causes) if causes else None)
 
 
-def _not_reused(expanded, storage, covered: set[tuple[str, float, int]]) -> tuple[dict[str, int], StaleCause | None]:
+def _not_reused(
+    expanded: ExpandedStudy, storage: BaseStorage, covered: set[tuple[str, float, int]]
+) -> tuple[dict[str, int], StaleCause | None]:
     """Variant key -> how many of its grid points not in `covered` other studies settled
     (finished or diverged) under another trial key only, and why those keys differ."""
     from optuna.trial import TrialState

@@ -34,7 +34,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from cem_ablate.analysis.forecast import DEFAULT_FORM, DEFAULT_LEVEL, MIN_RUNGS, FormName
 from cem_ablate.config import apply_overrides, load_yaml, parse, require
@@ -84,6 +84,7 @@ class LrSearchConfig:
                 join(path, "proxy"),
                 "method transfer needs the run-config overrides of the proxy, e.g. {model.d_model: 64}.",
             )
+            assert self.proxy is not None  # required just above
             for key in self.proxy:
                 require(
                     isinstance(key, str) and key.split(".")[0] in ("model", "train", "data"),
@@ -130,6 +131,7 @@ class LrSearchConfig:
             return
         for key in ("low", "high", "n_trials"):
             require(getattr(self, key) is not None, join(path, key), f"is required with method {self.method}.")
+        assert self.low is not None and self.high is not None and self.n_trials is not None  # required just above
         require(self.low > 0, join(path, "low"), f"learning rates must be > 0, got {self.low}.")
         require(self.high > self.low, join(path, "high"), f"must be greater than low ({self.low}), got {self.high}.")
         require(self.n_trials >= 1, join(path, "n_trials"), f"must be >= 1, got {self.n_trials}.")
@@ -139,6 +141,7 @@ class LrSearchConfig:
         """The log-uniform range Optuna suggests from (it covers the whole grid)."""
         if self.method in ("grid", "transfer"):
             return min(self.grid), max(self.grid)
+        assert self.low is not None and self.high is not None  # validated: required with method tpe or random
         return self.low, self.high
 
 
@@ -162,7 +165,7 @@ class ExecutionConfig:
 
 
 @dataclass(frozen=True)
-class SequentialSeeds(Sequence):
+class SequentialSeeds(Sequence[int]):
     """`seeds: {min: 2, max: 6, until: resolved}`: sequential seeds (`study.sequential`).
 
     Every variant and its baseline start with seeds 0..min-1; while their Δ is
@@ -186,7 +189,13 @@ class SequentialSeeds(Sequence):
     def initial(self) -> list[int]:
         return list(range(self.min))
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | list[int]:
         return list(range(self.max if self.max is not None else self.min))[i]
 
     def __len__(self) -> int:
@@ -199,6 +208,7 @@ class SequentialSeeds(Sequence):
             "is required in the mapping form of seeds (until: resolved); or give a list of seeds.",
         )
         require(self.max is not None, join(path, "max"), "is required with until: resolved.")
+        assert self.max is not None  # required just above
         require(self.min >= 1, join(path, "min"), f"must be at least 1, got {self.min}.")
         require(self.max >= self.min, join(path, "max"), f"must be at least min ({self.min}), got {self.max}.")
 
@@ -398,6 +408,7 @@ class StudySpec:
         """A forecast trains each width at its proxy's lr*, which holds across width under mup only
         (docs/design/parametrization.md#s12-parametrization); the ladder owns the width."""
         where = join(path, "forecast")
+        assert self.forecast is not None  # validate calls this only with a forecast
         require(
             self.lr_search.method == "transfer",
             join(path, "lr_search.method"),
@@ -434,6 +445,7 @@ class StudySpec:
             return self.variants[int(head[len("variants[") : -1])].set[key]
         if head == "baselines":
             return self.baselines[rest.split(".")[0]][key]
+        assert self.forecast is not None  # every other place is a forecast's (_validate_forecast)
         if head == "forecast" and rest.startswith("target."):
             return self.forecast.target[key]
         index = int(rest[len("ladder[") : rest.index("]")])

@@ -36,10 +36,10 @@ import sqlite3
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cem_ablate.config import ConfigError
 from cem_ablate.study.optuna_storage import check_private_api, wrapped_rdb_storage
@@ -49,6 +49,8 @@ from cem_ablate.tracking.store import shown_url
 
 if TYPE_CHECKING:
     from optuna.storages import RDBStorage
+
+_Storage = TypeVar("_Storage", bound="RDBStorage")
 
 SQLITE_TIMEOUT_S = 120
 CONNECT_TIMEOUT_S = 5  # per attempt, for server databases
@@ -180,7 +182,9 @@ def close_storage(storage: RDBStorage) -> None:
     storage.engine.dispose()
 
 
-def _open_schema(storage_class, settings: StorageSettings, engine_kwargs: dict):
+def _open_schema(
+    storage_class: Callable[..., _Storage], settings: StorageSettings, engine_kwargs: dict[str, Any]
+) -> _Storage:
     import sqlalchemy
 
     for attempt in range(SCHEMA_ATTEMPTS):
@@ -203,7 +207,7 @@ def _open_schema(storage_class, settings: StorageSettings, engine_kwargs: dict):
 
 
 @contextlib.contextmanager
-def open_for_reading(url: str) -> Iterator:
+def open_for_reading(url: str) -> Iterator[RDBStorage | None]:
     """The storage for a look that writes nothing (the dry run), through the same checks
     as `open_storage`: None when its SQLite file does not exist yet (nothing to read).
     Its engine is disposed on leaving, so a SQLite file's WAL sidecars (-wal, -shm) go
@@ -228,12 +232,12 @@ def open_for_reading(url: str) -> Iterator:
         close_storage(storage)
 
 
-def _waits_out_outages(method, name: str):
+def _waits_out_outages(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     @functools.wraps(method)
-    def call(self, *args, **kwargs):
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         import sqlalchemy
 
-        first_failure = None
+        first_failure: float | None = None
         while True:
             try:
                 result = method(self, *args, **kwargs)
@@ -272,7 +276,7 @@ def _waits_out_outages(method, name: str):
 
 
 @functools.cache
-def outage_tolerant_storage():
+def outage_tolerant_storage() -> type:
     """RDBStorage whose public methods wait out a database server outage (`outage_s`), and
     the private ones Optuna's cache and heartbeat call directly (study.optuna_storage).
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +112,12 @@ class LockWatchdog:
     processes are not reaped here: the coordinator reaps them when the study ends, so an
     operator's later SIGCONT still finds the pid."""
 
-    def __init__(self, databases: list[Path | None], pids, on_kill) -> None:
+    def __init__(
+        self,
+        databases: list[Path | None],
+        pids: Callable[[], Iterable[int]],
+        on_kill: Callable[[int, Path], object],
+    ) -> None:
         self.databases = [db for db in databases if db is not None]  # None: a server store
         self.pids = pids  # a callable: the pids of the live workers now
         self.on_kill = on_kill
@@ -124,7 +130,7 @@ class LockWatchdog:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()

@@ -70,7 +70,8 @@ class VariantSummary:
             for p in self.points
             if p.status == TrialStatus.FINISHED and p.value is not None and math.isfinite(p.value)
         ]
-        return min(finished, key=lambda p: p.value) if finished else None
+        # every value is set (filtered above); math.inf only narrows the type
+        return min(finished, key=lambda p: p.value if p.value is not None else math.inf) if finished else None
 
 
 def test_metrics(tests: list[Test], variant_key: str, baseline: str) -> dict[str, float | None]:
@@ -216,7 +217,9 @@ class StudyPublisher:
             name=variant.name,
             is_baseline=variant.role == "baseline",
             finished=[
-                (p.lr, p.value) for p in summary.points if p.status == TrialStatus.FINISHED and p.value is not None
+                (p.lr, p.value)
+                for p in summary.points
+                if p.status == TrialStatus.FINISHED and p.lr is not None and p.value is not None
             ],
             diverged=[p.lr for p in summary.points if p.status == TrialStatus.DIVERGED and p.lr is not None],
             fit=summary.fit,

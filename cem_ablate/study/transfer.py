@@ -19,8 +19,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cem_ablate.study.variants import ExpandedStudy, optuna_study_name
+from cem_ablate.study.variants import ExpandedStudy, Variant, optuna_study_name
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
 
 SIGNIFICANT_DIGITS = 3
 
@@ -55,11 +59,16 @@ def proxy_study(expanded: ExpandedStudy) -> ExpandedStudy:
     return ExpandedStudy(proxy_spec, list(expanded.proxies), expanded.mapping)
 
 
+def _proxy_key(variant: Variant) -> str:
+    assert variant.proxy is not None  # every variant of a transfer study has its proxy (variants._proxies)
+    return variant.proxy
+
+
 def target_study(expanded: ExpandedStudy, optima: dict[str, ProxyOptimum]) -> ExpandedStudy:
     """Phase 2: every variant at its proxy's rounded lr* only."""
     spec = expanded.spec
-    targets = [dataclasses.replace(v, lr_grid=(optima[v.proxy].lr,)) for v in expanded.variants]
-    grid = sorted({v.lr_grid[0] for v in targets})
+    targets = [dataclasses.replace(v, lr_grid=(optima[_proxy_key(v)].lr,)) for v in expanded.variants]
+    grid = sorted({optima[_proxy_key(v)].lr for v in expanded.variants})  # each target's one lr_grid rate
     search = dataclasses.replace(spec.lr_search, method="grid", grid=grid, proxy=None, proxy_seeds=None)
     return ExpandedStudy(dataclasses.replace(spec, lr_search=search), targets, expanded.mapping)
 
@@ -68,14 +77,14 @@ def round_lr(lr: float, digits: int = SIGNIFICANT_DIGITS) -> float:
     return float(f"{lr:.{digits - 1}e}") if lr > 0 and math.isfinite(lr) else lr
 
 
-def proxy_optima(proxies: ExpandedStudy, storage) -> dict[str, ProxyOptimum]:
+def proxy_optima(proxies: ExpandedStudy, storage: BaseStorage) -> dict[str, ProxyOptimum]:
     """Each proxy's Akima lr* from its finished trials in the storage (read only; the proxy study
     has run). A proxy with no finished trial has no entry."""
     from cem_ablate.analysis.statistics import observations, variant_stats
     from cem_ablate.study.trials import VariantTrials
 
     spec = proxies.spec
-    out = {}
+    out: dict[str, ProxyOptimum] = {}
     for proxy in proxies.variants:
         trials, _ = VariantTrials.open(
             storage, "", optuna_study_name(spec.name, proxy), spec.lr_search, spec.seeds, trial_key=proxy.trial_key
@@ -104,9 +113,9 @@ def transfer_lines(expanded: ExpandedStudy, optima: dict[str, ProxyOptimum]) -> 
     proxies = {p.key: p for p in expanded.proxies}
     lines = []
     for v in expanded.variants:
-        opt = optima.get(v.proxy)
+        opt = optima.get(_proxy_key(v))
         if opt is None:
-            lines.append(f"{v.name}: proxy {proxies[v.proxy].name} has no finished trial: no lr* to transfer")
+            lines.append(f"{v.name}: proxy {proxies[_proxy_key(v)].name} has no finished trial: no lr* to transfer")
             continue
         interval = f" [{opt.lr_interval[0]:.3g}, {opt.lr_interval[1]:.3g}]" if opt.lr_interval else ""
         edge = f" (at the grid's {opt.edge} edge: only a bound)" if opt.edge else ""

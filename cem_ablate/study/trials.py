@@ -47,7 +47,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cem_ablate.config.trial_outcome import Cause
 from cem_ablate.config.trial_record import TrialRecord
@@ -56,6 +56,13 @@ from cem_ablate.study.ledger import enqueue, record_study, record_trial, study_f
 from cem_ablate.study.optuna_storage import storage_of, trial_for_id, trial_id_of
 from cem_ablate.study.spec import LrSearchConfig, SequentialSeeds
 from cem_ablate.study.storage import claim_lock
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.pruners import BasePruner
+    from optuna.samplers import BaseSampler
+    from optuna.storages import BaseStorage, RDBStorage
+    from optuna.trial import FrozenTrial
 
 _LOG = logging.getLogger(__name__)
 
@@ -88,7 +95,7 @@ def trial_slots(lr_search: LrSearchConfig, seeds: list[int] | SequentialSeeds) -
     return [Slot(f"seed={seed},draw={i}", seed, None) for seed in seeds for i in range(lr_search.n_trials)]
 
 
-def make_sampler(lr_search: LrSearchConfig, worker_index: int = 0):
+def make_sampler(lr_search: LrSearchConfig, worker_index: int = 0) -> BaseSampler:
     import optuna
 
     seed = lr_search.sampler_seed + worker_index
@@ -98,7 +105,7 @@ def make_sampler(lr_search: LrSearchConfig, worker_index: int = 0):
     return optuna.samplers.RandomSampler(seed=seed)  # grid: every param is fixed by the queue
 
 
-def make_pruner(lr_search: LrSearchConfig):
+def make_pruner(lr_search: LrSearchConfig) -> BasePruner:
     import optuna
 
     if lr_search.pruner == "median":
@@ -133,7 +140,7 @@ def is_dead_here(identity: Any) -> bool:
         return True
 
 
-def trial_status(trial) -> TrialStatus:
+def trial_status(trial: FrozenTrial) -> TrialStatus:
     """An Optuna trial's status, from its state and the stored `status` attribute (the edge
     where the stored string becomes a `TrialStatus`)."""
     from optuna.trial import TrialState
@@ -163,7 +170,7 @@ class HeartbeatThread:
     beating for good once the claim is not live (a stopped worker that woke up after its
     trial was failed as stale touches nothing in Optuna)."""
 
-    def __init__(self, storage, trial_id: int, is_live: Callable[[], bool] = lambda: True):
+    def __init__(self, storage: RDBStorage, trial_id: int, is_live: Callable[[], bool] = lambda: True) -> None:
         self._heartbeat_storage, self._heartbeat_trial, self._is_live = storage, trial_id, is_live
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="optuna-heartbeat", daemon=True)
@@ -188,7 +195,7 @@ class HeartbeatThread:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
 
@@ -198,13 +205,13 @@ class VariantTrials:
 
     def __init__(
         self,
-        study,
+        study: optuna.Study,
         storage_url: str,
         slots: list[Slot],
         lr_search: LrSearchConfig,
         sequential: SequentialSeeds | None = None,
         trial_key: Callable[[float, int], str] | None = None,
-    ):
+    ) -> None:
         self.study = study
         self._trial_key = trial_key  # (lr, seed) -> the current RunConfig.trial_key(); None: never stale
         self._keys: dict[tuple[float, int], str] = {}
@@ -244,7 +251,7 @@ class VariantTrials:
     @classmethod
     def open(
         cls,
-        storage,
+        storage: BaseStorage,
         storage_url: str,
         study_name: str,
         lr_search: LrSearchConfig,
@@ -255,7 +262,7 @@ class VariantTrials:
         """Create the study (True) or load it (False): creation is atomic in the storage."""
         import optuna
 
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             study_name=study_name,
             storage=storage,
             direction="minimize",
@@ -271,11 +278,11 @@ class VariantTrials:
 
     # -- reading ---------------------------------------------------------------------
 
-    def all_trials(self):
+    def all_trials(self) -> list[FrozenTrial]:
         """Every trial in the storage, stale ones included (history)."""
         return self.storage.get_all_trials(self.study_id, deepcopy=False)
 
-    def current_trials(self):
+    def current_trials(self) -> list[FrozenTrial]:
         """The trials that count: every one but the stale."""
         return [t for t in self.all_trials() if not self.is_stale(t)]
 
@@ -287,7 +294,7 @@ class VariantTrials:
             self._keys[point] = self._trial_key(*point)
         return self._keys[point]
 
-    def is_stale(self, trial) -> bool:
+    def is_stale(self, trial: FrozenTrial) -> bool:
         """A final trial recorded under another trial key than its lr and seed have now."""
         recorded = trial_facts(trial).trial_key
         lr, seed = trial.params.get("lr"), trial.params.get("seed")
@@ -295,11 +302,11 @@ class VariantTrials:
             return False
         return trial_status(trial) in FINAL_STATES and recorded != self.current_key(lr, seed)
 
-    def stale_slots(self) -> dict[str, list]:
+    def stale_slots(self) -> dict[str, list[FrozenTrial]]:
         """Slot key -> its stale trials, for the slots that have no current final trial
         (those a run retrains now; a retrained slot is not listed again)."""
         states = self.slot_states()
-        out: dict[str, list] = defaultdict(list)
+        out: dict[str, list[FrozenTrial]] = defaultdict(list)
         for t in self.all_trials():
             slot = trial_facts(t).slot
             if slot in states and states[slot] not in FINAL_STATES and self.is_stale(t):
@@ -354,7 +361,7 @@ class VariantTrials:
 
     def reconcile(self, retry_failed: bool = False) -> list[str]:
         """Queue every slot with nothing in progress and nothing final. Idempotent."""
-        trials_by_slot: dict[str, list] = defaultdict(list)
+        trials_by_slot: dict[str, list[FrozenTrial]] = defaultdict(list)
         for t in self.current_trials():
             trials_by_slot[trial_facts(t).slot].append(t)
         queued = []
@@ -387,7 +394,7 @@ class VariantTrials:
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass
 
-    def claim(self, identity: dict[str, Any], waits: Callable[[str], bool] | None = None):
+    def claim(self, identity: dict[str, Any], waits: Callable[[str], bool] | None = None) -> optuna.Trial | None:
         """Take one queued slot as an `optuna.Trial` (RUNNING, heartbeat on), or None.
         `waits(slot key)`: leave that slot queued for now (a campaign's trial that another
         study trains first, `study.campaign_session`)."""
@@ -418,7 +425,7 @@ class VariantTrials:
                 return trial_for_id(self.study, trial_id)
         return None
 
-    def _is_duplicate(self, claimed) -> bool:
+    def _is_duplicate(self, claimed: FrozenTrial) -> bool:
         """Another trial of the same slot is final or running (checked after our claim).
 
         Only reachable when two coordinators queued the same slot at once (PostgreSQL,
@@ -440,18 +447,18 @@ class VariantTrials:
 
     # -- finishing -------------------------------------------------------------------
 
-    def is_live(self, trial) -> bool:
+    def is_live(self, trial: optuna.Trial) -> bool:
         """Whether this claim still holds: the trial is RUNNING (a claim failed as stale
         is FAIL for good; its slot was queued as a new trial)."""
         from optuna.trial import TrialState
 
         return self.storage.get_trial(trial_id_of(trial)).state == TrialState.RUNNING
 
-    def record(self, trial, **facts: Any) -> None:
+    def record(self, trial: optuna.Trial, **facts: Any) -> None:
         """Record facts of a claimed trial (study.ledger; refused by Optuna once it is finished)."""
         record_trial(self.storage, trial_id_of(trial), **facts)
 
-    def release(self, trial, reason: str, cause: str = "") -> bool:
+    def release(self, trial: optuna.Trial, reason: str, cause: str = "") -> bool:
         """Queue a claimed trial again now: the same trial back to WAITING (same params,
         same slot), for the next claim to resume its checkpoint without waiting out the
         grace period (its attempt stopped on a signal, training.preemption). False if the
@@ -465,7 +472,7 @@ class VariantTrials:
         except optuna.exceptions.UpdateFinishedTrialError:
             return False
 
-    def finish(self, trial, status: TrialStatus, value: float | None, facts: dict[str, Any]) -> bool:
+    def finish(self, trial: optuna.Trial, status: TrialStatus, value: float | None, facts: dict[str, Any]) -> bool:
         """Record the outcome; False if the trial was already failed as stale meanwhile."""
         import optuna
         from optuna.trial import TrialState

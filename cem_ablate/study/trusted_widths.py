@@ -20,6 +20,11 @@ says so in one `warning:` line before it trains.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cem_ablate.model.config import ModelConfig
+    from cem_ablate.study.variants import ExpandedStudy
 
 MIN_TRUSTED_HEAD_DIM = 16
 
@@ -35,7 +40,7 @@ class UntrustedWidth:
         return f"{self.role} d_model {self.d_model} ({'; '.join(self.reasons)})"
 
 
-def why_untrusted(model) -> tuple[str, ...]:
+def why_untrusted(model: ModelConfig) -> tuple[str, ...]:
     """The rule's reasons against one model config ((): trusted, or not under mup)."""
     dims = model.dims
     if dims.parametrization != "mup":
@@ -49,7 +54,7 @@ def why_untrusted(model) -> tuple[str, ...]:
     return tuple(reasons)
 
 
-def untrusted_widths(expanded) -> list[UntrustedWidth]:
+def untrusted_widths(expanded: ExpandedStudy) -> list[UntrustedWidth]:
     """The widths of a transfer study (its proxies and the variants trained at their lr*, a
     forecast's ladder among them) outside the trusted range, each width and role once."""
     if expanded.spec.lr_search.method != "transfer":
@@ -66,7 +71,7 @@ def untrusted_widths(expanded) -> list[UntrustedWidth]:
     return sorted(out, key=lambda u: (u.role != "proxy", u.d_model))
 
 
-def trust_warning(expanded) -> str | None:
+def trust_warning(expanded: ExpandedStudy) -> str | None:
     """One `warning:` line naming every untrusted width, or None."""
     widths = untrusted_widths(expanded)
     if not widths:

@@ -133,7 +133,10 @@ def _drafts(spec: StudySpec) -> Iterator[_Draft]:
     for i, vspec in enumerate(spec.variants or [None]):
         for values in itertools.product(*(spec.axes[k] for k in keys)):
             axis_values = dict(zip(keys, values))
-            run, origins, labels, parts = copy.deepcopy(spec.base), {}, {}, []
+            run = copy.deepcopy(spec.base)
+            origins: dict[str, str] = {}
+            labels: dict[str, str] = {}
+            parts: list[str] = []
             if vspec is not None:
                 origins |= {k: f"variants[{i}].set.{k}" for k in vspec.set}
                 labels["variant"] = vspec.name
@@ -279,9 +282,11 @@ def _forecast_targets(
 ) -> list[Variant]:
     """`forecast:` each family (a variant or baseline across the ladder) at the target size,
     validated like any variant (its parameters are counted, it is never trained)."""
+    assert spec.forecast is not None  # called for a forecast study only
     overrides = spec.forecast.target
     out: dict[str, Variant] = {}
     for variant in variants:
+        assert variant.family is not None  # every variant of a forecast is a ladder rung of a family (_drafts)
         if variant.family in out:
             continue
         draft = drafts[variant.key]
@@ -312,6 +317,7 @@ def _proxies(
     """lr_search method transfer: every variant (baselines included) with the proxy overrides
     applied, validated here like any variant; variants whose proxies coincide share one."""
     overrides = spec.lr_search.proxy
+    assert overrides is not None  # validated: method transfer requires lr_search.proxy
     by_key: dict[str, Variant] = {}
     for index, variant in enumerate(variants):
         draft = drafts[variant.key]
@@ -330,8 +336,10 @@ def _proxies(
     for variant in variants:  # a proxy is compared with its baselines' proxies
         proxy = next(p for p in by_key.values() if p.key == variant.proxy)
         for name, base_key in variant.baselines.items():
-            if proxy_of[base_key] != proxy.key:
-                proxy.baselines.setdefault(name, proxy_of[base_key])
+            base_proxy = proxy_of[base_key]
+            assert base_proxy is not None  # every variant got its proxy just above
+            if base_proxy != proxy.key:
+                proxy.baselines.setdefault(name, base_proxy)
     return list(by_key.values())
 
 

@@ -22,13 +22,21 @@ report call the same ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sized
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from cem_ablate.analysis.decision import Decision, Design, PooledVariance, adjust, decide, pool
 from cem_ablate.analysis.statistics import VariantStats
 
+if TYPE_CHECKING:
+    from cem_ablate.study.pairing import Pairing
+    from cem_ablate.study.spec import SequentialSeeds, StatisticsConfig
+    from cem_ablate.study.variants import Variant
+
 AT_BASELINE, AT_OWN, AT_OPTIMA = "baseline lr*", "own lr*", "optima"
+
+Correction = Literal["holm", "none"]  # `statistics.correction` (study.spec.StatisticsConfig)
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,7 @@ class Test:
     decision: Decision
 
 
-def design_of(seeds, statistics) -> Design:
+def design_of(seeds: list[int] | SequentialSeeds, statistics: StatisticsConfig) -> Design:
     """The study's seed design: a list of seeds is one look; `{min, max, until, at}` a
     look after every seed (`at: both`: two tests per look); `statistics`
     (`study.spec.StatisticsConfig`) gives α and whether the seed variance is pooled."""
@@ -52,6 +60,7 @@ def design_of(seeds, statistics) -> Design:
 
     pooled = statistics.variance == "pooled"
     if isinstance(seeds, SequentialSeeds):
+        assert seeds.max is not None  # validated: SequentialSeeds.validate_seeds requires max
         return Design.sequential(seeds.min, seeds.max, seeds.at, statistics.alpha, pooled)
     return Design.fixed(len(seeds), statistics.alpha, pooled)
 
@@ -67,16 +76,17 @@ def design_record(design: Design, correction: str) -> dict:
     }
 
 
-def design_from_record(record: Mapping) -> tuple[Design, str]:
-    return (
-        Design(
-            tuple(record["looks"]),
-            int(record["tests_per_look"]),
-            float(record["alpha"]),
-            bool(record.get("pooled", False)),
-        ),
-        str(record["correction"]),
+def design_from_record(record: Mapping) -> tuple[Design, Correction]:
+    design = Design(
+        tuple(record["looks"]),
+        int(record["tests_per_look"]),
+        float(record["alpha"]),
+        bool(record.get("pooled", False)),
     )
+    correction = str(record["correction"])
+    if correction not in ("holm", "none"):  # `analysis.decision.adjust`'s own check, as the verdicts would raise it
+        raise ValueError(f"correction must be 'holm' or 'none', got {correction!r}")
+    return design, "holm" if correction == "holm" else "none"
 
 
 def decide_at(
@@ -107,13 +117,13 @@ def comparison_points(variant: VariantStats, baseline: VariantStats) -> list[tup
     proxy's lr* alone) is compared at that rate only: a test at another rate would have no
     seeds on that side by construction: a row without a test."""
     lr_b, lr_v = baseline.best_grid_lr, variant.best_grid_lr
-    out = []
-    for at, pair in ((AT_BASELINE, (lr_b, lr_b)), (AT_OWN, (lr_v, lr_v)), (AT_OPTIMA, (lr_v, lr_b))):
-        if None in pair or pair in [(a, b) for _, a, b in out]:
+    out: list[tuple[str, float, float]] = []
+    for at, (lr_at_v, lr_at_b) in ((AT_BASELINE, (lr_b, lr_b)), (AT_OWN, (lr_v, lr_v)), (AT_OPTIMA, (lr_v, lr_b))):
+        if lr_at_v is None or lr_at_b is None or (lr_at_v, lr_at_b) in [(a, b) for _, a, b in out]:
             continue
-        if _only_elsewhere(variant, pair[0]) or _only_elsewhere(baseline, pair[1]):
+        if _only_elsewhere(variant, lr_at_v) or _only_elsewhere(baseline, lr_at_b):
             continue
-        out.append((at, *pair))
+        out.append((at, lr_at_v, lr_at_b))
     return out
 
 
@@ -127,7 +137,7 @@ def decide_family(
     baselines: Mapping[str, Mapping[str, str]],
     paired: Mapping[tuple[str, str], bool],
     design: Design,
-    correction: str,
+    correction: Correction,
 ) -> list[Test]:
     """Every test of the study (variants in `baselines`' order), Holm-adjusted together.
 
@@ -153,7 +163,7 @@ def decide_family(
     ]
 
 
-def pooled_points(variants) -> int:
+def pooled_points(variants: Sized) -> int:
     """How many points a pooled report's variance comes from, before it runs: one per variant
     (a transfer target trains at one rate; a grid pair whose optima differ adds one, so this is
     the fewest), at least the two sides of one comparison."""
@@ -163,7 +173,7 @@ def pooled_points(variants) -> int:
 def _pooled(stats: Mapping[str, VariantStats], points: list[tuple]) -> PooledVariance | None:
     """The seed variance pooled over every point the family compares: each (variant, learning
     rate) once, whichever tests share it (`analysis.decision.pool`)."""
-    groups = {}
+    groups: dict[tuple[str, float], list[float]] = {}
     for key, _, base_key, _, _, lr_v, lr_b in points:
         for k, lr in ((key, lr_v), (base_key, lr_b)):
             point = stats[k].at(lr)
@@ -173,7 +183,11 @@ def _pooled(stats: Mapping[str, VariantStats], points: list[tuple]) -> PooledVar
 
 
 def study_family(
-    variants, stats: Mapping[str, VariantStats], pairings: Mapping, design: Design, correction: str
+    variants: Iterable[Variant],
+    stats: Mapping[str, VariantStats],
+    pairings: Mapping[tuple[str, str], Pairing],
+    design: Design,
+    correction: Correction,
 ) -> list[Test]:
     """`decide_family` over a study's variants (`.key`, `.baselines`) with the pairings
     checked for it (`(variant key, baseline name) -> study.pairing.Pairing`; missing:
