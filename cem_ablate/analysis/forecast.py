@@ -51,7 +51,7 @@ from scipy import optimize, stats
 FormName = Literal["power", "power_shared", "saturating_shared", "floor_shared"]
 FORMS: tuple[str, ...] = get_args(FormName)
 # The form the held-out errors of the measured ladders chose (docs/results/forecast.md).
-DEFAULT_FORM = "power_shared"
+DEFAULT_FORM: FormName = "power_shared"
 DEFAULT_LEVEL = 0.90
 MIN_RUNGS = 3  # a law and its residual need at least three widths per variant
 
