@@ -143,4 +143,5 @@ def to_hf_llama(model: CEMTransformer):
     if missing or unexpected:
         raise RuntimeError(f"weight mapping incomplete: missing {missing}, unexpected {unexpected}")
     dtype = next(model.parameters()).dtype
-    return hf_model.to(dtype).eval()
+    # transformers wraps `to` with functools.wraps(nn.Module.to): its stub takes the model as the first argument
+    return hf_model.to(dtype).eval()  # type: ignore[arg-type]

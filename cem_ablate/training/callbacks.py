@@ -9,11 +9,16 @@ from __future__ import annotations
 import math
 import sys
 import time
+from typing import TYPE_CHECKING, Any, TextIO
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.types import STEP_OUTPUT
 
 from cem_ablate.training.lightning_private import should_accumulate
+
+if TYPE_CHECKING:
+    from cem_ablate.training.checkpoints import CheckpointFiles
 
 
 class ThroughputMonitor(L.Callback):
@@ -44,7 +49,7 @@ class ThroughputMonitor(L.Callback):
         peak_flops: float,
         log_every_n_steps: int = 1,
         ckpt_every_n_steps: int | None = None,
-    ):
+    ) -> None:
         self.tokens_per_micro_batch = tokens_per_micro_batch  # all ranks together
         self.tokens_per_step = tokens_per_step
         self.train_flops_per_token = train_flops_per_token
@@ -60,19 +65,24 @@ class ThroughputMonitor(L.Callback):
         self._first_step: int | None = None  # global step when this session started
         self._closed_step = -1
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self._first_step is None:
             self._first_step = trainer.global_step
         if self._span_start is None:
             self._span_start = time.perf_counter()
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+    ) -> None:
         if self._span_start is None:
             return
         self._span_tokens += self.tokens_per_micro_batch
         step = trainer.global_step
         if step == self._closed_step or should_accumulate(trainer):
             return  # mid-accumulation, or this step's span is already closed
+        assert self._first_step is not None  # set with the span, in on_train_batch_start
         warmup = step == self._first_step + 1
         logs = step % self.log_every_n_steps == 0
         checkpoints = self.ckpt_every_n_steps is not None and step % self.ckpt_every_n_steps == 0
@@ -86,10 +96,10 @@ class ThroughputMonitor(L.Callback):
                 metrics["mfu"] = mfu
             pl_module.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
 
-    def on_validation_start(self, trainer, pl_module):
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._close(pl_module.device)
 
-    def on_train_end(self, trainer, pl_module):
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Close the last span; when the last step was not a logging step, write the
         final rates to the logger (MLflow) at that step, so every run has `mfu`."""
         self._close(pl_module.device)
@@ -129,12 +139,14 @@ class PeriodicCheckpoint(L.Callback):
     """A checkpoint every N optimizer steps, always at a step boundary (exact resume),
     with its digest (`training.checkpoints`)."""
 
-    def __init__(self, files, every_n_steps: int):
-        self.files = files  # training.checkpoints.CheckpointFiles
+    def __init__(self, files: CheckpointFiles, every_n_steps: int) -> None:
+        self.files = files
         self.every_n_steps = every_n_steps
         self._saved_step = -1
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step
         if step == self._saved_step or step % self.every_n_steps or getattr(pl_module, "diverged", False):
             return
@@ -145,13 +157,15 @@ class PeriodicCheckpoint(L.Callback):
 class PrintProgress(L.Callback):
     """One line every N steps when stdout is not a terminal (logs, CI, study workers)."""
 
-    def __init__(self, total_steps: int, every_n_steps: int, stream=None):
+    def __init__(self, total_steps: int, every_n_steps: int, stream: TextIO | None = None) -> None:
         self.total_steps = total_steps
         self.every_n_steps = every_n_steps
         self.stream = stream or sys.stdout
         self._printed_step = -1
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step
         if not trainer.is_global_zero or step == self._printed_step or step % self.every_n_steps:
             return

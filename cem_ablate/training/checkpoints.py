@@ -33,8 +33,12 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cem_ablate.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    import lightning as L
 
 LAST, PREVIOUS, DIGESTS = "last.ckpt", "previous.ckpt", "digests.json"
 _CHUNK = 1 << 20
@@ -85,7 +89,7 @@ class CheckpointFiles:
             return None
         return step if isinstance(step, int) else None
 
-    def save(self, trainer) -> None:
+    def save(self, trainer: L.Trainer) -> None:
         """Write the trainer's state as the newest checkpoint (collective: every rank calls it)."""
         tmp = self.folder / f"{LAST}.{os.getpid()}.tmp"  # private: a stale writer never shares it
         trainer.save_checkpoint(tmp, weights_only=False)

@@ -41,18 +41,20 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from scipy import stats
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from cem_ablate.model.assembly import build_model
 from cem_ablate.model.config import parse_model_config
 from cem_ablate.model.protocol import SUBLAYER_KINDS
+from cem_ablate.model.transformer import CEMTransformer
 from cem_ablate.training.optimizer import build_adamw
 
 BYTE_VOCAB = 256
@@ -327,13 +329,16 @@ def byte_batch(batch_size: int, seq_len: int) -> torch.Tensor:
     return torch.tensor(list(data[:need]), dtype=torch.long).view(batch_size, seq_len + 1)
 
 
+ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], None]  # nn.Module.register_forward_hook's hook
+
+
 class ActivationRecorder:
     """Forward hooks writing mean |output| of every module the check follows (module docstring)."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: CEMTransformer) -> None:
         self.current: dict[str, float] = {}
         self.counters: list[dict] = []
-        self.handles = []
+        self.handles: list[RemovableHandle] = []
         self.handles.append(model.embed_tokens.register_forward_hook(self._output("embedding")))
         self.handles.append(model.lm_head.register_forward_hook(self._output("logits")))
         for i, block in enumerate(model.blocks):
@@ -349,11 +354,11 @@ class ActivationRecorder:
     def _store(self, name: str, value: torch.Tensor) -> None:
         self.current[name] = float(value.detach().abs().mean())
 
-    def _output(self, name: str):
+    def _output(self, name: str) -> ForwardHook:
         return lambda module, args, output: self._store(name, output)
 
-    def _increment(self, name: str):
-        def hook(module, args, output):
+    def _increment(self, name: str) -> ForwardHook:
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             out = output[0] if isinstance(output, tuple) else output
             self._store(name, out - args[0])
 
@@ -367,17 +372,20 @@ class ActivationRecorder:
             return
         self.counters.append(counter)
         self.handles.append(sub.register_forward_pre_hook(lambda *_: counter.update(t=0)))
-        direction, advance = sub.direction, getattr(sub, "advance", None)
+        # torch's Module.__getattr__ types an attribute as Tensor | Module: here it is the step method
+        direction = cast(Callable[..., torch.Tensor], sub.direction)
+        advance = getattr(sub, "advance", None)
 
-        def recorded_direction(u, ctx):
+        def recorded_direction(u: torch.Tensor, ctx: Any) -> torch.Tensor:
             out = direction(u, ctx)
             if not counter["inside"]:
                 self._store(f"{name}.step{counter['t']}", out)
                 counter["t"] += 1
             return out
 
-        def recorded_advance(x, u, ctx):
+        def recorded_advance(x: torch.Tensor, u: torch.Tensor, ctx: Any) -> torch.Tensor:
             counter["inside"] = True
+            assert advance is not None  # installed only where the component has one
             try:
                 out = advance(x, u, ctx)
             finally:
@@ -386,9 +394,10 @@ class ActivationRecorder:
             counter["t"] += 1
             return out
 
-        sub.direction = recorded_direction
+        # the instance's methods replaced; Module.__getattr__ types the attributes as Tensor | Module
+        sub.direction = recorded_direction  # type: ignore[assignment]
         if advance is not None:
-            sub.advance = recorded_advance
+            sub.advance = recorded_advance  # type: ignore[assignment]
 
     def step_reset(self) -> None:
         """Before each forward: a parallel block calls `direction` without the sublayer's forward,
@@ -399,7 +408,9 @@ class ActivationRecorder:
 
 
 def run_coord_check(
-    model: Mapping[str, Any], settings: CoordCheckSettings = CoordCheckSettings(), progress=None
+    model: Mapping[str, Any],
+    settings: CoordCheckSettings = CoordCheckSettings(),
+    progress: Callable[[int, int], object] | None = None,
 ) -> CoordCheckResult:
     """Train the model at every width for `settings.steps` Adam steps; record module outputs."""
     mapping = dict(model)

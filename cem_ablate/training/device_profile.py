@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -31,25 +31,29 @@ from cem_ablate.config import ConfigError
 from cem_ablate.model.protocol import resolved_kernel
 from cem_ablate.training.config import TrainConfig
 from cem_ablate.training.hardware import native_bf16
-from cem_ablate.training.head_loss import resolve_loss_impl
+from cem_ablate.training.head_loss import LossImpl, resolve_loss_impl
 
 # The host reads the training loss only on steps that log, validate, checkpoint or end the
 # run (training.recipe): the one policy, on every device.
 HOST_SYNC_POLICY = "check-steps"
 
 OPTIMIZER_KERNELS = ("auto", "fused", "foreach", "single")
+# The resolved choices (TrainConfig's settings without `auto`), as Lightning and torch name them.
+Precision = Literal["32-true", "bf16-mixed", "bf16-true", "16-mixed"]
+OptimizerKernel = Literal["fused", "foreach", "single"]
+CompileBackend = Literal["inductor", "aot_eager", "eager"]
 
 
 @dataclass(frozen=True)
 class DeviceProfile:
     device_type: str  # where parameters live: cuda | cpu | mps
     accelerator: str  # Lightning's name for it: gpu | cpu | mps
-    precision: str  # Lightning's precision: bf16-mixed | 32-true | ...
-    optimizer_kernel: str  # AdamW's implementation: fused | foreach | single
+    precision: Precision  # Lightning's precision: bf16-mixed | 32-true | ...
+    optimizer_kernel: OptimizerKernel  # AdamW's implementation: fused | foreach | single
     grad_clip: float  # max global gradient norm, clipped by the module (0: none)
     compile: bool  # every block and the head + loss unit through torch.compile
-    compile_backend: str  # torch.compile's backend when compile is on: inductor | aot_eager | eager
-    loss_impl: str  # head + loss: chunked | plain
+    compile_backend: CompileBackend  # torch.compile's backend when compile is on: inductor | aot_eager | eager
+    loss_impl: LossImpl  # head + loss: chunked | plain
     host_sync: str  # when the host reads the loss (HOST_SYNC_POLICY)
     strategy: str  # Lightning's strategy: auto (one process) | ddp
     ddp_backend: str | None  # the process group's backend under DDP: nccl | gloo
@@ -121,7 +125,7 @@ def resolve_device_profile(
     )
 
 
-def resolve_precision(precision: str, device_type: str, device_has_bf16: bool) -> str:
+def resolve_precision(precision: Precision | Literal["auto"], device_type: str, device_has_bf16: bool) -> Precision:
     """`auto`: bf16-mixed on a GPU that has bf16 (the paper's recipe), else fp32 (bf16 on a
     CPU is slower to converge for tiny models and noisy in speed)."""
     if precision != "auto":
@@ -129,7 +133,9 @@ def resolve_precision(precision: str, device_type: str, device_has_bf16: bool) -
     return "bf16-mixed" if device_type == "cuda" and device_has_bf16 else "32-true"
 
 
-def resolve_optimizer_kernel(kernel: str, device_type: str, precision: str, grad_clip: float) -> str:
+def resolve_optimizer_kernel(
+    kernel: OptimizerKernel | Literal["auto"], device_type: str, precision: str, grad_clip: float
+) -> OptimizerKernel:
     """`auto`: `fused` on CUDA (one kernel for every parameter's update), except under
     fp16 mixed precision with clipping, which gets `foreach`: the fused kernel unscales fp16
     gradients itself, after a clip would have had to see them unscaled (an explicit

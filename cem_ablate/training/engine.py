@@ -60,6 +60,12 @@ from cem_ablate.training.run_directory import RunDirectory, is_rank_zero_process
 PREEMPTED_EXIT = 75
 
 if TYPE_CHECKING:  # Lightning loads only when a run trains (dry runs stay fast)
+    import lightning as L
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    from cem_ablate.training.callbacks import ThroughputMonitor
+    from cem_ablate.training.device_profile import DeviceProfile
+    from cem_ablate.training.preemption import StopAtStepBoundary
     from cem_ablate.training.tasks import Task
 
 
@@ -145,12 +151,12 @@ class _Session:
         self.rank_zero = is_rank_zero_process()
         self.owns_run = mlflow_run_id is None  # a handed-in run (a study's trial) is the caller's to end
         self.budget = resolve_budget(cfg, _tokenizer_vocab_size(cfg))
-        self.logger = None
+        self.logger: MLFlowLogger | None = None
         self.task: Task | None = None
-        self.trainer = None
-        self.throughput = None
-        self.profile = None  # the device profile, resolved when the run starts (training.device_profile)
-        self.stopper = None
+        self.trainer: L.Trainer | None = None
+        self.throughput: ThroughputMonitor | None = None
+        self.profile: DeviceProfile | None = None  # resolved when the run starts (training.device_profile)
+        self.stopper: StopAtStepBoundary | None = None
 
     def run(self) -> TrainResult:
         start = time.time()
@@ -218,7 +224,11 @@ class _Session:
         )
         files = self.folder.checkpoints  # one object: a stop at a periodic step reuses its checkpoint
         self.stopper = StopAtStepBoundary(files)
-        callbacks = [self.throughput, PeriodicCheckpoint(files, train.ckpt_every_n_steps), self.stopper]
+        callbacks: list[L.Callback] = [
+            self.throughput,
+            PeriodicCheckpoint(files, train.ckpt_every_n_steps),
+            self.stopper,
+        ]
         bar = self.progress and is_terminal()
         if self.progress and not bar:
             callbacks.append(PrintProgress(budget.steps, train.log_every_n_steps))
@@ -245,7 +255,7 @@ class _Session:
         files.save(trainer)
         return self._result(TrialStatus.FINISHED, metrics=self._final_metrics(trainer, task))
 
-    def _final_metrics(self, trainer, task) -> dict[str, float]:
+    def _final_metrics(self, trainer: L.Trainer, task: Task) -> dict[str, float]:
         """The final validation (unless the last step had one) and the test, after the last
         checkpoint; a stop signal before or during them stops the run at the last step."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -264,6 +274,7 @@ class _Session:
     def _stop_if_asked(self, step: int) -> None:
         """After training (checkpoint saved): stop here if a stop signal reached any rank
         (one collective decision, as at every step boundary)."""
+        assert self.stopper is not None  # _train sets it before the fit
         signum = self.stopper.decision()
         if signum:
             raise Preempted(signal_name(signum), step)
@@ -287,11 +298,14 @@ class _Session:
         from cem_ablate.tracking.training_run import log_config_text, log_params, open_logger
         from cem_ablate.training.device_profile import profile_params
 
+        assert self.task is not None and self.profile is not None  # _train sets both before opening tracking
         run_id = self.mlflow_run_id or (self.folder.tracked_run(self.tracking_uri) if self.resume else None)
         self.logger = open_logger(
             self.tracking_uri, self.experiment, self.cfg.name, run_id, guard=self.folder.may_write
         )
-        self.folder.remember_run(self.tracking_uri, self.logger.run_id)
+        logged_run = self.logger.run_id
+        assert logged_run is not None  # MLFlowLogger.run_id opens the run first (typed Optional)
+        self.folder.remember_run(self.tracking_uri, logged_run)
         if self.owns_run:
             log_params(self.logger, run_params(self.cfg, self.budget, self.task.report, self.task.data_facts))
             log_config_text(self.logger, self.folder.config_file.read_text())

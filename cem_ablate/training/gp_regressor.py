@@ -9,11 +9,14 @@ attention is not used (the paper's Table 3 model is built from recursive CEM MLP
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
 from cem_ablate.model.blocks import RMSNorm, linear
 from cem_ablate.model.config import ModelConfig
+from cem_ablate.model.protocol import Sublayer
 from cem_ablate.model.report import ModelReport
 
 
@@ -52,7 +55,10 @@ class GPRegressor(nn.Module):
         for p in self.blocks.parameters():
             by["norms" if id(p) in norms else "mlp"] += p.numel()
         by["norms"] += sum(p.numel() for p in self.norm.parameters())
-        flops = {f"blocks.{i}.mlp": self.repeats * b.flops_per_token(1) for i, b in enumerate(self.blocks)}
+        # each block is a registry sublayer (torch types a ModuleList's items as Module)
+        flops = {
+            f"blocks.{i}.mlp": self.repeats * cast(Sublayer, b).flops_per_token(1) for i, b in enumerate(self.blocks)
+        }
         flops["input_proj"] = 2.0 * self.input_dim * self.d_model
         flops["head"] = 2.0 * self.d_model
         return ModelReport(sum(by.values()), by, float(sum(flops.values())), flops, seq_len=1)

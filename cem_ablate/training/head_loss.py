@@ -31,12 +31,14 @@ with `fullgraph=True`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 LOSS_IMPLS = ("auto", "chunked", "plain")
+LossImpl = Literal["chunked", "plain"]  # a resolved implementation (`auto` is resolved per device)
 # cross_entropy's own default; the training module passes data.mqar.IGNORE_INDEX (the
 # same -100) explicitly. Not imported here: data.mqar pulls in Lightning, the bench does not.
 TORCH_IGNORE_INDEX = -100
@@ -45,13 +47,13 @@ TORCH_IGNORE_INDEX = -100
 CHUNK_TOKENS = 4096
 
 
-def resolve_loss_impl(impl: str, device_type: str) -> str:
+def resolve_loss_impl(impl: str, device_type: str) -> LossImpl:
     """`auto` -> `chunked` on CUDA, `plain` elsewhere (bit-identical CPU losses)."""
     if impl not in LOSS_IMPLS:
         raise ValueError(f"unknown loss implementation {impl!r}; choose from {LOSS_IMPLS}")
     if impl == "auto":
         return "chunked" if device_type == "cuda" else "plain"
-    return impl
+    return "chunked" if impl == "chunked" else "plain"
 
 
 def _upcast(logits: torch.Tensor) -> torch.Tensor:
@@ -86,7 +88,14 @@ def head_loss(
     return _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with_grads=False)[0]
 
 
-def _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with_grads):
+def _chunked_loss_and_grads(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_tokens: int,
+    ignore_index: int,
+    with_grads: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(loss, d loss/dx, d loss/dweight) chunk by chunk; the gradients are None unless asked.
 
     d loss/d logits_i = (softmax(logits_i) - onehot(t_i)) / n_valid for a valid row i,
@@ -96,9 +105,9 @@ def _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with
     valid = targets != ignore_index
     count = valid.sum()
     safe_targets = torch.where(valid, targets, 0)  # ignored rows gather a real column, masked below
-    total = None
+    total: torch.Tensor | None = None
     grad_x_parts: list[torch.Tensor] = []
-    grad_w = None
+    grad_w: torch.Tensor | None = None
     for start in range(0, x.shape[0], chunk_tokens):
         xc = x[start : start + chunk_tokens]
         tc = safe_targets[start : start + chunk_tokens, None]
@@ -117,6 +126,8 @@ def _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with
             grad_x_parts.append(torch.matmul(grad_logits, weight).to(x.dtype))
             part = torch.matmul(grad_logits.t(), xc).to(weight.dtype)
             grad_w = part if grad_w is None else grad_w + part
+    if total is None:  # zero tokens: no chunk ran (the plain path returns nan there)
+        raise TypeError("chunked head_loss got zero tokens")
     loss = total / count
     if not with_grads:
         return loss, None, None
@@ -126,14 +137,22 @@ def _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """Loss forward with its gradients computed chunk by chunk (never the full logits)."""
 
+    # `ctx` is torch's backward node; its stub types `saved_tensors` as a 1-tuple, so Any.
     @staticmethod
-    def forward(ctx, x, weight, targets, chunk_tokens, ignore_index):
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        targets: torch.Tensor,
+        chunk_tokens: int,
+        ignore_index: int,
+    ) -> torch.Tensor:
         loss, grad_x, grad_w = _chunked_loss_and_grads(x, weight, targets, chunk_tokens, ignore_index, with_grads=True)
         ctx.save_for_backward(grad_x, grad_w)
         return loss
 
     @staticmethod
-    def backward(ctx, grad_loss):
+    def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:
         grad_x, grad_w = ctx.saved_tensors
         return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None
 
@@ -162,10 +181,11 @@ def head_loss_unit(
         raise ValueError("head_loss expects a bias-free LM head (docs/design/layers.md#s1-llama-baseline)")
 
     def unit(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        # torch's Module.__getattr__ types a submodule or parameter as Tensor | Module
         return head_loss(
             hidden,
-            model.norm,
-            model.lm_head.weight,
+            cast(nn.Module, model.norm),
+            cast(nn.Linear, model.lm_head).weight,
             targets,
             impl=impl,
             chunk_tokens=chunk_tokens,

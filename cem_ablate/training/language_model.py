@@ -14,13 +14,16 @@ the steps should descend), as `energy/<sublayer>/step<t>`.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
-from torchmetrics import MetricCollection
+from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from cem_ablate.data.mqar import IGNORE_INDEX
+from cem_ablate.model.transformer import CEMTransformer
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
 from cem_ablate.training.device_profile import DeviceProfile
@@ -28,23 +31,26 @@ from cem_ablate.training.head_loss import HeadLoss, head_loss_unit
 from cem_ablate.training.recipe import RecipeModule
 
 STAGES = ("val", "test")
+Batch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets)
 
 
 class LanguageModelModule(RecipeModule):
+    model: CEMTransformer
+
     def __init__(
         self,
-        model: nn.Module,
+        model: CEMTransformer,
         train: TrainConfig,
         budget: Budget,
         *,
         recall_metric: bool = False,
         profile: DeviceProfile | None = None,
-    ):
+    ) -> None:
         super().__init__(model, train, budget, profile)
         vocab_size = model.dims.vocab_size
         self.metrics = nn.ModuleDict()
         for stage in STAGES:
-            metrics = {"ppl": Perplexity(ignore_index=IGNORE_INDEX)}
+            metrics: dict[str, Metric | MetricCollection] = {"ppl": Perplexity(ignore_index=IGNORE_INDEX)}
             if recall_metric:
                 metrics["recall_acc"] = MulticlassAccuracy(vocab_size, average="micro", ignore_index=IGNORE_INDEX)
             self.metrics[stage] = MetricCollection(metrics, prefix=f"{stage}_")
@@ -68,7 +74,7 @@ class LanguageModelModule(RecipeModule):
             )
         return self._head_loss
 
-    def training_step(self, batch, batch_idx):
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor | None:
         inputs, targets = batch
         loss = self.head_loss()(self.model.hidden_states(inputs), targets)
         return self.checked_loss(loss)
@@ -76,14 +82,17 @@ class LanguageModelModule(RecipeModule):
     def extra_training_metrics(self, loss: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"train_ppl": loss.exp()}
 
-    def _evaluate(self, stage: str, batch) -> None:
+    def _metrics(self, stage: str) -> MetricCollection:
+        return cast(MetricCollection, self.metrics[stage])  # torch types a ModuleDict's items as Module
+
+    def _evaluate(self, stage: str, batch: Batch) -> None:
         inputs, targets = batch
         logits = self.model(inputs).float()
-        self.metrics[stage]["ppl"].update(logits, targets)
-        if "recall_acc" in self.metrics[stage]:
-            self.metrics[stage]["recall_acc"].update(logits.argmax(-1).flatten(), targets.flatten())
+        self._metrics(stage)["ppl"].update(logits, targets)
+        if "recall_acc" in self._metrics(stage):
+            self._metrics(stage)["recall_acc"].update(logits.argmax(-1).flatten(), targets.flatten())
 
-    def validation_step(self, batch, batch_idx):
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate("val", batch)
         if batch_idx == 0 and self.track_energy:
             self.model.set_energy_tracking(True)
@@ -91,17 +100,17 @@ class LanguageModelModule(RecipeModule):
             self.energy = self.model.energy_trace()
             self.model.set_energy_tracking(False)
 
-    def test_step(self, batch, batch_idx):
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate("test", batch)
 
     def _log_stage(self, stage: str) -> None:
-        values = self.metrics[stage].compute()  # synced across ranks
+        values = self._metrics(stage).compute()  # synced across ranks
         ppl = values[f"{stage}_ppl"]
         values[f"{stage}_loss"] = ppl.log()
         self.log_dict(
             values, prog_bar=stage == "val", sync_dist=True
         )  # already synced by torchmetrics: silences the DDP hint
-        self.metrics[stage].reset()
+        self._metrics(stage).reset()
 
     def on_validation_epoch_end(self) -> None:
         self._log_stage("val")

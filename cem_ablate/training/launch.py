@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except Preempted:
         return PREEMPTED_EXIT  # its checkpoint is saved; the caller reports it (training.engine)
+    assert result.cause is not None  # TrainResult.__post_init__ fills it
     return MEANINGS[result.cause].exit_status  # 0 for a result a rerun would not change
 
 

@@ -7,6 +7,7 @@ Kept free of Lightning imports (seconds to import) so dry runs over many variant
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -15,6 +16,10 @@ from cem_ablate.config.identity import digest
 from cem_ablate.model.config import ModelConfig
 from cem_ablate.model.report import ModelReport, model_report
 from cem_ablate.training.config import RunConfig
+
+if TYPE_CHECKING:  # type-only: build_network imports each network's module only for its task
+    from cem_ablate.model.transformer import CEMTransformer
+    from cem_ablate.training.gp_regressor import GPRegressor
 
 
 def build_network(cfg: RunConfig, vocab_size: int | None = None) -> tuple[nn.Module, ModelConfig | None]:
@@ -31,8 +36,8 @@ def build_network(cfg: RunConfig, vocab_size: int | None = None) -> tuple[nn.Mod
 
 def network_report(cfg: RunConfig, model: nn.Module) -> ModelReport:
     if cfg.data.task == "gp":
-        return model.report()
-    return model_report(model, cfg.data.block_size)
+        return cast("GPRegressor", model).report()  # build_network's network for task gp
+    return model_report(cast("CEMTransformer", model), cfg.data.block_size)
 
 
 _DESCRIPTIONS: dict[str, tuple[ModelReport, ModelConfig | None]] = {}

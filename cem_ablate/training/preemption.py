@@ -33,14 +33,26 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.types import STEP_OUTPUT
 
 from cem_ablate.training.lightning_private import should_accumulate
 
+if TYPE_CHECKING:
+    import subprocess
+
+    from torch.distributed import ProcessGroup
+
+    from cem_ablate.training.checkpoints import CheckpointFiles
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# What signal.getsignal returns and signal.signal takes.
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class Preempted(Exception):
@@ -90,7 +102,7 @@ class StopRequest:
     def received(self) -> str | None:
         return signal_name(self.signum) if self.signum is not None else None
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.signum == signal.SIGINT:
             raise KeyboardInterrupt  # the second Ctrl-C: now
         if self.signum is None:
@@ -100,11 +112,11 @@ class StopRequest:
         self.signum = None
 
     @contextlib.contextmanager
-    def listen(self, signals=STOP_SIGNALS) -> Iterator[StopRequest]:
+    def listen(self, signals: Iterable[int] = STOP_SIGNALS) -> Iterator[StopRequest]:
         """Record `signals` while the block runs (main thread only: elsewhere nothing is
         installed), then restore the handlers found. A signal ignored by the parent
         (nohup, `&`) stays ignored."""
-        previous = {}
+        previous: dict[int, SignalHandler] = {}
         if not self._listening:
             self.signum = None  # a new outermost scope: an earlier run's signal is not this one's
         if threading.current_thread() is threading.main_thread():
@@ -123,17 +135,17 @@ class StopRequest:
                 self._listening.remove(signum)
 
     @contextlib.contextmanager
-    def relay_to(self, process) -> Iterator[StopRequest]:
+    def relay_to(self, process: subprocess.Popen[Any]) -> Iterator[StopRequest]:
         """While the block runs, a stop signal is recorded and sent on to `process` (a
         training subprocess, which stops the same way; a SIGINT this process listens to
         goes on as SIGTERM, which the subprocess stops on); main thread only."""
 
-        def relay(signum, frame):
+        def relay(signum: int, frame: FrameType | None) -> None:
             self._handle(signum, frame)
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
 
-        previous = {}
+        previous: dict[int, SignalHandler] = {}
         if threading.current_thread() is threading.main_thread():
             for signum in dict.fromkeys(STOP_SIGNALS + tuple(self._listening)):
                 if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -161,13 +173,13 @@ class StopAtStepBoundary(L.Callback):
     the step's validation, when one is due), so the resumed attempt, which starts with
     the next step, records every (metric, step) of the curves once."""
 
-    def __init__(self, files, request: StopRequest = STOP):
-        self.files = files  # training.checkpoints.CheckpointFiles, shared with PeriodicCheckpoint
+    def __init__(self, files: CheckpointFiles, request: StopRequest = STOP) -> None:
+        self.files = files  # shared with PeriodicCheckpoint
         self.request = request
-        self._group = None  # the CPU process group of the decision (None: one process)
+        self._group: ProcessGroup | None = None  # the CPU process group of the decision (None: one process)
         self._stopped: Preempted | None = None  # decided, checkpoint saved: raised at the next batch
 
-    def on_train_start(self, trainer, pl_module):
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.request.reinstall()  # after Lightning's _SignalConnector took SIGTERM over (module docstring)
         if trainer.world_size > 1:
             import torch.distributed as dist
@@ -175,7 +187,9 @@ class StopAtStepBoundary(L.Callback):
             # Every rank calls this here, together: new_group is collective.
             self._group = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+    ) -> None:
         if self._stopped is not None or should_accumulate(trainer):  # mid-accumulation: not a boundary
             return
         signum = self.decision()
@@ -186,7 +200,9 @@ class StopAtStepBoundary(L.Callback):
             self.files.save(trainer)
         self._stopped = Preempted(signal_name(signum), step)
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self._stopped is not None:
             raise self._stopped
 

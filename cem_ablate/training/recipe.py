@@ -29,10 +29,13 @@ steps are check steps).
 from __future__ import annotations
 
 import math
+from typing import Protocol, cast
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.types import OptimizerLRScheduler
 from torch import nn
+from torch.optim import Optimizer
 
 from cem_ablate import registry
 from cem_ablate.training.budget import Budget
@@ -41,6 +44,12 @@ from cem_ablate.training.device_profile import DeviceProfile, resolve_device_pro
 from cem_ablate.training.lightning_private import should_accumulate
 from cem_ablate.training.optimizer import build_adamw, clip_gradients, parameters_device
 from cem_ablate.training.schedule import warmup_cosine
+
+
+class GroupedNetwork(Protocol):
+    """What the recipe needs of a network beyond nn.Module (the language models and the GP regressor)."""
+
+    def parameter_groups(self, weight_decay: float) -> list[dict]: ...
 
 
 class RecipeModule(L.LightningModule):
@@ -56,9 +65,10 @@ class RecipeModule(L.LightningModule):
         self._first_bad_step: torch.Tensor | None = None  # -1 while every loss was finite
         self._last_finite_loss: torch.Tensor | None = None
 
-    def configure_optimizers(self):
+    def configure_optimizers(self) -> OptimizerLRScheduler:
         t = self.train_cfg
-        groups = self.model.parameter_groups(t.weight_decay)
+        # torch's Module.__getattr__ types a method as Tensor | Module
+        groups = cast(GroupedNetwork, self.model).parameter_groups(t.weight_decay)
         if t.decay_preconditioner:
             groups = decay_preconditioners(groups, self.model, t.weight_decay)
         optimizer = build_adamw(groups, lr=t.lr, betas=t.betas, eps=t.eps, kernel=self.device_profile.optimizer_kernel)
@@ -75,7 +85,12 @@ class RecipeModule(L.LightningModule):
             self._profile = resolve_device_profile(self.train_cfg, parameters_device(self.model).type)
         return self._profile
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+    def configure_gradient_clipping(
+        self,
+        optimizer: Optimizer,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
         """Clip to `train.grad_clip` (global norm) before every optimizer step (module docstring);
         under fp16 Lightning has unscaled the gradients by now (a fused AdamW is refused there)."""
         clip_gradients(optimizer, self.device_profile.grad_clip)
@@ -84,6 +99,7 @@ class RecipeModule(L.LightningModule):
         """The loss to optimize, or None (skip the update and stop) when a non-finite
         loss was seen; the host looks only on check steps (module docstring)."""
         self._watch(loss.detach())
+        assert self._first_bad_step is not None  # _watch has just set it
         if not self.is_check_step():
             return loss
         bad = bool(self._first_bad_step >= 0)  # the one host sync of a check step
@@ -120,6 +136,7 @@ class RecipeModule(L.LightningModule):
         if self._first_bad_step is None or self._first_bad_step.device != loss.device:
             self._first_bad_step = torch.full((), -1, dtype=torch.long, device=loss.device)
             self._last_finite_loss = torch.full((), math.nan, dtype=loss.dtype, device=loss.device)
+        assert self._last_finite_loss is not None  # set with _first_bad_step, just above or earlier
         finite = torch.isfinite(loss)
         self._last_finite_loss = torch.where(finite, loss.to(self._last_finite_loss.dtype), self._last_finite_loss)
         newly_bad = (~finite) & (self._first_bad_step < 0)

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -28,6 +29,9 @@ from cem_ablate.data.config import BPE_SPEC
 from cem_ablate.data.tokenizer import TextTokenizer
 from cem_ablate.training.config import RunConfig, parse_run_config
 from cem_ablate.training.run_directory import RunDirectory, locate_trained
+
+if TYPE_CHECKING:
+    from cem_ablate.model.transformer import CEMTransformer
 
 MODULE_PREFIX = "model."  # the LightningModule holds the network as `model`
 
@@ -44,7 +48,7 @@ class TrainedRun:
 
     @property
     def vocab_size(self) -> int:
-        return self.model.dims.vocab_size
+        return cast("CEMTransformer", self.model).dims.vocab_size  # a language model's network
 
 
 def print_warning(line: str) -> None:

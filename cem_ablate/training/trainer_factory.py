@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 
 import lightning as L
+from lightning.pytorch.loggers import Logger
 
 from cem_ablate.training.budget import Budget
 from cem_ablate.training.config import TrainConfig
@@ -49,7 +50,7 @@ def build_trainer(
     profile: DeviceProfile,
     *,
     default_root_dir: str,
-    logger,
+    logger: Logger | None,
     callbacks: Sequence[L.Callback],
     progress_bar: bool,
 ) -> L.Trainer:
