@@ -271,7 +271,7 @@ def transfer_check(stats, targets, width: int, values) -> None:
     )
     print(
         "\n| family | full grid: lr* | full grid: ppl* [95%] | std at lr* | transferred lr | "
-        "target ppl (mean ± std) | gap to ppl* | target − best grid point (lr) [95%], Welch p | "
+        "target ppl (mean ± std) | gap to ppl* (a point; its tests: the next two columns) | target − best grid point (lr) [95%], Welch p | "
         "on the smooth curve: gap [95%] (quadratic lr*; rates; lack-of-fit p) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
